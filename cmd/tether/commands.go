@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/logging"
+	"github.com/tetherhq/tether/internal/version"
+)
+
+func runHub(ctx context.Context, args []string, stderr io.Writer) error {
+	if err := noArgs("hub", args); err != nil {
+		return err
+	}
+	opts, err := hub.OptionsFromEnv(os.Getenv, true)
+	if err != nil {
+		return err
+	}
+	log, err := logging.New(opts.LogFormat, stderr, slog.LevelInfo)
+	if err != nil {
+		return err
+	}
+	return hub.Serve(ctx, opts, log, nil)
+}
+
+func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
+	if err := noArgs("agent", args); err != nil {
+		return err
+	}
+	log, err := logging.New(os.Getenv("TETHER_LOG_FORMAT"), stderr, slog.LevelInfo)
+	if err != nil {
+		return err
+	}
+	opts, err := agent.OptionsFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	a, err := agent.New(agent.Config{Options: opts, Logger: log})
+	if err != nil {
+		return err
+	}
+	err = a.Run(ctx)
+	var refused *agent.RefusedError
+	if errors.As(err, &refused) {
+		return errAlreadyLogged
+	}
+	return err
+}
+
+// errAlreadyLogged makes the process exit non-zero without printing what the
+// logger has already said.
+var errAlreadyLogged = errors.New("")
+
+func runToken(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("tether token", flag.ContinueOnError)
+	name := fs.String("name", "in-cluster", "the cluster's name in the hub's agents list (TETHER_AGENT_NAME)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := fleet.CheckName(*name); err != nil {
+		return fmt.Errorf("--name must be the cluster's name in the hub's agents list: %w", err)
+	}
+	token, err := fleet.NewToken()
+	if err != nil {
+		return err
+	}
+	sum := fleet.TokenSHA256(token)
+	fmt.Fprintf(stdout, "Token (the agent's TETHER_AGENT_TOKEN; keep it secret, it is not shown again):\n  %s\n\n", token)
+	fmt.Fprintf(stdout, "Its SHA-256:\n  %s\n\n", sum)
+	fmt.Fprintf(stdout, "Entry for the hub's agents list (TETHER_FLEET_AGENTS or TETHER_FLEET_AGENTS_FILE):\n%s", fleet.AgentsEntry(*name, sum))
+	return nil
+}
+
+func runVersion(stdout io.Writer) error {
+	_, err := fmt.Fprintf(stdout, "tether %s\n", version.Version)
+	return err
+}
+
+func noArgs(cmd string, args []string) error {
+	if len(args) > 0 {
+		return fmt.Errorf("tether %s takes no arguments (its settings are TETHER_… environment variables), not %q", cmd, args)
+	}
+	return nil
+}

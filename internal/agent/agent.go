@@ -1,0 +1,196 @@
+// Package agent is Tether's agent: it runs in a private cluster, dials out to
+// the hub over one WebSocket, and relays the streams the hub opens to the
+// cluster's API server. Nothing in the cluster listens but /healthz.
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tetherhq/tether/internal/tunnel"
+	"github.com/tetherhq/tether/internal/version"
+)
+
+// Config is everything an Agent needs. Options come from the environment;
+// the rest have defaults and exist so tests can replace them.
+type Config struct {
+	Options
+	Logger *slog.Logger
+	// Tunnel tunes the multiplexer; zero means tunnel.DefaultConfig.
+	Tunnel tunnel.Config
+	// HTTPClient dials the hub. Nil means one built from HubCAFile and the
+	// proxy environment (HTTPS_PROXY, NO_PROXY).
+	HTTPClient *http.Client
+	// DialAPIServer dials the API server for each stream. Nil means net.Dialer.
+	DialAPIServer func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Sleep waits d or until ctx is done. Nil means a timer; tests record the
+	// waits instead of sleeping through them.
+	Sleep func(ctx context.Context, d time.Duration) error
+	// Random returns a number in [0, 1) for jitter. Nil means math/rand.
+	Random func() float64
+	// HandshakeTimeout bounds the upgrade and the hello/welcome exchange.
+	HandshakeTimeout time.Duration
+}
+
+// Agent keeps one connection to the hub up. Create it with New, run it with
+// Run.
+type Agent struct {
+	cfg       Config
+	log       *slog.Logger
+	hub       string // the hub's address as people write it, for log lines
+	connected atomic.Bool
+}
+
+// New checks cfg and fills in defaults.
+func New(cfg Config) (*Agent, error) {
+	if cfg.HubURL == nil {
+		return nil, errors.New("agent: no hub URL")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Tunnel == (tunnel.Config{}) {
+		cfg.Tunnel = tunnel.DefaultConfig()
+	}
+	if cfg.HTTPClient == nil {
+		c, err := hubClient(cfg.HubCAFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.HTTPClient = c
+	}
+	if cfg.DialAPIServer == nil {
+		cfg.DialAPIServer = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleep
+	}
+	if cfg.Random == nil {
+		cfg.Random = rand.Float64
+	}
+	if cfg.HandshakeTimeout == 0 {
+		cfg.HandshakeTimeout = 30 * time.Second
+	}
+	if cfg.TokenReread == 0 {
+		cfg.TokenReread = time.Minute
+	}
+	return &Agent{
+		cfg: cfg,
+		log: cfg.Logger.With("agent", cfg.Name),
+		hub: cfg.HubURL.String(),
+	}, nil
+}
+
+// hubClient builds the HTTP client for the upgrade: the proxy from the
+// environment, the hub CA if one is given, and no redirects, since a redirect
+// (to a login page, say) means the hub isn't answering and must be reported
+// as such, not followed.
+func hubClient(caFile string) (*http.Client, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = http.ProxyFromEnvironment
+	if caFile != "" {
+		pool, err := LoadCertPool(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("TETHER_HUB_CA must be a PEM file of CA certificates: %w", err)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &http.Client{
+		Transport:     tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}, nil
+}
+
+// Connected reports whether the agent has a working connection to the hub.
+func (a *Agent) Connected() bool { return a.connected.Load() }
+
+// Run keeps the agent connected until ctx is done, when it closes the
+// connection cleanly and returns nil. It returns a *RefusedError when the
+// hub refuses the agent, since trying again would not help, and other errors
+// only for failures to start (the health listener's address taken).
+func (a *Agent) Run(ctx context.Context) error {
+	if a.cfg.HubURL.Scheme == "http" {
+		a.log.Warn(fmt.Sprintf("The hub's address %s is plain http: the agent's token will cross the network in clear. Use https.", a.hub))
+	}
+	a.log.Info(fmt.Sprintf("Tether %s agent for %q, relaying to %s", version.Version, a.cfg.Name, a.cfg.APIServer))
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if a.cfg.HealthAddr != "" {
+		ln, err := net.Listen("tcp", a.cfg.HealthAddr)
+		if err != nil {
+			return fmt.Errorf("TETHER_HEALTH_ADDR %q can't be listened on: %w", a.cfg.HealthAddr, err)
+		}
+		srv := &http.Server{Handler: a.healthHandler(), ReadHeaderTimeout: 10 * time.Second}
+		wg.Add(2)
+		go func() { defer wg.Done(); srv.Serve(ln) }()
+		go func() { defer wg.Done(); <-ctx.Done(); srv.Close() }()
+	}
+
+	attempt := 0
+	for {
+		res := a.connect(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var refused *RefusedError
+		if errors.As(res.err, &refused) {
+			a.log.Error(refused.Error())
+			return refused
+		}
+		if res.connected {
+			attempt = 0
+		}
+		wait := res.wait
+		if wait < 0 {
+			wait = backoff(attempt, a.cfg.Random())
+			attempt++
+		}
+		if !res.connected {
+			a.log.Warn(fmt.Sprintf("Can't reach the hub at %s: %v", a.hub, res.err))
+		}
+		a.log.Info(fmt.Sprintf("Connecting again in %d s: %v", int(math.Round(wait.Seconds())), res.err))
+		if err := a.cfg.Sleep(ctx, wait); err != nil {
+			return nil
+		}
+	}
+}
+
+// RefusedError is the hub's refusal of this agent. Its text is the line the
+// agent logs and exits with.
+type RefusedError struct {
+	Hub    string
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("The hub at %s refused this agent: %s", e.Hub, e.Reason)
+}
+
+// Refusal reasons, as SPEC section 1 words them.
+const (
+	reasonUnknown  = "it doesn't know this name and token."
+	reasonTakeover = "another agent connected as it (do two clusters use the same name and token?)."
+	reasonNoAgents = "it takes no agents (it has no agents list: set TETHER_FLEET_AGENTS or TETHER_FLEET_AGENTS_FILE on the hub)."
+)
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,295 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/tunnel"
+	"github.com/tetherhq/tether/internal/version"
+)
+
+// result is how one connection attempt ended.
+type result struct {
+	connected bool          // the hub welcomed the agent before it ended
+	err       error         // why it ended, for the log
+	wait      time.Duration // how long to wait before the next attempt; < 0 means backoff
+}
+
+func failed(err error) result { return result{err: err, wait: -1} }
+
+// connect makes one connection to the hub and serves it until it ends.
+func (a *Agent) connect(ctx context.Context) result {
+	sa, err := ReadServiceAccount(a.cfg.ServiceAccountDir)
+	if err != nil {
+		return failed(err)
+	}
+	hctx, cancel := context.WithTimeout(ctx, a.cfg.HandshakeTimeout)
+	defer cancel()
+	sess, resp, err := tunnel.Dial(hctx, a.agentURL(), a.header(), a.cfg.HTTPClient, a.cfg.Tunnel)
+	if err != nil {
+		return a.dialFailed(resp, err)
+	}
+	defer sess.Close()
+
+	ctl, err := sess.Open(hctx)
+	if err != nil {
+		return failed(fmt.Errorf("open the control stream: %w", err))
+	}
+	ctl.SetDeadline(time.Now().Add(a.cfg.HandshakeTimeout))
+	hello := protocol.Message{
+		Type:                protocol.TypeHello,
+		Protocol:            protocol.Version,
+		AgentVersion:        version.Version,
+		CACert:              string(sa.CACert),
+		ServiceAccountToken: sa.Token,
+		APIServer:           a.cfg.APIServer,
+	}
+	if err := protocol.Write(ctl, hello); err != nil {
+		return failed(err)
+	}
+	answer, err := protocol.Read(ctl)
+	if err != nil {
+		return failed(fmt.Errorf("no welcome from the hub: %w", err))
+	}
+	switch answer.Type {
+	case protocol.TypeWelcome:
+	case protocol.TypeRefused:
+		return a.refusedAfterHello(answer)
+	default:
+		return failed(fmt.Errorf("the hub answered the hello with a %s message", answer.Type))
+	}
+	ctl.SetDeadline(time.Time{})
+
+	a.log.Info(fmt.Sprintf("Connected to %s as %q", a.hub, a.cfg.Name), "hubVersion", answer.HubVersion)
+	a.connected.Store(true)
+	defer a.connected.Store(false)
+	c := &conn{
+		a:         a,
+		sess:      sess,
+		ctl:       ctl,
+		heartbeat: time.Duration(answer.HeartbeatMillis) * time.Millisecond,
+		token:     sa.Token,
+	}
+	res := c.serve(ctx)
+	res.connected = true
+	return res
+}
+
+func (a *Agent) agentURL() string {
+	u := *a.cfg.HubURL
+	if u.Scheme == "https" {
+		u.Scheme = "wss"
+	} else {
+		u.Scheme = "ws"
+	}
+	u.Path += "/" + protocol.AgentPath
+	return u.String()
+}
+
+func (a *Agent) header() http.Header {
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+a.cfg.Token)
+	h.Set(protocol.AgentHeader, a.cfg.Name)
+	return h
+}
+
+// dialFailed sorts a failed upgrade into a refusal (stop) or a failure to
+// connect (try again), honouring Retry-After on a 503.
+func (a *Agent) dialFailed(resp *http.Response, err error) result {
+	if resp == nil {
+		return failed(err)
+	}
+	switch resp.StatusCode {
+	case http.StatusUnauthorized:
+		return result{err: &RefusedError{Hub: a.hub, Reason: reasonUnknown}}
+	case http.StatusForbidden:
+		return result{err: &RefusedError{Hub: a.hub, Reason: reasonNoAgents}}
+	case http.StatusSwitchingProtocols:
+		return failed(err)
+	}
+	why := fmt.Errorf("it answered %s", resp.Status)
+	if loc := resp.Header.Get("Location"); loc != "" {
+		why = fmt.Errorf("it answered %s, redirecting to %s", resp.Status, loc)
+	}
+	res := failed(why)
+	if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests {
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+			res.wait = time.Duration(s) * time.Second
+		}
+	}
+	return res
+}
+
+func (a *Agent) refusedAfterHello(m protocol.Message) result {
+	reason := reasonUnknown
+	switch m.Status {
+	case http.StatusForbidden:
+		reason = reasonNoAgents
+	case http.StatusConflict:
+		reason = reasonTakeover
+	}
+	if m.Error != "" {
+		reason += " The hub says: " + m.Error
+	}
+	return result{err: &RefusedError{Hub: a.hub, Reason: reason}}
+}
+
+// conn serves one welcomed connection.
+type conn struct {
+	a         *Agent
+	sess      *tunnel.Session
+	ctl       net.Conn
+	heartbeat time.Duration
+
+	writeMu sync.Mutex // guards writes to ctl
+
+	mu        sync.Mutex // guards the following
+	lastHeard time.Time
+	token     string // the service account token the hub has now
+}
+
+func (c *conn) send(m protocol.Message) error {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.ctl.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	return protocol.Write(c.ctl, m)
+}
+
+// serve runs the connection's loops until one ends it, and waits for all.
+func (c *conn) serve(parent context.Context) result {
+	ctx, cancel := context.WithCancelCause(parent)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer c.sess.Close()
+	defer cancel(nil)
+
+	c.mu.Lock()
+	c.lastHeard = time.Now()
+	c.mu.Unlock()
+
+	ended := make(chan result, 4)
+	end := func(r result) {
+		select {
+		case ended <- r:
+		default:
+		}
+		cancel(r.err)
+	}
+	wg.Add(3)
+	go func() { defer wg.Done(); end(c.readControl()) }()
+	go func() { defer wg.Done(); end(c.acceptStreams(ctx, &wg)) }()
+	go func() { defer wg.Done(); c.watch(ctx, end) }()
+
+	select {
+	case r := <-ended:
+		return r
+	case <-parent.Done():
+		// Stopping (SIGTERM): say goodbye so the hub logs a clean disconnect.
+		c.send(protocol.Message{Type: protocol.TypeBye})
+		c.sess.CloseWithReason(websocket.StatusNormalClosure, "agent stopping")
+		return result{err: parent.Err(), wait: -1}
+	}
+}
+
+// readControl handles what the hub says on the control stream.
+func (c *conn) readControl() result {
+	for {
+		m, err := protocol.Read(c.ctl)
+		if err != nil {
+			return result{err: fmt.Errorf("the connection ended: %w", err), wait: -1}
+		}
+		c.mu.Lock()
+		c.lastHeard = time.Now()
+		c.mu.Unlock()
+		switch m.Type {
+		case protocol.TypePing:
+			if err := c.send(protocol.Message{Type: protocol.TypePong, Seq: m.Seq}); err != nil {
+				return result{err: err, wait: -1}
+			}
+		case protocol.TypeGoAway:
+			switch m.Reason {
+			case protocol.ReasonTakeover:
+				return result{err: &RefusedError{Hub: c.a.hub, Reason: reasonTakeover}}
+			default:
+				if m.Reason == protocol.ReasonShutdown {
+					return result{err: errors.New("the hub is shutting down"), wait: time.Duration(m.ReconnectAfterMillis) * time.Millisecond}
+				}
+				return result{err: errors.New("the hub closed the connection: " + m.Reason), wait: -1}
+			}
+		}
+	}
+}
+
+// acceptStreams relays every stream the hub opens, each in a goroutine that
+// wg tracks.
+func (c *conn) acceptStreams(ctx context.Context, wg *sync.WaitGroup) result {
+	for {
+		st, err := c.sess.Accept(ctx)
+		if err != nil {
+			return result{err: fmt.Errorf("the connection ended: %w", err), wait: -1}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.a.relay(ctx, st)
+		}()
+	}
+}
+
+// watch sends a changed service account token every reread interval, and
+// ends the connection when the hub has been silent for two heartbeats and a
+// second: the network dropped it without a word.
+func (c *conn) watch(ctx context.Context, end func(result)) {
+	silence := 2*c.heartbeat + time.Second
+	check := time.NewTicker(min(c.heartbeat/4, time.Second))
+	defer check.Stop()
+	reread := time.NewTicker(c.a.cfg.TokenReread)
+	defer reread.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-check.C:
+			c.mu.Lock()
+			quiet := time.Since(c.lastHeard)
+			c.mu.Unlock()
+			if quiet > silence {
+				err := fmt.Errorf("Nothing from the hub in %d s", int(silence.Round(time.Second).Seconds()))
+				c.a.log.Warn(err.Error())
+				end(result{err: err, wait: -1})
+				return
+			}
+		case <-reread.C:
+			c.rereadToken()
+		}
+	}
+}
+
+func (c *conn) rereadToken() {
+	sa, err := ReadServiceAccount(c.a.cfg.ServiceAccountDir)
+	if err != nil {
+		c.a.log.Warn("Can't read the service account token again; the hub keeps the last one", "err", err)
+		return
+	}
+	c.mu.Lock()
+	changed := sa.Token != c.token
+	c.mu.Unlock()
+	if !changed {
+		return
+	}
+	if err := c.send(protocol.Message{Type: protocol.TypeToken, ServiceAccountToken: sa.Token}); err != nil {
+		return // the connection is ending; the next hello carries the new token
+	}
+	c.mu.Lock()
+	c.token = sa.Token
+	c.mu.Unlock()
+	c.a.log.Info("Sent the hub the service account's new token")
+}

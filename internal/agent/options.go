@@ -1,0 +1,161 @@
+package agent
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/internal/fleet"
+)
+
+// DefaultServiceAccountDir is where Kubernetes mounts a pod's token.
+const DefaultServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+// Options are the agent's settings, as SPEC section 1 names them.
+type Options struct {
+	HubURL            *url.URL // http or https, base path included, no trailing slash
+	Name              string
+	Token             string // the agent's own token for the hub; never logged
+	HealthAddr        string // "" when turned off
+	TokenReread       time.Duration
+	ServiceAccountDir string
+	APIServer         string // host:port
+	HubCAFile         string // "" for the system roots
+}
+
+// Getenv is os.Getenv's shape, so tests can hand in a map.
+type Getenv func(string) string
+
+// OptionsFromEnv reads and checks the agent's settings. Its errors are one
+// line each, name the setting and say what it must be; none contains a token.
+func OptionsFromEnv(getenv Getenv) (Options, error) {
+	o := Options{
+		Name:              orDefault(getenv("TETHER_AGENT_NAME"), "in-cluster"),
+		Token:             strings.TrimSpace(getenv("TETHER_AGENT_TOKEN")),
+		HealthAddr:        orDefault(getenv("TETHER_HEALTH_ADDR"), ":8081"),
+		ServiceAccountDir: orDefault(getenv("TETHER_SERVICEACCOUNT_DIR"), DefaultServiceAccountDir),
+		HubCAFile:         getenv("TETHER_HUB_CA"),
+	}
+	var err error
+	if o.HubURL, err = ParseHubURL(getenv("TETHER_HUB_URL")); err != nil {
+		return Options{}, err
+	}
+	if err := fleet.CheckName(o.Name); err != nil {
+		return Options{}, fmt.Errorf("TETHER_AGENT_NAME must be the cluster's name in the hub's agents list: %w", err)
+	}
+	if o.Token == "" {
+		return Options{}, errors.New("TETHER_AGENT_TOKEN must be set: the token the hub's agents list knows this agent by (tether token makes one)")
+	}
+	if o.HealthAddr == "0" {
+		o.HealthAddr = ""
+	} else if _, _, err := net.SplitHostPort(o.HealthAddr); err != nil {
+		return Options{}, fmt.Errorf("TETHER_HEALTH_ADDR must be an address like :8081, or 0 to turn it off, not %q", o.HealthAddr)
+	}
+	reread, err := positiveSeconds("TETHER_TOKEN_REREAD_SECONDS", getenv("TETHER_TOKEN_REREAD_SECONDS"), 60)
+	if err != nil {
+		return Options{}, err
+	}
+	o.TokenReread = reread
+
+	host := strings.TrimSpace(getenv("KUBERNETES_SERVICE_HOST"))
+	if host == "" {
+		return Options{}, errors.New("KUBERNETES_SERVICE_HOST must be set to the API server's address; Kubernetes sets it in every pod")
+	}
+	port := orDefault(strings.TrimSpace(getenv("KUBERNETES_SERVICE_PORT")), "443")
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return Options{}, fmt.Errorf("KUBERNETES_SERVICE_PORT must be a port number from 1 to 65535, not %q", port)
+	}
+	o.APIServer = net.JoinHostPort(host, port)
+
+	if o.HubCAFile != "" {
+		if _, err := LoadCertPool(o.HubCAFile); err != nil {
+			return Options{}, fmt.Errorf("TETHER_HUB_CA must be a PEM file of CA certificates: %w", err)
+		}
+	}
+	// Read the pod's credentials now, so a pod without them fails at once
+	// with a message that says what is missing.
+	if _, err := ReadServiceAccount(o.ServiceAccountDir); err != nil {
+		return Options{}, err
+	}
+	return o, nil
+}
+
+// ParseHubURL checks TETHER_HUB_URL: an http or https address with a host.
+// The path is the hub's base path.
+func ParseHubURL(raw string) (*url.URL, error) {
+	raw = strings.TrimSpace(raw)
+	if raw == "" {
+		return nil, errors.New("TETHER_HUB_URL must be set")
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.Hostname() == "" {
+		return nil, fmt.Errorf("TETHER_HUB_URL must be the hub's address, like https://tether.example.com, not %q", raw)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("TETHER_HUB_URL must be the hub's address without a query or fragment, like https://tether.example.com/tether, not %q", raw)
+	}
+	u.Path = strings.TrimRight(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
+}
+
+// ServiceAccount is what the pod's service account directory holds.
+type ServiceAccount struct {
+	Token  string
+	CACert []byte // PEM, as read
+}
+
+// ReadServiceAccount reads the token and ca.crt in dir.
+func ReadServiceAccount(dir string) (ServiceAccount, error) {
+	tok, err := os.ReadFile(filepath.Join(dir, "token"))
+	if err != nil || len(strings.TrimSpace(string(tok))) == 0 {
+		return ServiceAccount{}, fmt.Errorf("No service account token in %s: the agent needs its pod's token (automountServiceAccountToken)", dir)
+	}
+	caPath := filepath.Join(dir, "ca.crt")
+	ca, err := os.ReadFile(caPath)
+	if err != nil {
+		return ServiceAccount{}, fmt.Errorf("No CA certificate at %s: the agent needs its pod's ca.crt to check the API server (%v)", caPath, errors.Unwrap(err))
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(ca) {
+		return ServiceAccount{}, fmt.Errorf("No CA certificate at %s: the file is empty or holds no PEM certificate", caPath)
+	}
+	return ServiceAccount{Token: strings.TrimSpace(string(tok)), CACert: ca}, nil
+}
+
+// LoadCertPool reads a PEM file of CA certificates.
+func LoadCertPool(path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}
+
+func positiveSeconds(name, v string, def int) (time.Duration, error) {
+	if v == "" {
+		return time.Duration(def) * time.Second, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s must be a whole number of seconds, at least 1, not %q", name, v)
+	}
+	return time.Duration(n) * time.Second, nil
+}

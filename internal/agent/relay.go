@@ -1,0 +1,91 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/internal/protocol"
+)
+
+// apiDialTimeout bounds a dial to the API server on behalf of one stream.
+const apiDialTimeout = 10 * time.Second
+
+// relay serves one stream the hub opened: it dials the API server, the only
+// target an agent ever dials (the protocol has no way to name another), tells
+// the hub how the dial went, and copies bytes both ways until both are done.
+// relay closes st.
+func (a *Agent) relay(ctx context.Context, st net.Conn) {
+	defer st.Close()
+	dctx, cancel := context.WithTimeout(ctx, apiDialTimeout)
+	api, err := a.cfg.DialAPIServer(dctx, "tcp", a.cfg.APIServer)
+	cancel()
+	if err != nil {
+		a.log.Debug("Can't reach the API server for the hub", "stream", streamID(st), "err", err)
+		st.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		_ = protocol.Write(st, protocol.Message{Type: protocol.TypeDial, Error: "the agent can't reach its API server at " + a.cfg.APIServer + ": " + err.Error()})
+		return
+	}
+	defer api.Close()
+	if err := protocol.Write(st, protocol.Message{Type: protocol.TypeDial}); err != nil {
+		return
+	}
+	splice(st, api)
+}
+
+// splice copies both ways between a and b. When one direction ends cleanly
+// (EOF), the other side's write half is closed and the other direction goes
+// on: half-close passes through. When one ends with an error, both
+// connections are closed so the other direction ends too. splice returns when
+// both directions are done.
+func splice(a, b net.Conn) {
+	var once sync.Once
+	abort := func() {
+		once.Do(func() {
+			a.Close()
+			b.Close()
+		})
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go copier{dst: a, src: b, abort: abort}.run(&wg)
+	go copier{dst: b, src: a, abort: abort}.run(&wg)
+	wg.Wait()
+}
+
+// copier is one direction of a splice; a named type so goroutine dumps say
+// what each goroutine is.
+type copier struct {
+	dst, src net.Conn
+	abort    func()
+}
+
+func (c copier) run(wg *sync.WaitGroup) {
+	defer wg.Done()
+	_, err := io.Copy(c.dst, c.src)
+	if err != nil && !errors.Is(err, io.EOF) {
+		c.abort()
+		return
+	}
+	closeWrite(c.dst)
+}
+
+// closeWrite half-closes c: a TCP connection shuts its write side; a yamux
+// stream's Close is already a half-close (it sends FIN and keeps reading).
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+		return
+	}
+	c.Close()
+}
+
+func streamID(c net.Conn) uint32 {
+	if s, ok := c.(interface{ StreamID() uint32 }); ok {
+		return s.StreamID()
+	}
+	return 0
+}

@@ -1,0 +1,149 @@
+package hub
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/tunnel"
+	"github.com/tetherhq/tether/internal/version"
+)
+
+// serveAgent admits an agent: it checks the name and token on the upgrade
+// request, upgrades, reads the hello, and serves the connection until it
+// ends. The handler's goroutine owns the connection.
+func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
+	name := r.Header.Get(protocol.AgentHeader)
+	if h.cfg.Agents == nil {
+		h.metrics.connects.WithLabelValues("no_agents_list").Inc()
+		http.Error(w, "This hub takes no agents: it has no agents list (TETHER_FLEET_AGENTS or TETHER_FLEET_AGENTS_FILE).", http.StatusForbidden)
+		return
+	}
+	token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	entry, ok := h.cfg.Agents.Authenticate(name, strings.TrimSpace(token))
+	if !ok {
+		h.metrics.connects.WithLabelValues("unauthorized").Inc()
+		h.logRefusal(name, r.RemoteAddr, "with a token that doesn't match")
+		http.Error(w, "This hub doesn't know this agent's name and token.", http.StatusUnauthorized)
+		return
+	}
+	h.mu.Lock()
+	closed := h.closed
+	if !closed {
+		h.conns.Add(1)
+	}
+	h.mu.Unlock()
+	if closed {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "The hub is shutting down.", http.StatusServiceUnavailable)
+		return
+	}
+	defer h.conns.Done()
+
+	sess, err := tunnel.Accept(w, r, h.cfg.Tunnel)
+	if err != nil {
+		h.log.Debug("An agent's upgrade failed", "agent", name, "remote", r.RemoteAddr, "err", err)
+		return
+	}
+	defer sess.Close()
+	c, err := h.hello(r, sess, entry)
+	if err != nil {
+		h.metrics.connects.WithLabelValues("bad_hello").Inc()
+		h.log.Warn(fmt.Sprintf("The agent of %q failed its hello: %v", name, err), "agent", name, "remote", r.RemoteAddr)
+		return
+	}
+	if c == nil {
+		return // refused, and logged
+	}
+	h.serveConn(c)
+}
+
+// hello reads the agent's hello and checks it. It returns nil and no error
+// when it refused the agent and told it why.
+func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent) (*agentConn, error) {
+	deadline := time.Now().Add(h.cfg.HelloTimeout)
+	ctx, cancel := context.WithDeadline(r.Context(), deadline)
+	defer cancel()
+	ctl, err := sess.Accept(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("no control stream within %s: %w", h.cfg.HelloTimeout, err)
+	}
+	ctl.SetDeadline(deadline)
+	m, err := protocol.Read(ctl)
+	if err != nil {
+		return nil, err
+	}
+	if m.Type != protocol.TypeHello {
+		return nil, fmt.Errorf("the first message was a %s, not a hello", m.Type)
+	}
+	refuse := func(status int, why string) {
+		protocol.Write(ctl, protocol.Message{Type: protocol.TypeRefused, Status: status, Error: why})
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(m.CACert)) {
+		refuse(http.StatusBadRequest, "the hello's caCert holds no PEM certificate")
+		return nil, fmt.Errorf("its caCert holds no PEM certificate")
+	}
+	sum := sha256.Sum256([]byte(m.CACert))
+	caSHA := hex.EncodeToString(sum[:])
+	if !entry.CAMatches([]byte(m.CACert)) {
+		h.metrics.connects.WithLabelValues("wrong_ca").Inc()
+		h.log.Warn(fmt.Sprintf("An agent was refused: %q, with a CA whose SHA-256 is %s, not the caSha256 %s its entry pins", entry.Name, caSHA, entry.CASHA256),
+			"agent", entry.Name, "remote", r.RemoteAddr)
+		refuse(http.StatusUnauthorized, "this cluster's CA is not the one the hub's agents list pins for it (caSha256)")
+		return nil, nil
+	}
+
+	c := &agentConn{
+		hub:          h,
+		name:         entry.Name,
+		remote:       r.RemoteAddr,
+		sess:         sess,
+		ctl:          ctl,
+		agentVersion: m.AgentVersion,
+		apiServer:    m.APIServer,
+		caPool:       pool,
+		saToken:      m.ServiceAccountToken,
+		since:        time.Now(),
+		done:         make(chan struct{}),
+	}
+	c.lastHeard.Store(time.Now().UnixNano())
+
+	h.mu.Lock()
+	if prev, ok := h.lastCA[entry.Name]; ok && prev != caSHA {
+		h.metrics.caChanges.Inc()
+		h.log.Warn(fmt.Sprintf("The agent of %q sent a CA other than last time (SHA-256 %s, was %s)", entry.Name, caSHA, prev), "agent", entry.Name)
+	}
+	h.lastCA[entry.Name] = caSHA
+	h.mu.Unlock()
+
+	welcome := protocol.Message{Type: protocol.TypeWelcome, HubVersion: version.Version, HeartbeatMillis: h.cfg.Heartbeat.Milliseconds()}
+	if err := protocol.Write(ctl, welcome); err != nil {
+		return nil, err
+	}
+	ctl.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// logRefusal logs a refused agent at most once per window for each name and
+// address, so a misconfigured agent retrying, or someone guessing, can't
+// flood the log.
+func (h *Hub) logRefusal(name, remote, why string) {
+	host := remote
+	if i := strings.LastIndexByte(remote, ':'); i > 0 {
+		host = remote[:i]
+	}
+	if len(name) > 253 {
+		name = name[:253] + "…"
+	}
+	if suppressed, ok := h.refusals.allow(name + "\x00" + host); ok {
+		h.log.Warn(fmt.Sprintf("An agent was refused: %q, %s", name, why), "agent", name, "remote", remote, "suppressed", suppressed)
+	}
+}

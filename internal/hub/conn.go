@@ -1,0 +1,298 @@
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/tunnel"
+)
+
+// APIServerName is the name the hub checks the API server's certificate
+// against: the one every in-cluster client uses.
+const APIServerName = "kubernetes.default.svc"
+
+// WebSocket close codes the hub sends (docs/protocol.md). The agent learns
+// the reason from a goaway first; the close code is for proxies and people.
+const (
+	closeShutdown websocket.StatusCode = 4000
+	closeTakeover websocket.StatusCode = 4001
+	closeSilent   websocket.StatusCode = 4002
+	closeRemoved  websocket.StatusCode = 4003
+)
+
+type goAwayKind int
+
+const (
+	goAwayShutdown goAwayKind = iota
+	goAwayTakeover
+	goAwayRemoved
+)
+
+// agentConn is one welcomed agent connection.
+type agentConn struct {
+	hub          *Hub
+	name         string
+	remote       string
+	sess         *tunnel.Session
+	ctl          net.Conn
+	agentVersion string
+	apiServer    string
+	caPool       *x509.CertPool
+	since        time.Time
+	lastHeard    atomic.Int64 // unix nanoseconds of the last message from the agent
+
+	transport *http.Transport // to the API server, through the tunnel, TLS checked against caPool
+
+	writeMu sync.Mutex // guards writes to ctl
+
+	mu      sync.Mutex // guards the following
+	saToken string     // the agent's service account token, for probes
+	pingSeq uint64     // the last ping sent, and when, for the round-trip metric
+	pingAt  time.Time
+
+	closeOnce sync.Once
+	done      chan struct{} // closed when the connection is ending
+	why       error         // why it ended; set before done is closed
+}
+
+// serveConn registers c as its cluster's agent (taking over from any other),
+// runs its loops, and unregisters it when it ends.
+func (h *Hub) serveConn(c *agentConn) {
+	c.transport = c.newTransport()
+	defer c.transport.CloseIdleConnections()
+
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		c.goAway(goAwayShutdown, 0)
+		return
+	}
+	prev := h.agents[c.name]
+	h.agents[c.name] = c
+	h.mu.Unlock()
+	if prev != nil {
+		h.metrics.takeovers.Inc()
+		h.log.Warn(fmt.Sprintf("The agent of %q was taken over by another agent with the same name and token", c.name),
+			"agent", c.name, "remote", c.remote, "previousRemote", prev.remote)
+		prev.goAway(goAwayTakeover, 0)
+	}
+	h.metrics.connects.WithLabelValues("accepted").Inc()
+	h.metrics.connected.Inc()
+	h.log.Info(fmt.Sprintf("The agent of %q connected (Tether %s)", c.name, c.agentVersion), "agent", c.name, "remote", c.remote)
+
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	wg.Add(4)
+	go func() { defer wg.Done(); c.end(c.readControl()) }()
+	go func() { defer wg.Done(); c.end(c.acceptStreams(ctx)) }()
+	go func() { defer wg.Done(); c.heartbeat(ctx) }()
+	go func() { defer wg.Done(); h.probeLoop(ctx, c) }()
+	<-c.done
+	cancel()
+	c.sess.Close()
+	wg.Wait()
+
+	h.mu.Lock()
+	current := h.agents[c.name] == c
+	if current {
+		delete(h.agents, c.name)
+	}
+	h.mu.Unlock()
+	h.metrics.connected.Dec()
+	if current {
+		h.setStatus(c.name, c.agentVersion, notConnected())
+	}
+	h.log.Info(fmt.Sprintf("The agent of %q disconnected", c.name), "agent", c.name, "remote", c.remote, "why", c.why)
+}
+
+// end marks the connection as ending, for the reason err. Only the first
+// reason counts.
+func (c *agentConn) end(err error) {
+	c.closeOnce.Do(func() {
+		c.why = err
+		close(c.done)
+	})
+}
+
+func (c *agentConn) send(m protocol.Message) error {
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	c.ctl.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	return protocol.Write(c.ctl, m)
+}
+
+// goAway tells the agent why the hub is closing its connection, then closes
+// it. After a shutdown the agent waits delay before it connects again.
+func (c *agentConn) goAway(kind goAwayKind, delay time.Duration) {
+	m := protocol.Message{Type: protocol.TypeGoAway, Reason: protocol.ReasonShutdown, ReconnectAfterMillis: delay.Milliseconds()}
+	code, why := closeShutdown, errors.New("the hub is shutting down")
+	switch kind {
+	case goAwayTakeover:
+		m = protocol.Message{Type: protocol.TypeGoAway, Reason: protocol.ReasonTakeover}
+		code, why = closeTakeover, errors.New("taken over by another agent")
+	case goAwayRemoved:
+		m = protocol.Message{Type: protocol.TypeGoAway, Reason: protocol.ReasonRemoved}
+		code, why = closeRemoved, errors.New("the agents list no longer admits it")
+	}
+	c.send(m)
+	c.end(why)
+	c.sess.CloseWithReason(code, m.Reason)
+}
+
+// readControl handles what the agent says on the control stream.
+func (c *agentConn) readControl() error {
+	for {
+		m, err := protocol.Read(c.ctl)
+		if err != nil {
+			return fmt.Errorf("control stream: %w", err)
+		}
+		c.lastHeard.Store(time.Now().UnixNano())
+		switch m.Type {
+		case protocol.TypePong:
+			if sent := c.pingSent(m.Seq); !sent.IsZero() {
+				c.hub.metrics.heartbeatRTT.Observe(time.Since(sent).Seconds())
+			}
+		case protocol.TypeToken:
+			c.mu.Lock()
+			c.saToken = m.ServiceAccountToken
+			c.mu.Unlock()
+			c.hub.log.Info(fmt.Sprintf("The agent of %q sent a new service account token", c.name), "agent", c.name)
+		case protocol.TypeBye:
+			return errors.New("the agent is stopping")
+		}
+	}
+}
+
+// acceptStreams takes streams the agent opens. None are defined yet (the
+// inventory will be), so each is closed at once.
+func (c *agentConn) acceptStreams(ctx context.Context) error {
+	for {
+		st, err := c.sess.Accept(ctx)
+		if err != nil {
+			return fmt.Errorf("tunnel: %w", err)
+		}
+		st.Close()
+	}
+}
+
+// heartbeat pings the agent every interval, and ends the connection when
+// nothing has come from it for two intervals and a second.
+func (c *agentConn) heartbeat(ctx context.Context) {
+	interval := c.hub.cfg.Heartbeat
+	silence := 2*interval + time.Second
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	check := time.NewTicker(min(interval/4, time.Second))
+	defer check.Stop()
+	var seq uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			seq++
+			c.notePing(seq)
+			if err := c.send(protocol.Message{Type: protocol.TypePing, Seq: seq}); err != nil {
+				c.end(fmt.Errorf("heartbeat: %w", err))
+				return
+			}
+		case <-check.C:
+			quiet := time.Since(time.Unix(0, c.lastHeard.Load()))
+			if quiet > silence {
+				c.end(fmt.Errorf("nothing from the agent in %d s", int(silence.Round(time.Second).Seconds())))
+				c.sess.CloseWithReason(closeSilent, "no heartbeat")
+				return
+			}
+		}
+	}
+}
+
+func (c *agentConn) notePing(seq uint64) {
+	c.mu.Lock()
+	c.pingSeq, c.pingAt = seq, time.Now()
+	c.mu.Unlock()
+}
+
+func (c *agentConn) pingSent(seq uint64) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if seq != c.pingSeq {
+		return time.Time{}
+	}
+	return c.pingAt
+}
+
+// Dial opens a stream to the cluster's API server. The agent dials it; the
+// first message on the stream says whether it could.
+func (c *agentConn) dial(ctx context.Context) (net.Conn, error) {
+	st, err := c.sess.Open(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("the agent's tunnel: %w", err)
+	}
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(30 * time.Second)
+	}
+	st.SetReadDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { st.SetReadDeadline(time.Now()) })
+	m, err := protocol.Read(st)
+	stop()
+	if err != nil {
+		st.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("the agent didn't answer the dial: %w", err)
+	}
+	if m.Type != protocol.TypeDial || m.Error != "" {
+		st.Close()
+		if m.Error == "" {
+			return nil, fmt.Errorf("the agent answered a dial with a %s message", m.Type)
+		}
+		return nil, errors.New(m.Error)
+	}
+	st.SetReadDeadline(time.Time{})
+	return st, nil
+}
+
+// newTransport makes the HTTP transport to the cluster's API server: each
+// connection is a stream through the tunnel with TLS inside it, checked
+// against the CA the agent sent, as kubernetes.default.svc. The agent only
+// ever sees ciphertext.
+func (c *agentConn) newTransport() *http.Transport {
+	tlsConfig := &tls.Config{RootCAs: c.caPool, ServerName: APIServerName, MinVersion: tls.VersionTLS12}
+	return &http.Transport{
+		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			st, err := c.dial(ctx)
+			if err != nil {
+				return nil, err
+			}
+			tc := tls.Client(st, tlsConfig)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				st.Close()
+				return nil, fmt.Errorf("TLS with the API server: %w", err)
+			}
+			return tc, nil
+		},
+		MaxIdleConnsPerHost: 32,
+		IdleConnTimeout:     90 * time.Second,
+		// Redirects are never followed: the transport doesn't, and callers
+		// use no http.Client that would.
+	}
+}
+
+func (c *agentConn) serviceAccountToken() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.saToken
+}

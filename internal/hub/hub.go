@@ -1,0 +1,177 @@
+// Package hub is Tether's hub: it admits agents over WebSockets, keeps one
+// tunnel per cluster, probes each cluster through its tunnel, and (in later
+// layers) serves people and their tools. This file holds the Hub and its
+// lifetime; agents.go admits agents, conn.go serves one, status.go probes.
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/tunnel"
+)
+
+// Config is everything a Hub needs. Zero durations take the SPEC defaults.
+type Config struct {
+	Logger *slog.Logger
+	// Agents is the agents list. Nil means the hub has none and refuses
+	// every agent with 403.
+	Agents *fleet.Agents
+	// BasePath is the path prefix the hub is served under, like "/tether";
+	// "" or "/" for none.
+	BasePath string
+	// Heartbeat is how often the hub pings each agent.
+	Heartbeat time.Duration
+	// ReconnectSpread is the window over which agents come back after the
+	// hub shuts down.
+	ReconnectSpread time.Duration
+	// HelloTimeout bounds the wait for an agent's hello.
+	HelloTimeout time.Duration
+	// ProbeInterval and ProbeTimeout pace the cluster status probes.
+	ProbeInterval, ProbeTimeout time.Duration
+	// Tunnel tunes the multiplexer; zero means tunnel.DefaultConfig.
+	Tunnel tunnel.Config
+	// Registerer takes the hub's metrics. Nil means a private registry.
+	Registerer prometheus.Registerer
+	// Random returns a number in [0, 1), for the reconnect spread.
+	Random func() float64
+}
+
+// Hub admits agents and keeps the state of every cluster.
+type Hub struct {
+	cfg      Config
+	log      *slog.Logger
+	metrics  *metrics
+	refusals *limiter
+
+	conns sync.WaitGroup // one per served agent connection
+
+	mu     sync.Mutex // guards the following
+	closed bool
+	agents map[string]*agentConn // the connected agent of each cluster
+	status map[string]*clusterStatus
+	lastCA map[string]string // SHA-256 of the CA each agent sent last, to warn when it changes
+}
+
+// New returns a Hub. Call Close to disconnect its agents.
+func New(cfg Config) (*Hub, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 30 * time.Second
+	}
+	if cfg.ReconnectSpread == 0 {
+		cfg.ReconnectSpread = 10 * time.Second
+	}
+	if cfg.HelloTimeout == 0 {
+		cfg.HelloTimeout = 10 * time.Second
+	}
+	if cfg.ProbeInterval == 0 {
+		cfg.ProbeInterval = 10 * time.Second
+	}
+	if cfg.ProbeTimeout == 0 {
+		cfg.ProbeTimeout = 5 * time.Second
+	}
+	if cfg.Tunnel == (tunnel.Config{}) {
+		cfg.Tunnel = tunnel.DefaultConfig()
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	if cfg.Random == nil {
+		cfg.Random = rand.Float64
+	}
+	cfg.BasePath = "/" + strings.Trim(cfg.BasePath, "/")
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Hub{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		metrics:  m,
+		refusals: newLimiter(10 * time.Second),
+		agents:   map[string]*agentConn{},
+		status:   map[string]*clusterStatus{},
+		lastCA:   map[string]string{},
+	}, nil
+}
+
+// Handler serves the hub's public endpoints below its base path, and
+// /healthz and /readyz at the root too, where Kubernetes probes them.
+func (h *Hub) Handler() http.Handler {
+	mux := http.NewServeMux()
+	base := strings.TrimSuffix(h.cfg.BasePath, "/")
+	mux.HandleFunc(base+"/api/agent", h.serveAgent)
+	ok := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) }
+	mux.HandleFunc("GET /healthz", ok)
+	mux.HandleFunc("GET /readyz", h.serveReady)
+	if base != "" {
+		mux.HandleFunc("GET "+base+"/healthz", ok)
+		mux.HandleFunc("GET "+base+"/readyz", h.serveReady)
+	}
+	return mux
+}
+
+func (h *Hub) serveReady(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	closed := h.closed
+	h.mu.Unlock()
+	if closed {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	w.Write([]byte("ok\n"))
+}
+
+// ErrClosed is what a closed hub answers agents with.
+var ErrClosed = errors.New("hub: closed")
+
+// Close tells every connected agent the hub is going away, with a random
+// delay within the reconnect spread so they don't all come back in the same
+// second, closes their connections, and waits for them to be done. Run it
+// after the HTTP server's Shutdown has let open requests finish. Close may be
+// called more than once.
+func (h *Hub) Close() error {
+	h.mu.Lock()
+	h.closed = true
+	conns := make([]*agentConn, 0, len(h.agents))
+	for _, c := range h.agents {
+		conns = append(conns, c)
+	}
+	h.mu.Unlock()
+	for _, c := range conns {
+		delay := time.Duration(h.cfg.Random() * float64(h.cfg.ReconnectSpread))
+		c.goAway(goAwayShutdown, delay)
+	}
+	h.conns.Wait()
+	return nil
+}
+
+// connected returns the agent connected for name, or nil.
+func (h *Hub) connected(name string) *agentConn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.agents[name]
+}
+
+// AgentsChanged disconnects the agents that a new agents list removed or
+// whose token it revoked. They connect again and are refused if they should
+// be.
+func (h *Hub) AgentsChanged(c fleet.Change) {
+	for _, name := range append(c.Removed, c.TokensRevoked...) {
+		if conn := h.connected(name); conn != nil {
+			h.log.Info(fmt.Sprintf("The agents list changed for %q: disconnecting its agent", name), "agent", name)
+			conn.goAway(goAwayRemoved, 0)
+		}
+	}
+}

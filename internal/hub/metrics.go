@@ -1,0 +1,40 @@
+package hub
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// metrics are the hub's Prometheus metrics, registered on the Registerer in
+// its Config, never the global one.
+type metrics struct {
+	connected    prometheus.Gauge
+	connects     *prometheus.CounterVec
+	takeovers    prometheus.Counter
+	caChanges    prometheus.Counter
+	heartbeatRTT prometheus.Histogram
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tether_agents_connected", Help: "Agents connected now.",
+		}),
+		connects: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tether_agent_connects_total", Help: "Agent connection attempts, by result.",
+		}, []string{"result"}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tether_agent_takeovers_total", Help: "Agents replaced by a newer agent with the same name and token. A rising count means two live agents share a token.",
+		}),
+		caChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tether_agent_ca_changes_total", Help: "Agents that sent a cluster CA other than the one they sent last time.",
+		}),
+		heartbeatRTT: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tether_heartbeat_rtt_seconds", Help: "Round-trip time of the hub's heartbeats to agents.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

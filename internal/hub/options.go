@@ -1,0 +1,103 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/internal/fleet"
+)
+
+// Options are the hub's settings, as SPEC section 2 names them.
+type Options struct {
+	Addr            string
+	PublicURL       *url.URL
+	TLSCertFile     string
+	TLSKeyFile      string
+	BasePath        string
+	Heartbeat       time.Duration
+	ReconnectSpread time.Duration
+	ShutdownGrace   time.Duration
+	MetricsAddr     string // "" when turned off
+	LogFormat       string
+	Fleet           fleet.Config
+}
+
+// OptionsFromEnv reads and checks the hub's settings. Each error is one line
+// that names the setting and says what it must be. publicURLRequired is
+// false for `tether dev`, which knows its own address.
+func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options, error) {
+	o := Options{
+		Addr:        orDefault(getenv("TETHER_ADDR"), ":8080"),
+		TLSCertFile: getenv("TETHER_TLS_CERT_FILE"),
+		TLSKeyFile:  getenv("TETHER_TLS_KEY_FILE"),
+		BasePath:    orDefault(getenv("TETHER_BASE_PATH"), "/"),
+		MetricsAddr: orDefault(getenv("TETHER_METRICS_ADDR"), ":9090"),
+		LogFormat:   orDefault(getenv("TETHER_LOG_FORMAT"), "text"),
+		Fleet: fleet.Config{
+			Agents:     getenv("TETHER_FLEET_AGENTS"),
+			AgentsFile: getenv("TETHER_FLEET_AGENTS_FILE"),
+		},
+	}
+	if _, _, err := net.SplitHostPort(o.Addr); err != nil {
+		return Options{}, fmt.Errorf("TETHER_ADDR must be an address like :8080, not %q", o.Addr)
+	}
+	if raw := strings.TrimSpace(getenv("TETHER_PUBLIC_URL")); raw != "" {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return Options{}, fmt.Errorf("TETHER_PUBLIC_URL must be the hub's address as people open it, like https://tether.example.com, not %q", raw)
+		}
+		u.Path = strings.TrimRight(u.Path, "/")
+		o.PublicURL = u
+	} else if publicURLRequired {
+		return Options{}, errors.New("TETHER_PUBLIC_URL must be set to the hub's address as people open it, like https://tether.example.com: kubeconfigs and links use it")
+	}
+	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+		return Options{}, errors.New("TETHER_TLS_CERT_FILE and TETHER_TLS_KEY_FILE must be set together, or neither for plain HTTP behind an ingress")
+	}
+	if !strings.HasPrefix(o.BasePath, "/") || strings.ContainsAny(o.BasePath, "?#") {
+		return Options{}, fmt.Errorf("TETHER_BASE_PATH must be a path starting with /, like /tether, not %q", o.BasePath)
+	}
+	var err error
+	if o.Heartbeat, err = seconds(getenv, "TETHER_HEARTBEAT_SECONDS", 30, 1); err != nil {
+		return Options{}, err
+	}
+	if o.ReconnectSpread, err = seconds(getenv, "TETHER_RECONNECT_SPREAD_SECONDS", 10, 0); err != nil {
+		return Options{}, err
+	}
+	if o.ShutdownGrace, err = seconds(getenv, "TETHER_SHUTDOWN_GRACE_SECONDS", 30, 0); err != nil {
+		return Options{}, err
+	}
+	if o.MetricsAddr == "0" {
+		o.MetricsAddr = ""
+	} else if _, _, err := net.SplitHostPort(o.MetricsAddr); err != nil {
+		return Options{}, fmt.Errorf("TETHER_METRICS_ADDR must be an address like :9090, or 0 to turn it off, not %q", o.MetricsAddr)
+	}
+	if o.LogFormat != "text" && o.LogFormat != "json" {
+		return Options{}, fmt.Errorf("TETHER_LOG_FORMAT must be text or json, not %q", o.LogFormat)
+	}
+	return o, nil
+}
+
+func seconds(getenv func(string) string, name string, def, least int) (time.Duration, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return time.Duration(def) * time.Second, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < least {
+		return 0, fmt.Errorf("%s must be a whole number of seconds, at least %d, not %q", name, least, v)
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,196 @@
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/version"
+)
+
+// Serve runs a hub with opts until ctx is done, then shuts down as SPEC
+// section 2 says: it stops taking new requests, lets open ones finish for up
+// to ShutdownGrace, then tells its agents to come back after a random delay
+// within ReconnectSpread and closes their connections. ready, if not nil, is
+// called with the public listener's address once it listens.
+func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr net.Addr)) error {
+	var h *Hub
+	fleetCfg := opts.Fleet
+	fleetCfg.Logger = log
+	fleetCfg.OnChange = func(c fleet.Change) { h.AgentsChanged(c) } // Watch starts after h is set
+	agents, err := fleet.Load(fleetCfg)
+	if err != nil {
+		return err
+	}
+	if agents == nil {
+		log.Warn("No agents list (TETHER_FLEET_AGENTS or TETHER_FLEET_AGENTS_FILE): this hub refuses every agent")
+	}
+	reg := prometheus.NewRegistry()
+	h, err = New(Config{
+		Logger:          log,
+		Agents:          agents,
+		BasePath:        opts.BasePath,
+		Heartbeat:       opts.Heartbeat,
+		ReconnectSpread: opts.ReconnectSpread,
+		Registerer:      reg,
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", opts.Addr)
+	if err != nil {
+		return fmt.Errorf("TETHER_ADDR %q can't be listened on: %w", opts.Addr, err)
+	}
+	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	scheme := "http"
+	if opts.TLSCertFile != "" {
+		certs, err := newCertReloader(opts.TLSCertFile, opts.TLSKeyFile)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		srv.TLSConfig = &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12}
+		scheme = "https"
+	}
+
+	var metricsSrv *http.Server
+	var metricsLn net.Listener
+	if opts.MetricsAddr != "" {
+		metricsLn, err = net.Listen("tcp", opts.MetricsAddr)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("TETHER_METRICS_ADDR %q can't be listened on: %w", opts.MetricsAddr, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		metricsSrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	}
+
+	var wg sync.WaitGroup
+	serveErr := make(chan error, 2)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var err error
+		if scheme == "https" {
+			err = srv.ServeTLS(ln, "", "")
+		} else {
+			err = srv.Serve(ln)
+		}
+		if !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- err
+		}
+	}()
+	if metricsSrv != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := metricsSrv.Serve(metricsLn); !errors.Is(err, http.ErrServerClosed) {
+				serveErr <- err
+			}
+		}()
+	}
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	if agents != nil && opts.Fleet.AgentsFile != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			agents.Watch(watchCtx)
+		}()
+	}
+
+	log.Info(fmt.Sprintf("Tether %s hub listening on %s://%s", version.Version, scheme, ln.Addr()), "publicURL", urlString(opts))
+	if ready != nil {
+		ready(ln.Addr())
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-serveErr:
+	}
+
+	log.Info(fmt.Sprintf("Shutting down: open requests have up to %s to finish", opts.ShutdownGrace))
+	graceCtx, cancel := context.WithTimeout(context.Background(), opts.ShutdownGrace)
+	srv.Shutdown(graceCtx) // hijacked connections (agents, upgrades) are not waited on here
+	cancel()
+	h.Close()
+	srv.Close()
+	if metricsSrv != nil {
+		metricsSrv.Close()
+	}
+	stopWatch()
+	wg.Wait()
+	log.Info("The hub has stopped")
+	return runErr
+}
+
+func urlString(o Options) string {
+	if o.PublicURL == nil {
+		return ""
+	}
+	return o.PublicURL.String()
+}
+
+// certReloader serves the certificate in a pair of files, reading them again
+// when they change, so a renewed certificate needs no restart.
+type certReloader struct {
+	certFile, keyFile string
+
+	mu      sync.Mutex // guards the following
+	cert    *tls.Certificate
+	modTime time.Time
+	checked time.Time
+}
+
+func newCertReloader(certFile, keyFile string) (*certReloader, error) {
+	r := &certReloader{certFile: certFile, keyFile: keyFile}
+	if err := r.load(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *certReloader) load() error {
+	cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
+	if err != nil {
+		return fmt.Errorf("TETHER_TLS_CERT_FILE and TETHER_TLS_KEY_FILE must be a PEM certificate and its key: %w", err)
+	}
+	r.cert = &cert
+	r.modTime = r.newestModTime()
+	return nil
+}
+
+func (r *certReloader) newestModTime() time.Time {
+	var t time.Time
+	for _, f := range []string{r.certFile, r.keyFile} {
+		if fi, err := os.Stat(f); err == nil && fi.ModTime().After(t) {
+			t = fi.ModTime()
+		}
+	}
+	return t
+}
+
+func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Look at the files at most once a second, not on every handshake.
+	if time.Since(r.checked) > time.Second {
+		r.checked = time.Now()
+		if !r.newestModTime().Equal(r.modTime) {
+			r.load() // on error, keep serving the certificate we have
+		}
+	}
+	return r.cert, nil
+}

@@ -1,0 +1,185 @@
+package hub
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"time"
+)
+
+// Cluster statuses, as people and the JSON API see them.
+const (
+	Ready       = "Ready"
+	Unreachable = "Unreachable"
+)
+
+// MessageNotConnected is the status message of a cluster whose agent isn't
+// connected.
+const MessageNotConnected = "Its agent isn't connected."
+
+// ClusterStatus is what the hub knows of one cluster's health.
+type ClusterStatus struct {
+	Name              string
+	Status            string // Ready or Unreachable
+	Message           string // why it is Unreachable
+	KubernetesVersion string
+	AgentVersion      string
+	ConnectedSince    time.Time // zero when no agent is connected
+	LastSeen          time.Time // the last time the agent was heard from
+}
+
+// String is the status as people see it: "Ready" or "Unreachable: <why>".
+func (s ClusterStatus) String() string {
+	if s.Status == Ready {
+		return Ready
+	}
+	return s.Status + ": " + s.Message
+}
+
+// clusterStatus is the hub's record of one cluster, guarded by Hub.mu.
+type clusterStatus struct {
+	ClusterStatus
+}
+
+type probeResult struct {
+	ready   bool
+	version string
+	message string
+}
+
+func notConnected() probeResult { return probeResult{message: MessageNotConnected} }
+
+// Clusters returns the status of every cluster in the agents list, and of
+// any connected agent's cluster, sorted by name.
+func (h *Hub) Clusters() []ClusterStatus {
+	names := map[string]bool{}
+	for _, a := range h.cfg.Agents.List() {
+		names[a.Name] = true
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for n := range h.agents {
+		names[n] = true
+	}
+	out := make([]ClusterStatus, 0, len(names))
+	for n := range names {
+		out = append(out, h.clusterLocked(n))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Cluster returns one cluster's status; ok is false for a name the hub
+// doesn't know.
+func (h *Hub) Cluster(name string) (ClusterStatus, bool) {
+	_, known := h.cfg.Agents.Lookup(name)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, connected := h.agents[name]; !known && !connected {
+		return ClusterStatus{}, false
+	}
+	return h.clusterLocked(name), true
+}
+
+func (h *Hub) clusterLocked(name string) ClusterStatus {
+	st := ClusterStatus{Name: name, Status: Unreachable, Message: MessageNotConnected}
+	if s, ok := h.status[name]; ok {
+		st = s.ClusterStatus
+	}
+	if c, ok := h.agents[name]; ok {
+		st.ConnectedSince = c.since
+		st.LastSeen = time.Unix(0, c.lastHeard.Load())
+		st.AgentVersion = c.agentVersion
+	} else {
+		st.ConnectedSince = time.Time{}
+	}
+	return st
+}
+
+// setStatus records a probe's result and logs a change.
+func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
+	next := ClusterStatus{Name: name, Status: Unreachable, Message: r.message, AgentVersion: agentVersion}
+	if r.ready {
+		next = ClusterStatus{Name: name, Status: Ready, KubernetesVersion: r.version, AgentVersion: agentVersion}
+	}
+	h.mu.Lock()
+	prev, had := h.status[name]
+	h.status[name] = &clusterStatus{next}
+	h.mu.Unlock()
+	if had && prev.Status == next.Status && prev.Message == next.Message && prev.KubernetesVersion == next.KubernetesVersion {
+		return
+	}
+	if next.Status == Ready {
+		h.log.Info(fmt.Sprintf("Cluster %q is Ready (Kubernetes %s)", name, next.KubernetesVersion), "cluster", name)
+	} else {
+		h.log.Warn(fmt.Sprintf("Cluster %q is %s", name, next), "cluster", name)
+	}
+}
+
+// probeLoop probes c's cluster at once, then every ProbeInterval, until ctx
+// is done.
+func (h *Hub) probeLoop(ctx context.Context, c *agentConn) {
+	t := time.NewTicker(h.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		r := h.probe(ctx, c)
+		if ctx.Err() != nil {
+			return
+		}
+		h.setStatus(c.name, c.agentVersion, r)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// probe asks the cluster's API server, through the tunnel and as the agent's
+// service account, whether it is ready and which version it runs.
+func (h *Hub) probe(ctx context.Context, c *agentConn) probeResult {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.ProbeTimeout)
+	defer cancel()
+	if _, err := h.get(ctx, c, "/readyz"); err != nil {
+		return probeResult{message: err.Error()}
+	}
+	body, err := h.get(ctx, c, "/version")
+	if err != nil {
+		return probeResult{message: err.Error()}
+	}
+	var v struct {
+		GitVersion string `json:"gitVersion"`
+	}
+	if err := json.Unmarshal(body, &v); err != nil || v.GitVersion == "" {
+		return probeResult{message: "its API server's /version answer has no gitVersion"}
+	}
+	return probeResult{ready: true, version: v.GitVersion}
+}
+
+func (h *Hub) get(ctx context.Context, c *agentConn, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+APIServerName+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.serviceAccountToken())
+	resp, err := c.transport.RoundTrip(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fmt.Errorf("its API server didn't answer %s within %s", path, h.cfg.ProbeTimeout)
+		}
+		return nil, fmt.Errorf("its API server can't be reached: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, fmt.Errorf("its API server's answer to %s broke off: %v", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("its API server answered %s with %s", path, resp.Status)
+	}
+	return body, nil
+}

@@ -1,0 +1,173 @@
+// Package protocol defines what the agent and the hub say to each other: the
+// names on the WebSocket upgrade, the control messages and their framing, and
+// the close reasons. docs/protocol.md is the prose version of this file; keep
+// the two in step.
+package protocol
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Version is the protocol version this build speaks. A hub refuses a hello
+// whose version it does not know, so an incompatible change bumps it.
+const Version = 1
+
+// Names on the WebSocket upgrade request.
+const (
+	// AgentPath is where agents connect, below the hub's base path.
+	AgentPath = "api/agent"
+	// AgentHeader carries the agent's name; its token goes in Authorization.
+	AgentHeader = "Tether-Agent"
+)
+
+// MaxMessageSize bounds every control message, the hello included (SPEC: a
+// hello over 1 MiB ends the connection).
+const MaxMessageSize = 1 << 20
+
+// Message types.
+const (
+	TypeHello   = "hello"   // agent → hub, first message on the control stream
+	TypeWelcome = "welcome" // hub → agent, the answer to a hello it accepts
+	TypeRefused = "refused" // hub → agent, the answer to a hello it refuses; the hub then closes
+	TypePing    = "ping"    // hub → agent, every heartbeat interval
+	TypePong    = "pong"    // agent → hub, the answer to a ping, same Seq
+	TypeToken   = "token"   // agent → hub, a new service account token
+	TypeGoAway  = "goaway"  // hub → agent, the hub is closing this connection (Reason says why)
+	TypeBye     = "bye"     // agent → hub, the agent is stopping
+	TypeDial    = "dial"    // agent → hub, first message on a hub-opened stream: the dial's result
+)
+
+// Reasons in a goaway.
+const (
+	ReasonShutdown = "shutdown" // the hub is stopping: reconnect after ReconnectAfterMillis
+	ReasonTakeover = "takeover" // another agent connected with this name and token: stop
+	ReasonRemoved  = "removed"  // the agents list no longer admits this agent: reconnect (and be refused)
+)
+
+// Message is every control message. Type says which fields mean something;
+// the rest are left empty, and omitted on the wire.
+type Message struct {
+	Type string `json:"type"`
+
+	// hello
+	Protocol            int    `json:"protocol,omitempty"`
+	AgentVersion        string `json:"agentVersion,omitempty"`
+	CACert              string `json:"caCert,omitempty"` // PEM, the cluster's ca.crt as read
+	ServiceAccountToken string `json:"serviceAccountToken,omitempty"`
+	APIServer           string `json:"apiServer,omitempty"` // host:port the agent relays to
+
+	// welcome
+	HubVersion      string `json:"hubVersion,omitempty"`
+	HeartbeatMillis int64  `json:"heartbeatMillis,omitempty"`
+
+	// refused: Status is the HTTP status it stands for (401, 403).
+	Status int `json:"status,omitempty"`
+
+	// ping, pong
+	Seq uint64 `json:"seq,omitempty"`
+
+	// goaway
+	Reason               string `json:"reason,omitempty"`
+	ReconnectAfterMillis int64  `json:"reconnectAfterMillis,omitempty"`
+
+	// refused, goaway, dial: what went wrong, in words for people.
+	Error string `json:"error,omitempty"`
+}
+
+// String describes m without its secrets, so a Message is safe to log.
+func (m Message) String() string {
+	return fmt.Sprintf("%s message", m.Type)
+}
+
+// ErrTooLarge is returned for a message over MaxMessageSize.
+var ErrTooLarge = errors.New("protocol: message too large")
+
+// Validate checks that m is a message this version understands, with the
+// fields its type needs.
+func (m *Message) Validate() error {
+	switch m.Type {
+	case TypeHello:
+		if m.Protocol < 1 {
+			return fmt.Errorf("protocol: hello without a protocol version")
+		}
+		if m.APIServer == "" || m.CACert == "" || m.ServiceAccountToken == "" {
+			return fmt.Errorf("protocol: hello needs caCert, serviceAccountToken and apiServer")
+		}
+	case TypeWelcome:
+		if m.HeartbeatMillis <= 0 {
+			return fmt.Errorf("protocol: welcome needs a positive heartbeatMillis, not %d", m.HeartbeatMillis)
+		}
+	case TypeRefused:
+		if m.Status == 0 {
+			return fmt.Errorf("protocol: refused needs a status")
+		}
+	case TypeToken:
+		if m.ServiceAccountToken == "" {
+			return fmt.Errorf("protocol: token needs serviceAccountToken")
+		}
+	case TypeGoAway:
+		if m.ReconnectAfterMillis < 0 {
+			return fmt.Errorf("protocol: goaway with a negative reconnectAfterMillis %d", m.ReconnectAfterMillis)
+		}
+	case TypePing, TypePong, TypeBye, TypeDial:
+	default:
+		return fmt.Errorf("protocol: unknown message type %q", m.Type)
+	}
+	return nil
+}
+
+// Write sends m as one frame: its JSON length as 4 bytes, big-endian, then
+// the JSON. The frame goes out in a single Write.
+func Write(w io.Writer, m Message) error {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("protocol: encode %s: %w", m.Type, err)
+	}
+	if len(body) > MaxMessageSize {
+		return fmt.Errorf("protocol: encode %s of %d bytes: %w", m.Type, len(body), ErrTooLarge)
+	}
+	frame := make([]byte, 4+len(body))
+	binary.BigEndian.PutUint32(frame, uint32(len(body)))
+	copy(frame[4:], body)
+	if _, err := w.Write(frame); err != nil {
+		return fmt.Errorf("protocol: send %s: %w", m.Type, err)
+	}
+	return nil
+}
+
+// Read reads one frame written by Write and checks it with Validate. It never
+// allocates more than MaxMessageSize, whatever the length prefix claims.
+func Read(r io.Reader) (Message, error) {
+	var prefix [4]byte
+	if _, err := io.ReadFull(r, prefix[:]); err != nil {
+		return Message{}, err
+	}
+	n := binary.BigEndian.Uint32(prefix[:])
+	if n > MaxMessageSize {
+		return Message{}, fmt.Errorf("protocol: a message of %d bytes: %w", n, ErrTooLarge)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return Message{}, fmt.Errorf("protocol: read message: %w", err)
+	}
+	return Decode(body)
+}
+
+// Decode parses and validates one message's JSON.
+func Decode(body []byte) (Message, error) {
+	var m Message
+	if err := json.Unmarshal(body, &m); err != nil {
+		return Message{}, fmt.Errorf("protocol: decode message: %w", err)
+	}
+	if err := m.Validate(); err != nil {
+		return Message{}, err
+	}
+	return m, nil
+}

@@ -1,0 +1,114 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestRoundTrip(t *testing.T) {
+	msgs := []Message{
+		{Type: TypeHello, Protocol: Version, AgentVersion: "v1", CACert: "pem", ServiceAccountToken: "sa", APIServer: "10.0.0.1:443"},
+		{Type: TypeWelcome, HubVersion: "v1", HeartbeatMillis: 30000},
+		{Type: TypeRefused, Status: 401, Error: "no"},
+		{Type: TypePing, Seq: 7},
+		{Type: TypePong, Seq: 7},
+		{Type: TypeToken, ServiceAccountToken: "new"},
+		{Type: TypeGoAway, Reason: ReasonShutdown, ReconnectAfterMillis: 1234},
+		{Type: TypeBye},
+		{Type: TypeDial, Error: "dial tcp: refused"},
+	}
+	var buf bytes.Buffer
+	for _, m := range msgs {
+		if err := Write(&buf, m); err != nil {
+			t.Fatalf("Write(%v): %v", m, err)
+		}
+	}
+	for _, want := range msgs {
+		got, err := Read(&buf)
+		if err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+		if got != want {
+			t.Errorf("Read = %+v, want %+v", got, want)
+		}
+	}
+	if _, err := Read(&buf); err != io.EOF {
+		t.Errorf("Read at the end = %v, want io.EOF", err)
+	}
+}
+
+func TestReadRejects(t *testing.T) {
+	frame := func(body string) []byte {
+		b := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
+		return append(b, body...)
+	}
+	tests := []struct {
+		name  string
+		input []byte
+		want  string
+	}{
+		{"too large", binary.BigEndian.AppendUint32(nil, MaxMessageSize+1), "too large"},
+		{"truncated", frame(`{"type":"ping"}`)[:8], "unexpected EOF"},
+		{"not json", frame(`hello`), "decode message"},
+		{"unknown type", frame(`{"type":"launch"}`), `unknown message type "launch"`},
+		{"hello without version", frame(`{"type":"hello","caCert":"x","serviceAccountToken":"y","apiServer":"z"}`), "protocol version"},
+		{"hello without token", frame(`{"type":"hello","protocol":1,"caCert":"x","apiServer":"z"}`), "needs caCert"},
+		{"welcome without heartbeat", frame(`{"type":"welcome"}`), "heartbeatMillis"},
+		{"negative goaway delay", frame(`{"type":"goaway","reconnectAfterMillis":-1}`), "negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Read(bytes.NewReader(tt.input))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Read = %v, want an error with %q", err, tt.want)
+			}
+		})
+	}
+	_, err := Read(bytes.NewReader(binary.BigEndian.AppendUint32(nil, 1<<31)))
+	if !errors.Is(err, ErrTooLarge) {
+		t.Errorf("Read of a 2 GiB claim = %v, want ErrTooLarge", err)
+	}
+}
+
+func TestWriteRejectsTooLarge(t *testing.T) {
+	err := Write(io.Discard, Message{Type: TypeHello, CACert: strings.Repeat("x", MaxMessageSize)})
+	if !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("Write = %v, want ErrTooLarge", err)
+	}
+}
+
+func TestStringHidesSecrets(t *testing.T) {
+	m := Message{Type: TypeHello, ServiceAccountToken: "secret-token"}
+	if s := m.String(); strings.Contains(s, "secret-token") {
+		t.Fatalf("String() = %q shows the token", s)
+	}
+}
+
+// FuzzRead feeds arbitrary bytes to the decoder the hub and agent run on what
+// the other side sends: it must never panic, and what it accepts must
+// survive a round trip.
+func FuzzRead(f *testing.F) {
+	var seed bytes.Buffer
+	_ = Write(&seed, Message{Type: TypeHello, Protocol: 1, CACert: "c", ServiceAccountToken: "t", APIServer: "a:1"})
+	f.Add(seed.Bytes())
+	f.Add([]byte{0, 0, 0, 2, '{', '}'})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := Read(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		var buf bytes.Buffer
+		if err := Write(&buf, m); err != nil {
+			t.Fatalf("Write of an accepted message: %v", err)
+		}
+		again, err := Read(&buf)
+		if err != nil || again != m {
+			t.Fatalf("round trip: %+v, %v; want %+v", again, err, m)
+		}
+	})
+}
