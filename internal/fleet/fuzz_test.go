@@ -1,0 +1,85 @@
+package fleet
+
+import (
+	"encoding/base64"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+func FuzzParseAgents(f *testing.F) {
+	for _, seed := range []string{
+		"",
+		"[]",
+		entry("a", hash1),
+		entry("a", hash1) + entry("a", hash2),
+		"- name: private-eu\n  token: " + token1 + "\n  labels: {a: b}\n  groups: []\n  forwardToken: true\n",
+		"- name: x\n  tokenSha256: [" + hash1 + ", " + strings.ToUpper(hash2) + "]\n  caSha256: " + hash1 + "\n",
+		"- name: x\n  token: short-secret-token\n",
+		"- name: x\n  groups:\n",
+		"- {name: 1, tokenSha256: 2}",
+		"name: x",
+		"- [a]\n- b",
+		"&a [*a]",
+		base64.StdEncoding.EncodeToString([]byte(entry("b64", hash1))),
+		"bm9uZQ==bm9u",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		list, err := ParseAgents(SettingAgents, data)
+		if err != nil {
+			if list != nil {
+				t.Fatalf("a list and an error: %v", err)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error on more than one line: %q", err)
+			}
+			for _, tok := range plainTokens(data) {
+				if strings.Contains(err.Error(), tok) {
+					t.Fatalf("error shows the token %q: %s", tok, err)
+				}
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for _, a := range list {
+			if CheckName(a.Name) != nil || seen[a.Name] {
+				t.Fatalf("accepted a bad or repeated name %q", a.Name)
+			}
+			seen[a.Name] = true
+			if n := len(a.TokenHashes); n < 1 || n > 2 {
+				t.Fatalf("%q has %d token hashes", a.Name, n)
+			}
+			if a.CASHA256 != "" {
+				if h, err := ParseHash(a.CASHA256); err != nil || h.String() != a.CASHA256 {
+					t.Fatalf("%q has caSha256 %q", a.Name, a.CASHA256)
+				}
+			}
+			if a.Groups.Everyone && a.Groups.Names != nil || !a.Groups.Everyone && a.Groups.Names == nil {
+				t.Fatalf("%q has groups %+v: absent and [] must stay apart", a.Name, a.Groups)
+			}
+		}
+		// Accepted lists parse the same again: nothing depends on map order.
+		again, err := ParseAgents(SettingAgents, data)
+		if err != nil || len(again) != len(list) {
+			t.Fatalf("second parse differs: %v", err)
+		}
+	})
+}
+
+// plainTokens finds the token values in a YAML list, to check that errors never show them.
+func plainTokens(data []byte) []string {
+	var entries []map[string]any
+	if yaml.Unmarshal(data, &entries) != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		if tok, ok := e["token"].(string); ok && len(strings.TrimSpace(tok)) >= 8 {
+			out = append(out, strings.TrimSpace(tok))
+		}
+	}
+	return out
+}

@@ -1,0 +1,173 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// WatchOptions tune WatchFile. The zero value is ready to use.
+type WatchOptions struct {
+	// Debounce is how long to wait after the last event before reading; zero means 100 ms.
+	Debounce time.Duration
+	// PollInterval is how often to read the file without events; zero means a minute, negative
+	// never.
+	PollInterval time.Duration
+	// Initial is the content the caller already has, so an unchanged file is not reported.
+	Initial []byte
+}
+
+// WatchFile calls changed with the content of the file at path whenever it differs from the last
+// content seen, and with the error when the file can't be read (once per distinct error), until
+// ctx is done. It checks once at start, so a change between the caller's first read and the
+// watch is not missed. changed runs on WatchFile's goroutine.
+//
+// It watches the file's directory, not the file: Kubernetes updates a mounted Secret by pointing
+// the ..data symlink at a new directory, which changes what path resolves to without an event
+// on the file itself, and a file that is removed and created again loses a watch on it.
+func WatchFile(ctx context.Context, path string, opts WatchOptions, changed func(data []byte, err error)) error {
+	if opts.Debounce <= 0 {
+		opts.Debounce = 100 * time.Millisecond
+	}
+	if opts.PollInterval == 0 {
+		opts.PollInterval = time.Minute
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", path, err)
+	}
+	defer w.Close() // waits for fsnotify's own goroutine
+	dir := filepath.Dir(path)
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("watch %s: %w", dir, err)
+	}
+
+	last := sha256.Sum256(opts.Initial)
+	lastErr := ""
+	check := func() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			if err.Error() != lastErr {
+				lastErr = err.Error()
+				changed(nil, err)
+			}
+			return
+		}
+		lastErr = ""
+		if sum := sha256.Sum256(data); sum != last {
+			last = sum
+			changed(data, nil)
+		}
+	}
+	check()
+
+	debounce := time.NewTimer(opts.Debounce)
+	debounce.Stop()
+	defer debounce.Stop()
+	var poll <-chan time.Time
+	if opts.PollInterval > 0 {
+		t := time.NewTicker(opts.PollInterval)
+		defer t.Stop()
+		poll = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-w.Events:
+			if !ok {
+				return nil
+			}
+			// Any name in the directory may be the one path resolves through (..data, a
+			// temporary symlink renamed over it), so every event counts.
+			debounce.Reset(opts.Debounce)
+		case _, ok := <-w.Errors:
+			if !ok {
+				return nil
+			}
+			// Mostly a queue overflow: events were lost, so read the file to be sure.
+			debounce.Reset(opts.Debounce)
+		case <-debounce.C:
+			check()
+		case <-poll:
+			// A directory that was removed and made again lost its watch; take it again.
+			if !slices.Contains(w.WatchList(), dir) {
+				_ = w.Add(dir)
+			}
+			check()
+		}
+	}
+}
+
+// Watch follows TETHER_FLEET_AGENTS_FILE until ctx is done, reloading the list when its content
+// changes. A list that doesn't parse, or a file that can't be read, leaves the last good list in
+// force, and the reason is logged. After each reload that changed something it logs the change
+// and calls Config.OnChange. It returns at once, with nil, when the list did not come from a
+// file. Call it once per Agents.
+func (a *Agents) Watch(ctx context.Context) error {
+	if a == nil || a.path == "" {
+		return nil
+	}
+	log := a.cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	opts := WatchOptions{Debounce: a.cfg.Debounce, PollInterval: a.cfg.PollInterval, Initial: a.loaded}
+	return WatchFile(ctx, a.path, opts, func(data []byte, err error) {
+		if err != nil {
+			log.Warn("Can't read the agents list; keeping the last good one", "file", a.path, "error", err)
+			return
+		}
+		list, err := ParseAgents(SettingAgentsFile, data)
+		if err != nil {
+			log.Warn("The agents list has an error; keeping the last good one", "file", a.path, "error", err)
+			return
+		}
+		c := a.Replace(list)
+		if c.Empty() {
+			return
+		}
+		log.Info("Reloaded the agents list: "+c.describe(), "file", a.path, "agents", len(list))
+		if a.cfg.OnChange != nil {
+			a.cfg.OnChange(c)
+		}
+	})
+}
+
+// describe words a change for a log line; names are quoted, as they come from outside.
+func (c Change) describe() string {
+	var parts []string
+	for _, p := range []struct {
+		what  string
+		names []string
+	}{{"added", c.Added}, {"removed", c.Removed}, {"changed", c.Updated}, {"tokens revoked", c.TokensRevoked}} {
+		if len(p.names) > 0 {
+			parts = append(parts, p.what+" "+quoteNames(p.names, 10))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func quoteNames(names []string, max int) string {
+	var b bytes.Buffer
+	for i, n := range names {
+		if i == max {
+			fmt.Fprintf(&b, " and %d more", len(names)-max)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%q", n)
+	}
+	return b.String()
+}
