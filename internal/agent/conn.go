@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -105,7 +106,7 @@ func (a *Agent) header() http.Header {
 // connect (try again), honouring Retry-After on a 503.
 func (a *Agent) dialFailed(resp *http.Response, err error) result {
 	if resp == nil {
-		return failed(err)
+		return failed(plainDialError(err))
 	}
 	switch resp.StatusCode {
 	case http.StatusUnauthorized:
@@ -183,9 +184,12 @@ func (c *conn) serve(parent context.Context) result {
 		}
 		cancel(r.err)
 	}
+	// The control stream alone decides how the connection ended: when the
+	// session closes, a goaway may still wait in its buffer, and it says
+	// more than the accept loop's "session closed".
 	wg.Add(3)
 	go func() { defer wg.Done(); end(c.readControl()) }()
-	go func() { defer wg.Done(); end(c.acceptStreams(ctx, &wg)) }()
+	go func() { defer wg.Done(); c.acceptStreams(ctx, &wg) }()
 	go func() { defer wg.Done(); c.watch(ctx, end) }()
 
 	select {
@@ -229,12 +233,12 @@ func (c *conn) readControl() result {
 }
 
 // acceptStreams relays every stream the hub opens, each in a goroutine that
-// wg tracks.
-func (c *conn) acceptStreams(ctx context.Context, wg *sync.WaitGroup) result {
+// wg tracks, until the session ends.
+func (c *conn) acceptStreams(ctx context.Context, wg *sync.WaitGroup) {
 	for {
 		st, err := c.sess.Accept(ctx)
 		if err != nil {
-			return result{err: fmt.Errorf("the connection ended: %w", err), wait: -1}
+			return
 		}
 		wg.Add(1)
 		go func() {
@@ -292,4 +296,19 @@ func (c *conn) rereadToken() {
 	c.token = sa.Token
 	c.mu.Unlock()
 	c.a.log.Info("Sent the hub the service account's new token")
+}
+
+// plainDialError strips the WebSocket and HTTP layers' wrapping from a
+// network error, leaving what people can act on ("dial tcp 10.0.0.5:443:
+// connect: connection refused", "tls: failed to verify certificate: ...").
+func plainDialError(err error) error {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		return opErr
+	}
+	var urlErr *url.Error
+	if errors.As(err, &urlErr) {
+		return urlErr.Err
+	}
+	return err
 }

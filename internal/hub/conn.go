@@ -94,7 +94,7 @@ func (h *Hub) serveConn(c *agentConn) {
 	ctx, cancel := context.WithCancel(context.Background())
 	wg.Add(4)
 	go func() { defer wg.Done(); c.end(c.readControl()) }()
-	go func() { defer wg.Done(); c.end(c.acceptStreams(ctx)) }()
+	go func() { defer wg.Done(); c.acceptStreams(ctx) }() // the control stream says why a connection ended
 	go func() { defer wg.Done(); c.heartbeat(ctx) }()
 	go func() { defer wg.Done(); h.probeLoop(ctx, c) }()
 	<-c.done
@@ -173,13 +173,13 @@ func (c *agentConn) readControl() error {
 	}
 }
 
-// acceptStreams takes streams the agent opens. None are defined yet (the
-// inventory will be), so each is closed at once.
-func (c *agentConn) acceptStreams(ctx context.Context) error {
+// acceptStreams takes streams the agent opens, until the session ends. None
+// are defined yet (the inventory will be), so each is closed at once.
+func (c *agentConn) acceptStreams(ctx context.Context) {
 	for {
 		st, err := c.sess.Accept(ctx)
 		if err != nil {
-			return fmt.Errorf("tunnel: %w", err)
+			return
 		}
 		st.Close()
 	}

@@ -83,6 +83,11 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.Tunnel == (tunnel.Config{}) {
 		cfg.Tunnel = tunnel.DefaultConfig()
+		// The hub closes a stream when it is done with it, never to
+		// half-close: its TLS client doesn't. So the agent gets little time
+		// to finish its side before the stream is reset, and an API server
+		// still sending into a closed stream can't hold it open.
+		cfg.Tunnel.StreamCloseTimeout = 10 * time.Second
 	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()

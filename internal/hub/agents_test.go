@@ -1,0 +1,254 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/fleet"
+)
+
+func TestAgentConnectsAndClusterTurnsReady(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1", "us-1")})
+	if got := statusOf(h, "eu-1"); got != "Unreachable: Its agent isn't connected." {
+		t.Fatalf("before the agent: %q", got)
+	}
+	a := startAgent(t, h.url, "eu-1", fc)
+
+	eventually(t, 5*time.Second, "the cluster turns Ready", func() bool { return statusOf(h, "eu-1") == "Ready" })
+	st, _ := h.Cluster("eu-1")
+	if st.KubernetesVersion != "v1.36.3-test" || st.AgentVersion == "" || st.ConnectedSince.IsZero() || st.LastSeen.IsZero() {
+		t.Errorf("status = %+v", st)
+	}
+	if !a.Connected() {
+		t.Error("the agent doesn't say it is connected")
+	}
+	if got := fc.lastToken(); got != "service-account-token-1" {
+		t.Errorf("the probe reached the API server with token %q, want the agent's service account token", got)
+	}
+	if got := statusOf(h, "us-1"); got != "Unreachable: Its agent isn't connected." {
+		t.Errorf("the other cluster: %q", got)
+	}
+	if _, ok := h.Cluster("nowhere"); ok {
+		t.Error("a cluster not in the list is known")
+	}
+
+	if err := a.stop(t); err != nil {
+		t.Fatalf("Run after cancel = %v, want nil", err)
+	}
+	eventually(t, 5*time.Second, "the cluster turns Unreachable", func() bool {
+		return statusOf(h, "eu-1") == "Unreachable: Its agent isn't connected."
+	})
+	for _, line := range []string{
+		`The agent of "eu-1" connected (Tether `,
+		`Cluster "eu-1" is Ready (Kubernetes v1.36.3-test)`,
+		`The agent of "eu-1" disconnected`,
+		`why="the agent is stopping"`,
+	} {
+		if !strings.Contains(h.logs.String(), line) {
+			t.Errorf("the hub's log lacks %q:\n%s", line, h.logs)
+		}
+	}
+	for _, line := range []string{
+		`agent for "eu-1", relaying to ` + fc.addr(),
+		`Connected to ` + h.url + ` as "eu-1"`,
+		`is plain http: the agent's token will cross the network in clear`,
+	} {
+		if !strings.Contains(a.logs.String(), line) {
+			t.Errorf("the agent's log lacks %q:\n%s", line, a.logs)
+		}
+	}
+	assertNoSecrets(t, h.logs.String()+a.logs.String())
+}
+
+func assertNoSecrets(t *testing.T, logs string) {
+	t.Helper()
+	for _, secret := range []string{testToken, "service-account-token"} {
+		if strings.Contains(logs, secret) {
+			t.Errorf("a log line holds a secret (%q):\n%s", secret, logs)
+		}
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1")})
+	noList := startHub(t, Config{})
+
+	tests := []struct {
+		name    string
+		hub     *testHub
+		agent   string
+		token   string
+		want    string
+		hubLogs string
+	}{
+		{"wrong token", h, "eu-1", "a-wrong-token-of-at-least-32-characters", "refused this agent: it doesn't know this name and token.",
+			`An agent was refused: "eu-1", with a token that doesn't match`},
+		{"unknown name", h, "nowhere", testToken, "refused this agent: it doesn't know this name and token.",
+			`An agent was refused: "nowhere", with a token that doesn't match`},
+		{"no agents list", noList, "eu-1", testToken, "refused this agent: it takes no agents", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := startAgent(t, tt.hub.url, tt.agent, fc, func(c *agent.Config) { c.Token = tt.token })
+			err := a.wait(t, 5*time.Second)
+			var refused *agent.RefusedError
+			if !errors.As(err, &refused) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Run = %v, want a refusal saying %q", err, tt.want)
+			}
+			if !strings.HasPrefix(err.Error(), "The hub at "+tt.hub.url+" refused this agent: ") {
+				t.Errorf("message %q doesn't name the hub as SPEC words it", err)
+			}
+			if !strings.Contains(a.logs.String(), err.Error()) {
+				t.Errorf("the agent didn't log its refusal:\n%s", a.logs)
+			}
+			if !strings.Contains(tt.hub.logs.String(), tt.hubLogs) {
+				t.Errorf("the hub's log lacks %q:\n%s", tt.hubLogs, tt.hub.logs)
+			}
+			assertNoSecrets(t, tt.hub.logs.String()+a.logs.String()+err.Error())
+			if strings.Contains(tt.hub.logs.String()+a.logs.String(), tt.token) {
+				t.Errorf("a log holds the token tried")
+			}
+		})
+	}
+	if got := h.counter("connects", "unauthorized"); got != 2 {
+		t.Errorf("unauthorized connects = %v, want 2", got)
+	}
+}
+
+func TestRefusalLogsAreRateLimited(t *testing.T) {
+	h := startHub(t, Config{Agents: testAgents("eu-1")})
+	for i := 0; i < 20; i++ {
+		req, _ := http.NewRequest("GET", h.url+"/api/agent", nil)
+		req.Header.Set("Tether-Agent", "eu-1")
+		req.Header.Set("Authorization", "Bearer wrong")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("status %d, want 401", resp.StatusCode)
+		}
+	}
+	if n := strings.Count(h.logs.String(), "An agent was refused"); n != 1 {
+		t.Fatalf("%d refusal lines for 20 tries from one name and address, want 1:\n%s", n, h.logs)
+	}
+}
+
+func TestCAPinning(t *testing.T) {
+	fc := newFakeCluster(t)
+	other := newFakeCluster(t)
+	list := fleet.New([]fleet.Agent{{
+		Name: "eu-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true},
+		CASHA256: fleet.TokenSHA256(string(other.ca.CertPEM)),
+	}})
+	h := startHub(t, Config{Agents: list})
+	a := startAgent(t, h.url, "eu-1", fc)
+	err := a.wait(t, 5*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "refused this agent: it doesn't know this name and token.") || !strings.Contains(err.Error(), "caSha256") {
+		t.Fatalf("Run = %v, want a 401 refusal naming caSha256", err)
+	}
+	if !strings.Contains(h.logs.String(), `An agent was refused: "eu-1", with a CA whose SHA-256 is`) {
+		t.Errorf("the hub didn't log why:\n%s", h.logs)
+	}
+}
+
+func TestCAChangeIsCounted(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1")})
+	a := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "connected", a.Connected)
+	a.stop(t)
+	eventually(t, 5*time.Second, "disconnected", func() bool { return h.connected("eu-1") == nil })
+
+	other := newFakeCluster(t)
+	other.saDir = fc.saDir // the same pod, a new CA
+	writeFile(t, fc.saDir+"/ca.crt", other.ca.CertPEM)
+	b := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "connected again", b.Connected)
+	if h.counter("caChanges") != 1 || !strings.Contains(h.logs.String(), `The agent of "eu-1" sent a CA other than last time`) {
+		t.Fatalf("CA change not counted and logged:\n%s", h.logs)
+	}
+	// The API server's certificate is not from the new CA: the probe must
+	// fail the TLS check, and say so.
+	eventually(t, 5*time.Second, "the cluster is Unreachable for its certificate", func() bool {
+		s := statusOf(h, "eu-1")
+		return strings.HasPrefix(s, "Unreachable: ") && strings.Contains(s, "certificate")
+	})
+}
+
+func TestTakeover(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1")})
+	first := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "the first agent connects", first.Connected)
+
+	second := startAgent(t, h.url, "eu-1", fc)
+	err := first.wait(t, 5*time.Second)
+	want := "The hub at " + h.url + " refused this agent: another agent connected as it (do two clusters use the same name and token?)."
+	if err == nil || err.Error() != want {
+		t.Fatalf("the first agent's Run = %v, want %q", err, want)
+	}
+	eventually(t, 5*time.Second, "the second agent stays connected", second.Connected)
+	if got := h.counter("takeovers"); got != 1 {
+		t.Errorf("takeovers = %v, want 1", got)
+	}
+	if !strings.Contains(h.logs.String(), `WARN  The agent of "eu-1" was taken over by another agent with the same name and token`) ||
+		!strings.Contains(h.logs.String(), "previousRemote=") {
+		t.Errorf("the takeover wasn't logged as a warning with both addresses:\n%s", h.logs)
+	}
+	eventually(t, 5*time.Second, "the cluster is Ready through the second agent", func() bool { return statusOf(h, "eu-1") == "Ready" })
+	time.Sleep(300 * time.Millisecond) // the first agent's disconnect must not mark the cluster Unreachable
+	if got := statusOf(h, "eu-1"); got != "Ready" {
+		t.Errorf("after the takeover: %q", got)
+	}
+}
+
+func TestShutdownSendsAgentsAwayWithSpread(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), ReconnectSpread: 10 * time.Second, Random: func() float64 { return 0.25 }})
+	waits := make(chan time.Duration, 10)
+	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) {
+		c.Sleep = func(ctx context.Context, d time.Duration) error {
+			waits <- d
+			<-ctx.Done()
+			return ctx.Err()
+		}
+	})
+	eventually(t, 5*time.Second, "connected", a.Connected)
+	h.Close()
+	select {
+	case d := <-waits:
+		if d != 2500*time.Millisecond {
+			t.Errorf("the agent waits %s before reconnecting, want the hub's 2.5 s", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the agent didn't notice the shutdown:\n%s", a.logs)
+	}
+	if !strings.Contains(a.logs.String(), "Connecting again in 3 s: the hub is shutting down") {
+		t.Errorf("agent log:\n%s", a.logs)
+	}
+}
+
+func TestHealthz(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1")})
+	addr := freeAddr(t)
+	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.HealthAddr = addr })
+	eventually(t, 5*time.Second, "connected", a.Connected)
+	if code, body := get(t, "http://"+addr+"/healthz"); code != 200 || body != "connected\n" {
+		t.Errorf("/healthz while connected = %d %q", code, body)
+	}
+	h.Close()
+	eventually(t, 5*time.Second, "healthz says not connected", func() bool {
+		code, body := get(t, "http://"+addr+"/healthz")
+		return code == 503 && body == "not connected\n"
+	})
+}

@@ -1,0 +1,268 @@
+package hub
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/goleak"
+
+	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/pki"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// logBuffer collects log lines from several goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// fakeCluster is an HTTPS server standing in for an API server: what the
+// hub's probes need, with a certificate for kubernetes.default.svc from its
+// own CA, and a service account directory as a pod would have it.
+type fakeCluster struct {
+	ca    *pki.CA
+	srv   *httptest.Server
+	saDir string
+
+	mu     sync.Mutex
+	tokens []string // the bearer tokens of requests, in order
+}
+
+func newFakeCluster(t *testing.T) *fakeCluster {
+	t.Helper()
+	ca, err := pki.NewCA("test cluster CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.IssueTLS(pki.Leaf{CommonName: "kube-apiserver", Hosts: []string{"kubernetes.default.svc", "127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := &fakeCluster{ca: ca, saDir: t.TempDir()}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		fc.note(r)
+		w.Write([]byte("ok"))
+	})
+	mux.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) {
+		fc.note(r)
+		w.Write([]byte(`{"major":"1","minor":"36","gitVersion":"v1.36.3-test"}`))
+	})
+	fc.srv = httptest.NewUnstartedServer(mux)
+	fc.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	fc.srv.StartTLS()
+	t.Cleanup(fc.srv.Close)
+	fc.writeToken(t, "service-account-token-1")
+	if err := os.WriteFile(filepath.Join(fc.saDir, "ca.crt"), ca.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return fc
+}
+
+func (fc *fakeCluster) note(r *http.Request) {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	fc.tokens = append(fc.tokens, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+}
+
+func (fc *fakeCluster) lastToken() string {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	if len(fc.tokens) == 0 {
+		return ""
+	}
+	return fc.tokens[len(fc.tokens)-1]
+}
+
+// writeToken replaces the token file the way the kubelet does: a new file
+// renamed into place.
+func (fc *fakeCluster) writeToken(t *testing.T, token string) {
+	t.Helper()
+	tmp := filepath.Join(fc.saDir, ".token.tmp")
+	if err := os.WriteFile(tmp, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(fc.saDir, "token")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (fc *fakeCluster) addr() string { return fc.srv.Listener.Addr().String() }
+
+// testHub is a Hub behind an httptest server.
+type testHub struct {
+	*Hub
+	srv  *httptest.Server
+	url  string
+	logs *logBuffer
+	reg  *prometheus.Registry
+}
+
+const testToken = "0123456789abcdef0123456789abcdef-agent-token"
+
+// testAgents is an agents list with the clusters the tests use, all with
+// testToken.
+func testAgents(names ...string) *fleet.Agents {
+	var list []fleet.Agent
+	for _, n := range names {
+		list = append(list, fleet.Agent{Name: n, TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true}})
+	}
+	return fleet.New(list)
+}
+
+func startHub(t *testing.T, cfg Config) *testHub {
+	t.Helper()
+	th := &testHub{logs: &logBuffer{}, reg: prometheus.NewRegistry()}
+	cfg.Logger = slogTo(th.logs)
+	cfg.Registerer = th.reg
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = time.Second
+	}
+	if cfg.ProbeInterval == 0 {
+		cfg.ProbeInterval = 200 * time.Millisecond
+	}
+	h, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	th.Hub = h
+	th.srv = httptest.NewServer(h.Handler())
+	th.url = th.srv.URL
+	t.Cleanup(func() {
+		th.srv.Config.Shutdown(context.Background())
+		h.Close()
+		th.srv.Close()
+	})
+	return th
+}
+
+func (th *testHub) counter(name string, labels ...string) float64 {
+	switch name {
+	case "takeovers":
+		return testutil.ToFloat64(th.metrics.takeovers)
+	case "connects":
+		return testutil.ToFloat64(th.metrics.connects.WithLabelValues(labels...))
+	case "caChanges":
+		return testutil.ToFloat64(th.metrics.caChanges)
+	}
+	panic("unknown counter " + name)
+}
+
+// runningAgent is an agent running in a goroutine the test owns.
+type runningAgent struct {
+	*agent.Agent
+	logs   *logBuffer
+	cancel context.CancelFunc
+	done   chan struct{} // closed when Run has returned
+	err    error         // what Run returned; read after done
+}
+
+// startAgent runs an agent for the cluster fc, named name, against hubURL.
+// Each mod may change its config before it starts.
+func startAgent(t *testing.T, hubURL, name string, fc *fakeCluster, mods ...func(*agent.Config)) *runningAgent {
+	t.Helper()
+	u, err := url.Parse(hubURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra := &runningAgent{logs: &logBuffer{}, done: make(chan struct{})}
+	cfg := agent.Config{
+		Options: agent.Options{
+			HubURL:            u,
+			Name:              name,
+			Token:             testToken,
+			TokenReread:       time.Minute,
+			ServiceAccountDir: fc.saDir,
+			APIServer:         fc.addr(),
+		},
+		Logger:           slogTo(ra.logs),
+		HandshakeTimeout: 2 * time.Second,
+		// Reconnect at once unless a test records the waits.
+		Sleep: func(ctx context.Context, d time.Duration) error { return ctx.Err() },
+	}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra.Agent = a
+	ctx, cancel := context.WithCancel(context.Background())
+	ra.cancel = cancel
+	go func() {
+		defer close(ra.done)
+		ra.err = a.Run(ctx)
+	}()
+	t.Cleanup(func() { ra.stop(t) })
+	return ra
+}
+
+// wait waits for Run to return by itself, and returns its error.
+func (ra *runningAgent) wait(t *testing.T, within time.Duration) error {
+	t.Helper()
+	select {
+	case <-ra.done:
+		return ra.err
+	case <-time.After(within):
+		t.Fatalf("the agent did not exit within %s; its log:\n%s", within, ra.logs)
+		return nil
+	}
+}
+
+// stop cancels the agent and waits for Run to return.
+func (ra *runningAgent) stop(t *testing.T) error {
+	t.Helper()
+	ra.cancel()
+	return ra.wait(t, 10*time.Second)
+}
+
+// eventually polls cond every 10 ms until it holds or within passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func statusOf(h *testHub, name string) string {
+	st, ok := h.Cluster(name)
+	if !ok {
+		return fmt.Sprintf("no cluster %q", name)
+	}
+	return st.String()
+}

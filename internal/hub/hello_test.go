@@ -1,0 +1,85 @@
+package hub
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/tunnel"
+)
+
+// rawAgent upgrades with a good name and token and then misbehaves as told.
+func rawAgent(t *testing.T, h *testHub) *tunnel.Session {
+	t.Helper()
+	hdr := http.Header{}
+	hdr.Set("Authorization", "Bearer "+testToken)
+	hdr.Set(protocol.AgentHeader, "eu-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sess, _, err := tunnel.Dial(ctx, "ws"+strings.TrimPrefix(h.url, "http")+"/api/agent", hdr, nil, tunnel.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sess.Close() })
+	return sess
+}
+
+func closedWithin(t *testing.T, sess *tunnel.Session, within time.Duration) {
+	t.Helper()
+	select {
+	case <-sess.Done():
+	case <-time.After(within):
+		t.Fatalf("the hub kept the connection open past %s", within)
+	}
+}
+
+func TestHelloTimeout(t *testing.T) {
+	h := startHub(t, Config{Agents: testAgents("eu-1"), HelloTimeout: 300 * time.Millisecond})
+	sess := rawAgent(t, h)
+	closedWithin(t, sess, 5*time.Second) // no control stream at all
+
+	sess = rawAgent(t, h)
+	ctl, err := sess.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl.Write([]byte{0, 0}) // half a length prefix, then nothing
+	closedWithin(t, sess, 5*time.Second)
+	if !strings.Contains(h.logs.String(), `The agent of "eu-1" failed its hello`) {
+		t.Errorf("hub log:\n%s", h.logs)
+	}
+}
+
+func TestHelloTooLarge(t *testing.T) {
+	h := startHub(t, Config{Agents: testAgents("eu-1")})
+	sess := rawAgent(t, h)
+	ctl, err := sess.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := protocol.MaxMessageSize + 1
+	ctl.Write([]byte{byte(big >> 24), byte(big >> 16), byte(big >> 8), byte(big)})
+	closedWithin(t, sess, 5*time.Second)
+	if !strings.Contains(h.logs.String(), "message too large") {
+		t.Errorf("hub log:\n%s", h.logs)
+	}
+}
+
+func TestTokenRotation(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: 50 * time.Millisecond})
+	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.TokenReread = 100 * time.Millisecond })
+	eventually(t, 5*time.Second, "the probe uses the first token", func() bool { return fc.lastToken() == "service-account-token-1" })
+	fc.writeToken(t, "service-account-token-2")
+	// One reread interval, plus a probe interval, plus slack for a loaded
+	// machine.
+	eventually(t, 2*time.Second, "the hub uses the new token", func() bool { return fc.lastToken() == "service-account-token-2" })
+	if !strings.Contains(a.logs.String(), "Sent the hub the service account's new token") {
+		t.Errorf("agent log:\n%s", a.logs)
+	}
+	assertNoSecrets(t, h.logs.String()+a.logs.String())
+}

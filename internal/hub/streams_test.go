@@ -1,0 +1,267 @@
+package hub
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/agent"
+)
+
+// sourceServer stands in for the API server at the TCP level. Each
+// connection starts with one command line from the client:
+//
+//	stream      send bytes until the client goes away
+//	reset N     send N bytes, then reset the connection
+//	echo        echo everything back, half-closing after the client does
+type sourceServer struct {
+	ln net.Listener
+	wg sync.WaitGroup
+
+	mu    sync.Mutex
+	lines []string
+}
+
+func newSourceServer(t *testing.T) *sourceServer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sourceServer{ln: ln}
+	s.wg.Add(1)
+	go s.serve()
+	t.Cleanup(func() { ln.Close(); s.wg.Wait() })
+	return s
+}
+
+func (s *sourceServer) serve() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer c.Close()
+			s.handle(c)
+		}()
+	}
+}
+
+func (s *sourceServer) handle(c net.Conn) {
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		return
+	}
+	line = strings.TrimSpace(line)
+	s.mu.Lock()
+	s.lines = append(s.lines, line)
+	s.mu.Unlock()
+	chunk := make([]byte, 32<<10)
+	switch {
+	case line == "stream":
+		for {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	case strings.HasPrefix(line, "reset "):
+		c.Write(make([]byte, 1<<20))
+		c.(*net.TCPConn).SetLinger(0)
+	case line == "echo":
+		io.Copy(c, r)
+		c.(*net.TCPConn).CloseWrite()
+		io.Copy(io.Discard, r)
+	}
+}
+
+func (s *sourceServer) received() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.lines)
+}
+
+// tunnelTo starts a hub and an agent whose API server is addr, and returns
+// the hub's connection to that agent.
+func tunnelTo(t *testing.T, addr string, mods ...func(*agent.Config)) (*testHub, *agentConn) {
+	t.Helper()
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), Heartbeat: 200 * time.Millisecond, ProbeInterval: time.Hour})
+	mods = append([]func(*agent.Config){func(c *agent.Config) { c.APIServer = addr }}, mods...)
+	a := startAgent(t, h.url, "eu-1", fc, mods...)
+	eventually(t, 5*time.Second, "connected", a.Connected)
+	c := h.connected("eu-1")
+	if c == nil {
+		t.Fatal("no connection at the hub")
+	}
+	return h, c
+}
+
+func openStream(t *testing.T, c *agentConn, command string) net.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := c.dial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(st, command+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// rate reads from st for d and returns bytes per second.
+func rate(t *testing.T, st net.Conn, d time.Duration) float64 {
+	t.Helper()
+	buf := make([]byte, 64<<10)
+	var n int
+	start := time.Now()
+	for time.Since(start) < d {
+		k, err := st.Read(buf)
+		n += k
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+func TestStalledStreamDoesNotSlowOthers(t *testing.T) {
+	src := newSourceServer(t)
+	_, c := tunnelTo(t, src.ln.Addr().String())
+
+	measure := func() float64 {
+		st := openStream(t, c, "stream")
+		defer st.Close()
+		return rate(t, st, 300*time.Millisecond)
+	}
+	// Alternate the two cases, so the machine's other load falls on both.
+	var solo, beside []float64
+	heardBefore := c.lastHeard.Load()
+	for range 3 {
+		solo = append(solo, measure())
+		// A stream nobody reads: its sender fills the window and must
+		// wait, alone.
+		stalled := openStream(t, c, "stream")
+		time.Sleep(200 * time.Millisecond)
+		beside = append(beside, measure())
+		stalled.Close()
+	}
+	slices.Sort(solo)
+	slices.Sort(beside)
+	t.Logf("solo %.0f MB/s, beside a stalled stream %.0f MB/s (medians)", solo[1]/1e6, beside[1]/1e6)
+	if beside[1] < solo[1]/2 {
+		t.Errorf("beside a stalled stream a stream moves %.0f MB/s, less than half its solo %.0f MB/s", beside[1]/1e6, solo[1]/1e6)
+	}
+	// Heartbeats went on: the agent answered pings while the stall lasted.
+	if c.lastHeard.Load() == heardBefore {
+		t.Error("no heartbeat answer while a stream was stalled")
+	}
+	select {
+	case <-c.done:
+		t.Fatalf("the tunnel closed: %v", c.why)
+	default:
+	}
+}
+
+func TestStreamErrorEndsOnlyThatStream(t *testing.T) {
+	src := newSourceServer(t)
+	_, c := tunnelTo(t, src.ln.Addr().String())
+
+	healthy := openStream(t, c, "stream")
+	defer healthy.Close()
+	broken := openStream(t, c, "reset 1")
+	if _, err := io.Copy(io.Discard, broken); err != nil {
+		t.Logf("the broken stream ended with %v", err)
+	}
+	broken.Close()
+	// The healthy stream goes on, and new streams open.
+	rate(t, healthy, 100*time.Millisecond)
+	echo := openStream(t, c, "echo")
+	defer echo.Close()
+	io.WriteString(echo, "still here")
+	echo.Close() // half-close: the echo comes back after it
+	got, err := io.ReadAll(echo)
+	if err != nil || string(got) != "still here" {
+		t.Fatalf("echo after a broken stream = %q, %v", got, err)
+	}
+	select {
+	case <-c.done:
+		t.Fatalf("the tunnel closed: %v", c.why)
+	default:
+	}
+}
+
+func TestAgentDialsOnlyItsAPIServer(t *testing.T) {
+	src := newSourceServer(t)
+	var mu sync.Mutex
+	var dialed []string
+	_, c := tunnelTo(t, src.ln.Addr().String(), func(cfg *agent.Config) {
+		cfg.DialAPIServer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			mu.Lock()
+			dialed = append(dialed, network+" "+addr)
+			mu.Unlock()
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}
+	})
+	// Whatever the hub writes on a stream goes to the API server: there is
+	// nothing in the protocol that names another target.
+	for _, attempt := range []string{"CONNECT 169.254.169.254:80 HTTP/1.1", "echo"} {
+		st := openStream(t, c, attempt)
+		st.Close()
+		io.Copy(io.Discard, st)
+	}
+	eventually(t, 5*time.Second, "both streams reach the API server", func() bool {
+		lines := src.received()
+		return slices.Contains(lines, "echo") && slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, "CONNECT") })
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	want := "tcp " + src.ln.Addr().String()
+	// The hub's status probe dials too; every dial goes to the one address.
+	if len(dialed) < 2 || slices.ContainsFunc(dialed, func(d string) bool { return d != want }) {
+		t.Fatalf("the agent dialed %q, want only %q", dialed, want)
+	}
+}
+
+func TestDialErrorReachesTheHub(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	_, c := tunnelTo(t, dead)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = c.dial(ctx)
+	if err == nil || !strings.Contains(err.Error(), "the agent can't reach its API server at "+dead) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("dial = %v, want the agent's reason", err)
+	}
+}
+
+func TestHalfClosePassesThrough(t *testing.T) {
+	src := newSourceServer(t)
+	_, c := tunnelTo(t, src.ln.Addr().String())
+	st := openStream(t, c, "echo")
+	defer st.Close()
+	payload := strings.Repeat("tether ", 100000)
+	go func() {
+		io.WriteString(st, payload)
+		st.Close() // FIN to the API server, which echoes the rest, then closes
+	}()
+	got, err := io.ReadAll(st)
+	if err != nil || string(got) != payload {
+		t.Fatalf("echo after half-close: %d bytes, %v; want %d", len(got), err, len(payload))
+	}
+}
