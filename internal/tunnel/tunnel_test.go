@@ -1,0 +1,123 @@
+package tunnel
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// pair connects a client session to a server session through an HTTP
+// server, plain or TLS.
+func pair(t *testing.T, useTLS bool) (client, server *Session) {
+	t.Helper()
+	accepted := make(chan *Session, 1)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, err := Accept(w, r, DefaultConfig())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		accepted <- s
+	})
+	var srv *httptest.Server
+	if useTLS {
+		srv = httptest.NewTLSServer(handler)
+	} else {
+		srv = httptest.NewServer(handler)
+	}
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	url := "ws" + strings.TrimPrefix(srv.URL, "http")
+	c, _, err := Dial(ctx, url, nil, srv.Client(), DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-accepted
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}
+
+func TestStreamsBothWays(t *testing.T) {
+	for _, tls := range []bool{false, true} {
+		name := map[bool]string{false: "ws", true: "wss"}[tls]
+		t.Run(name, func(t *testing.T) {
+			c, s := pair(t, tls)
+			ctx := context.Background()
+			for _, dir := range []struct {
+				name         string
+				opener, peer *Session
+			}{{"client opens", c, s}, {"server opens", s, c}} {
+				st, err := dir.opener.Open(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				payload := strings.Repeat("x", 1<<20)
+				go func() {
+					io.WriteString(st, payload)
+					st.Close()
+				}()
+				in, err := dir.peer.Accept(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := io.ReadAll(in)
+				if err != nil || len(got) != len(payload) {
+					t.Fatalf("%s: read %d bytes, %v", dir.name, len(got), err)
+				}
+				in.Close()
+			}
+		})
+	}
+}
+
+func TestCloseEndsEverything(t *testing.T) {
+	c, s := pair(t, false)
+	ctx := context.Background()
+	acceptErr := make(chan error, 1)
+	go func() {
+		_, err := s.Accept(ctx)
+		acceptErr <- err
+	}()
+	st, err := c.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-acceptErr; err != nil { // the first Accept takes the stream
+		t.Fatal(err)
+	}
+	go func() {
+		_, err := s.Accept(ctx)
+		acceptErr <- err
+	}()
+	if err := c.CloseWithReason(4000, "test"); err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // twice is fine
+	select {
+	case err := <-acceptErr:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("Accept after the peer closed = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Accept still blocked after the peer closed")
+	}
+	<-s.Done()
+	if _, err := st.Write([]byte("x")); err == nil {
+		t.Error("a write on a closed session's stream succeeded")
+	}
+	if _, err := c.Open(ctx); !errors.Is(err, ErrClosed) {
+		t.Errorf("Open after Close = %v, want ErrClosed", err)
+	}
+}
