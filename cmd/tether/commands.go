@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/dev"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/logging"
@@ -58,6 +59,19 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 // errAlreadyLogged makes the process exit non-zero without printing what the
 // logger has already said.
 var errAlreadyLogged = errors.New("")
+
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("tether dev", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8080", "where the hub listens (loopback only)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log, err := logging.New(os.Getenv("TETHER_LOG_FORMAT"), stderr, slog.LevelInfo)
+	if err != nil {
+		return err
+	}
+	return dev.Run(ctx, dev.Config{Addr: *addr, Logger: log, Out: stdout})
+}
 
 func runToken(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("tether token", flag.ContinueOnError)

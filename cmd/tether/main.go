@@ -16,6 +16,7 @@ const usage = `Tether reaches private Kubernetes clusters from one hub.
 Usage:
   tether hub       run the hub (settings: TETHER_… environment variables)
   tether agent     run the agent in a cluster
+  tether dev       run a local API server, a hub and an agent on this machine
   tether token     make a new agent token and its agents-list entry
   tether version   print the version
 `
@@ -37,6 +38,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runHub(ctx, args[1:], stderr)
 	case "agent":
 		err = runAgent(ctx, args[1:], stderr)
+	case "dev":
+		err = runDev(ctx, args[1:], stdout, stderr)
 	case "token":
 		err = runToken(args[1:], stdout)
 	case "version", "--version":

@@ -25,6 +25,9 @@ type Options struct {
 	MetricsAddr     string // "" when turned off
 	LogFormat       string
 	Fleet           fleet.Config
+	// Listener, when set, is used instead of listening on Addr: for tests
+	// and `tether dev`, which pick their address first.
+	Listener net.Listener
 }
 
 // OptionsFromEnv reads and checks the hub's settings. Each error is one line

@@ -48,9 +48,11 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		return err
 	}
 
-	ln, err := net.Listen("tcp", opts.Addr)
-	if err != nil {
-		return fmt.Errorf("TETHER_ADDR %q can't be listened on: %w", opts.Addr, err)
+	ln := opts.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", opts.Addr); err != nil {
+			return fmt.Errorf("TETHER_ADDR %q can't be listened on: %w", opts.Addr, err)
+		}
 	}
 	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 	scheme := "http"

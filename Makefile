@@ -1,0 +1,40 @@
+# Tether's two everyday commands are `make dev` and `make test`; see README.md.
+
+GO      ?= go
+FUZZTIME ?= 10s
+
+# Every native fuzz target, as package:Target. CI runs each briefly.
+FUZZ_TARGETS = \
+	./internal/protocol:FuzzRead \
+	./internal/fleet:FuzzParseAgents
+
+.PHONY: dev test kube vet unit fuzz build
+
+## dev: run a local API server, a hub and an agent (tether dev).
+dev:
+	$(GO) run ./cmd/tether dev
+
+## build: build bin/tether.
+build:
+	$(GO) build -o bin/tether ./cmd/tether
+
+## test: everything CI runs: the Kubernetes build (cached), vet, the tests with -race, and a short fuzz of every target.
+test: kube vet unit fuzz
+
+## kube: build (once, then cached) the kube-apiserver, etcd and kubectl the tests run.
+kube:
+	$(GO) run ./test/prepare
+
+vet:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l cmd internal test)" || { echo "gofmt needed:"; gofmt -l cmd internal test; exit 1; }
+
+unit:
+	$(GO) test -race -timeout 30m ./...
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$pkg $$name for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
