@@ -142,6 +142,17 @@ func testAgents(names ...string) *fleet.Agents {
 
 func startHub(t *testing.T, cfg Config) *testHub {
 	t.Helper()
+	return startHubWith(t, cfg, nil)
+}
+
+// startTLSHub is startHub serving HTTPS with cert.
+func startTLSHub(t *testing.T, cfg Config, cert tls.Certificate) *testHub {
+	t.Helper()
+	return startHubWith(t, cfg, &cert)
+}
+
+func startHubWith(t *testing.T, cfg Config, cert *tls.Certificate) *testHub {
+	t.Helper()
 	th := &testHub{logs: &logBuffer{}, reg: prometheus.NewRegistry()}
 	cfg.Logger = slogTo(th.logs)
 	cfg.Registerer = th.reg
@@ -156,7 +167,13 @@ func startHub(t *testing.T, cfg Config) *testHub {
 		t.Fatal(err)
 	}
 	th.Hub = h
-	th.srv = httptest.NewServer(h.Handler())
+	th.srv = httptest.NewUnstartedServer(h.Handler())
+	if cert != nil {
+		th.srv.TLS = &tls.Config{Certificates: []tls.Certificate{*cert}}
+		th.srv.StartTLS()
+	} else {
+		th.srv.Start()
+	}
 	th.url = th.srv.URL
 	t.Cleanup(func() {
 		th.srv.Config.Shutdown(context.Background())

@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/tunnel"
 )
 
 // sourceServer stands in for the API server at the TCP level. Each
@@ -21,8 +23,9 @@ import (
 //	reset N     send N bytes, then reset the connection
 //	echo        echo everything back, half-closing after the client does
 type sourceServer struct {
-	ln net.Listener
-	wg sync.WaitGroup
+	ln      net.Listener
+	wg      sync.WaitGroup
+	written atomic.Int64 // bytes sent by "stream" connections
 
 	mu    sync.Mutex
 	lines []string
@@ -70,7 +73,9 @@ func (s *sourceServer) handle(c net.Conn) {
 	switch {
 	case line == "stream":
 		for {
-			if _, err := c.Write(chunk); err != nil {
+			n, err := c.Write(chunk)
+			s.written.Add(int64(n))
+			if err != nil {
 				return
 			}
 		}
@@ -94,8 +99,14 @@ func (s *sourceServer) received() []string {
 // the hub's connection to that agent.
 func tunnelTo(t *testing.T, addr string, mods ...func(*agent.Config)) (*testHub, *agentConn) {
 	t.Helper()
+	return tunnelWith(t, addr, tunnel.Config{}, mods...)
+}
+
+func tunnelWith(t *testing.T, addr string, tc tunnel.Config, mods ...func(*agent.Config)) (*testHub, *agentConn) {
+	t.Helper()
 	fc := newFakeCluster(t)
-	h := startHub(t, Config{Agents: testAgents("eu-1"), Heartbeat: 200 * time.Millisecond, ProbeInterval: time.Hour})
+	h := startHub(t, Config{Agents: testAgents("eu-1"), Heartbeat: 200 * time.Millisecond, ProbeInterval: time.Hour, Tunnel: tc})
+	mods = append(mods, func(c *agent.Config) { c.Tunnel = tc })
 	mods = append([]func(*agent.Config){func(c *agent.Config) { c.APIServer = addr }}, mods...)
 	a := startAgent(t, h.url, "eu-1", fc, mods...)
 	eventually(t, 5*time.Second, "connected", a.Connected)
@@ -138,8 +149,24 @@ func rate(t *testing.T, st net.Conn, d time.Duration) float64 {
 
 func TestStalledStreamDoesNotSlowOthers(t *testing.T) {
 	src := newSourceServer(t)
-	_, c := tunnelTo(t, src.ln.Addr().String())
+	// The smallest window yamux allows, so a stream stalls after little
+	// data even when -race makes every byte slow.
+	tc := tunnel.DefaultConfig()
+	tc.StreamWindow = 256 << 10
+	_, c := tunnelWith(t, src.ln.Addr().String(), tc)
 
+	// settled waits until the source has stopped sending: every stream
+	// that nobody reads is blocked, all buffers full.
+	settled := func() {
+		for last := int64(-1); ; {
+			time.Sleep(100 * time.Millisecond)
+			n := src.written.Load()
+			if n == last {
+				return
+			}
+			last = n
+		}
+	}
 	measure := func() float64 {
 		st := openStream(t, c, "stream")
 		defer st.Close()
@@ -153,7 +180,7 @@ func TestStalledStreamDoesNotSlowOthers(t *testing.T) {
 		// A stream nobody reads: its sender fills the window and must
 		// wait, alone.
 		stalled := openStream(t, c, "stream")
-		time.Sleep(200 * time.Millisecond)
+		settled()
 		beside = append(beside, measure())
 		stalled.Close()
 	}

@@ -1,0 +1,175 @@
+package hub
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/pki"
+)
+
+func TestUnreachableAPIServerSaysWhy(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1")})
+	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.APIServer = dead })
+	eventually(t, 5*time.Second, "connected", a.Connected)
+	want := "Unreachable: its API server can't be reached: the agent can't reach its API server at " + dead
+	eventually(t, 5*time.Second, "the status says why", func() bool { return strings.HasPrefix(statusOf(h, "eu-1"), want) })
+	if !strings.Contains(h.logs.String(), `Cluster "eu-1" is `+want) {
+		t.Errorf("hub log:\n%s", h.logs)
+	}
+}
+
+func TestRemovedAgentIsDisconnectedAndRefused(t *testing.T) {
+	fc := newFakeCluster(t)
+	list := testAgents("eu-1", "us-1")
+	h := startHub(t, Config{Agents: list})
+	a := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "connected", a.Connected)
+
+	h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "us-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}}}))
+	err := a.wait(t, 5*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "it doesn't know this name and token.") {
+		t.Fatalf("Run = %v, want a refusal once the list dropped the agent", err)
+	}
+	if !strings.Contains(h.logs.String(), `The agents list changed for "eu-1": disconnecting its agent`) {
+		t.Errorf("hub log:\n%s", h.logs)
+	}
+	eventually(t, 5*time.Second, "the removed cluster is forgotten", func() bool {
+		_, ok := h.Cluster("eu-1")
+		return !ok
+	})
+}
+
+func TestAgentChecksTheHubCertificate(t *testing.T) {
+	fc := newFakeCluster(t)
+	hubCA, err := pki.NewCA("hub CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := hubCA.IssueTLS(pki.Leaf{CommonName: "hub", Hosts: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := startTLSHub(t, Config{Agents: testAgents("eu-1")}, cert)
+	caFile := filepath.Join(t.TempDir(), "hub-ca.pem")
+	if err := os.WriteFile(caFile, hubCA.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	trusting := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.HubCAFile = caFile })
+	eventually(t, 5*time.Second, "an agent that trusts the hub's CA connects", trusting.Connected)
+	if strings.Contains(trusting.logs.String(), "plain http") {
+		t.Error("an https hub got the plain-http warning")
+	}
+	trusting.stop(t)
+
+	// The system roots don't vouch for the test CA: the agent must not
+	// connect, and must keep trying (a TLS error is no refusal).
+	doubting := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "the agent reports the bad certificate", func() bool {
+		return strings.Contains(doubting.logs.String(), "Can't reach the hub at "+h.url+": tls: failed to verify certificate")
+	})
+	if doubting.Connected() {
+		t.Fatal("connected to a hub whose certificate it can't check")
+	}
+	select {
+	case <-doubting.done:
+		t.Fatalf("the agent stopped: %v", doubting.err)
+	default:
+	}
+}
+
+func TestOptionsFromEnv(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	o, err := OptionsFromEnv(env(map[string]string{"TETHER_PUBLIC_URL": "https://t.example.com/base/"}), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Addr != ":8080" || o.PublicURL.String() != "https://t.example.com/base" || o.BasePath != "/" || o.Heartbeat != 30*time.Second ||
+		o.ReconnectSpread != 10*time.Second || o.ShutdownGrace != 30*time.Second || o.MetricsAddr != ":9090" || o.LogFormat != "text" {
+		t.Errorf("defaults: %+v", o)
+	}
+	tests := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{}, "TETHER_PUBLIC_URL must be set"},
+		{map[string]string{"TETHER_PUBLIC_URL": "t.example.com"}, `TETHER_PUBLIC_URL must be the hub's address as people open it, like https://tether.example.com, not "t.example.com"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_ADDR": "8080"}, `TETHER_ADDR must be an address like :8080, not "8080"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_TLS_CERT_FILE": "c.pem"}, "TETHER_TLS_CERT_FILE and TETHER_TLS_KEY_FILE must be set together"},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_BASE_PATH": "tether"}, `TETHER_BASE_PATH must be a path starting with /, like /tether, not "tether"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_HEARTBEAT_SECONDS": "0"}, `TETHER_HEARTBEAT_SECONDS must be a whole number of seconds, at least 1, not "0"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_RECONNECT_SPREAD_SECONDS": "-1"}, "TETHER_RECONNECT_SPREAD_SECONDS must be a whole number of seconds, at least 0"},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_SHUTDOWN_GRACE_SECONDS": "soon"}, "TETHER_SHUTDOWN_GRACE_SECONDS must be a whole number"},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_METRICS_ADDR": "x"}, `TETHER_METRICS_ADDR must be an address like :9090, or 0 to turn it off, not "x"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_LOG_FORMAT": "xml"}, `TETHER_LOG_FORMAT must be text or json, not "xml"`},
+	}
+	for _, tt := range tests {
+		_, err := OptionsFromEnv(env(tt.env), true)
+		if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+			t.Errorf("%v: error %v, want %q", tt.env, err, tt.want)
+		}
+	}
+	if _, err := OptionsFromEnv(env(nil), false); err != nil {
+		t.Errorf("tether dev needs no public URL: %v", err)
+	}
+}
+
+func TestCertReloader(t *testing.T) {
+	ca, err := pki.NewCA("ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	write := func(cn string) {
+		c, k, err := ca.Issue(pki.Leaf{CommonName: cn, Hosts: []string{"127.0.0.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, certFile, c)
+		writeFile(t, keyFile, k)
+	}
+	write("first")
+	r, err := newCertReloader(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafCN := func() string {
+		c, _ := r.get(nil)
+		return c.Leaf.Subject.CommonName
+	}
+	if leafCN() != "first" {
+		t.Fatalf("serves %q", leafCN())
+	}
+	time.Sleep(10 * time.Millisecond) // a newer modification time
+	write("second")
+	r.mu.Lock()
+	r.checked = time.Time{} // skip the once-a-second wait
+	r.mu.Unlock()
+	if got := leafCN(); got != "second" {
+		t.Fatalf("after the files changed it serves %q, want the new certificate", got)
+	}
+	writeFile(t, certFile, []byte("garbage"))
+	os.Chtimes(certFile, time.Now().Add(time.Minute), time.Now().Add(time.Minute))
+	r.mu.Lock()
+	r.checked = time.Time{}
+	r.mu.Unlock()
+	if got := leafCN(); got != "second" {
+		t.Fatalf("after a bad write it serves %q, want the last good certificate", got)
+	}
+	if _, err := newCertReloader(certFile, keyFile); err == nil || !strings.Contains(err.Error(), "TETHER_TLS_CERT_FILE and TETHER_TLS_KEY_FILE must be a PEM certificate and its key") {
+		t.Errorf("a bad pair at start: %v", err)
+	}
+}
