@@ -45,6 +45,9 @@ func run() error {
 	cfg.Name = "localkube"
 	cfg.LogLevel = *logLevel
 	cfg.UnsafeNoFsync = *noFsync
+	// NewConfig leaves this 0, unlike etcd's own flags, and then every
+	// request counts as slow and is logged at warn level.
+	cfg.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
 	if *dataDir == "" {
 		return errors.New("-data-dir must be set")
 	}
