@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/tetherhq/tether/internal/fleet"
+)
+
+func TestToken(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"token", "--name", "private-eu"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	m := regexp.MustCompile(`(?s)TETHER_AGENT_TOKEN.*?\n  ([0-9a-f]{64})\n.*SHA-256:\n  ([0-9a-f]{64})\n.*agents list.*?:\n(.*)$`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("unexpected output:\n%s", out.String())
+	}
+	token, sum, entry := m[1], m[2], m[3]
+	want := sha256.Sum256([]byte(token))
+	if sum != hex.EncodeToString(want[:]) {
+		t.Errorf("printed hash %s is not the SHA-256 of the token's text", sum)
+	}
+	list, err := fleet.ParseAgents("entry", []byte(entry))
+	if err != nil || len(list) != 1 || list[0].Name != "private-eu" || !list[0].AcceptsHash(fleet.HashToken(token)) {
+		t.Errorf("the printed entry %q doesn't admit the token: %v", entry, err)
+	}
+
+	out.Reset()
+	run([]string{"token"}, &out, &errOut)
+	if !strings.Contains(out.String(), "- name: in-cluster\n") || strings.Contains(out.String(), token) {
+		t.Errorf("a second token: the default name, and a new token:\n%s", out.String())
+	}
+	if code := run([]string{"token", "--name", "Bad_Name"}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), `"Bad_Name" is not a DNS label`) {
+		t.Errorf("a bad name: exit %d, %q", code, errOut.String())
+	}
+}
+
+func TestUsage(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(nil, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "tether hub") {
+		t.Errorf("no command: exit %d, %q", code, errOut.String())
+	}
+	if code := run([]string{"launch"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), `unknown command "launch"`) {
+		t.Errorf("unknown command: exit %d, %q", code, errOut.String())
+	}
+	out.Reset()
+	if code := run([]string{"version"}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "tether v") {
+		t.Errorf("version: exit %d, %q", code, out.String())
+	}
+	errOut.Reset()
+	if code := run([]string{"hub", "extra"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "takes no arguments") {
+		t.Errorf("hub with an argument: exit %d, %q", code, errOut.String())
+	}
+}
