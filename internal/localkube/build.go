@@ -17,7 +17,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -289,11 +288,11 @@ func lock(ctx context.Context, log *slog.Logger, path string) (unlock func(), er
 	}
 	logged := false
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err := tryLock(f)
 		if err == nil {
 			return func() { f.Close() }, nil // closing releases the lock
 		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+		if !errors.Is(err, errLocked) {
 			f.Close()
 			return nil, fmt.Errorf("localkube: lock %s: %w", path, err)
 		}

@@ -138,14 +138,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	for attempt := 1; ; attempt++ {
 		c, err := start(ctx, cfg, log)
-		if err == nil || !errors.Is(err, errAddrInUse) || attempt == 3 {
+		if err == nil || !errors.Is(err, errPortTaken) || attempt == 3 {
 			return c, err
 		}
 		log.Info("A port was taken before the Kubernetes API server could bind it; trying other ports", "err", err)
 	}
 }
-
-var errAddrInUse = errors.New("address already in use")
 
 func start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Cluster, err error) {
 	began := time.Now()
@@ -294,7 +292,8 @@ func freePorts(n int) ([]string, error) {
 // waitReady polls /readyz until it answers ok, a child exits, or timeout
 // (or ctx) ends the wait.
 func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	errTimeout := fmt.Errorf("not ready after %s", timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimeout)
 	defer cancel()
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
@@ -302,11 +301,11 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 	for {
 		for _, p := range []*process{c.etcd, c.apiserv} {
 			if p.exited() {
-				err := fmt.Errorf("localkube: %w %w\n%s", p.exitError(), errExited, p.tail())
+				why := errExited
 				if b, _ := readTail(p.logPath, 4<<10); containsAddrInUse(b) {
-					err = fmt.Errorf("%w (%w)", err, errAddrInUse)
+					why = errPortTaken
 				}
-				return err
+				return fmt.Errorf("localkube: %s %w (%s); %s", p.name, why, p.exitStatus(), p.tail())
 			}
 		}
 		last = c.readyz(ctx)
@@ -315,8 +314,8 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("localkube: the Kubernetes API server at %s is not ready after %s: %w\n%s\n%s",
-				c.URL, timeout, last, c.apiserv.tail(), c.etcd.tail())
+			return fmt.Errorf("localkube: the Kubernetes API server at %s: %w: %w; %s\n%s",
+				c.URL, context.Cause(ctx), last, c.apiserv.tail(), c.etcd.tail())
 		case <-tick.C:
 		}
 	}

@@ -1,3 +1,5 @@
+//go:build unix
+
 package localkube
 
 import (
@@ -169,8 +171,9 @@ func TestCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, pid := range pids {
-		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("process %d is still there after Close: %v", pid, err)
+		// Each child led a process group: nothing of it may be left.
+		if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("process group %d is still there after Close: %v", pid, err)
 		}
 	}
 	if _, err := os.Stat(c.Dir); !errors.Is(err, os.ErrNotExist) {
@@ -178,6 +181,23 @@ func TestCluster(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestStartFailsWithTheLogTail(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs kube-apiserver (and may build it first)")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	defer cancel()
+	tmp := t.TempDir()
+	_, err := Start(ctx, Config{TempDir: tmp, APIServerArgs: []string{"--no-such-flag"}})
+	if !errors.Is(err, errExited) || !strings.Contains(err.Error(), "unknown flag: --no-such-flag") {
+		t.Fatalf("Start with a bad flag: %v\nwant an error that the API server exited, with its last lines", err)
+	}
+	// The failed start cleaned up after itself.
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("left behind in %s: %v", tmp, left)
 	}
 }
 

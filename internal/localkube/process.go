@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"syscall"
 	"time"
 )
 
@@ -57,38 +56,38 @@ func (p *process) exited() bool {
 // stop sends SIGTERM to the child's process group, SIGKILL if it is still
 // there after grace, and returns once it has been waited for.
 func (p *process) stop(grace time.Duration) {
-	pgid := p.cmd.Process.Pid // Setpgid: the group is named for the child
 	if !p.exited() {
-		syscall.Kill(-pgid, syscall.SIGTERM)
+		terminate(p.cmd.Process)
 		select {
 		case <-p.done:
 		case <-time.After(grace):
 		}
 	}
 	// Whatever the child left in its group goes too.
-	syscall.Kill(-pgid, syscall.SIGKILL)
+	kill(p.cmd.Process)
 	<-p.done
 }
 
-// exitError describes how the child ended, for errors. Valid after done.
-func (p *process) exitError() error {
+// exitStatus says how the child ended, for errors. Valid after done.
+func (p *process) exitStatus() string {
 	if p.err == nil {
-		return fmt.Errorf("%s exited", p.name)
+		return "exit status 0"
 	}
-	return fmt.Errorf("%s: %w", p.name, p.err)
+	return p.err.Error()
 }
 
-// tail returns the last lines of the child's output, indented, for errors.
+// tail returns the last lines of the child's output, headed by its name,
+// for errors. The log file itself goes when the cluster's directory does.
 func (p *process) tail() string {
 	b, err := readTail(p.logPath, 4<<10)
 	if err != nil {
-		return fmt.Sprintf("  (no output from %s: %v)", p.name, err)
+		return fmt.Sprintf("no output from %s: %v", p.name, err)
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(lines) > 25 {
 		lines = lines[len(lines)-25:]
 	}
-	return fmt.Sprintf("last lines of %s (%s):\n  %s", p.name, p.logPath, strings.Join(lines, "\n  "))
+	return fmt.Sprintf("last lines of %s:\n  %s", p.name, strings.Join(lines, "\n  "))
 }
 
 // readTail reads up to n bytes from the end of a file, starting at a line.
@@ -115,5 +114,9 @@ func readTail(path string, n int64) ([]byte, error) {
 	return b, nil
 }
 
-// errExited is wrapped by start-up errors where a child ended by itself.
-var errExited = errors.New("exited during start-up")
+// errExited is wrapped by start-up errors where a child ended by itself;
+// errPortTaken when it ended because another process had taken its port.
+var (
+	errExited    = errors.New("exited during start-up")
+	errPortTaken = fmt.Errorf("%w, its port taken", errExited)
+)
