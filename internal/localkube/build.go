@@ -116,6 +116,13 @@ func Binaries(ctx context.Context, opts BuildOptions) (Paths, error) {
 	}
 	defer unlock()
 
+	// Under the lock, a temporary build directory is one a killed build
+	// left behind.
+	if stale, err := filepath.Glob(filepath.Join(dir, ".build-*")); err == nil {
+		for _, d := range stale {
+			os.RemoveAll(d)
+		}
+	}
 	// Another process may have built them while this one waited.
 	todo := missing(p)
 	if slices.Contains(todo, p.APIServer) || slices.Contains(todo, p.Kubectl) {
@@ -182,8 +189,8 @@ func findSource(dir string) (string, error) {
 			}
 		}
 	}
-	return "", fmt.Errorf("localkube: can't find Tether's source tree above %q: the Kubernetes API server is built from its %s module, so run this from inside a checkout of %s",
-		starts, kubeModule, module)
+	return "", fmt.Errorf("localkube: can't find Tether's source tree above %s: the Kubernetes API server is built from its %s module, so run this from inside a checkout of %s",
+		strings.Join(slices.Compact(starts), " or "), kubeModule, module)
 }
 
 func isSourceRoot(dir string) bool {
