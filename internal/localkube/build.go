@@ -325,13 +325,17 @@ func goBuild(ctx context.Context, moduleDir, cacheDir, ldflags string, outputs m
 	}
 	defer os.RemoveAll(tmp)
 
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		return fmt.Errorf("localkube: building the Kubernetes API server needs Go (the go command, in PATH): %w", err)
+	}
 	pkgs := slices.Sorted(maps.Keys(outputs))
 	args := []string{"build", "-trimpath", "-buildvcs=false", "-o", tmp + string(filepath.Separator)}
 	if ldflags != "" {
 		args = append(args, "-ldflags", ldflags)
 	}
 	args = append(args, pkgs...)
-	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd := exec.CommandContext(ctx, goCmd, args...)
 	cmd.Dir = moduleDir
 	// GOWORK=off: a go.work above the checkout must not pull the build
 	// modules into a workspace with other versions of their dependencies.
