@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,9 +29,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Tunnel tunes the multiplexer; zero means tunnel.DefaultConfig.
 	Tunnel tunnel.Config
-	// HTTPClient dials the hub. Nil means one built from HubCAFile and the
-	// proxy environment (HTTPS_PROXY, NO_PROXY).
-	HTTPClient *http.Client
+	// TLSConfig checks the hub's certificate. Nil means one trusting
+	// HubCAFile, or the system's roots.
+	TLSConfig *tls.Config
+	// Proxy picks a proxy for the WebSocket. Nil means the proxy
+	// environment (HTTPS_PROXY, NO_PROXY), as net/http reads it.
+	Proxy func(*http.Request) (*url.URL, error)
 	// DialAPIServer dials the API server for each stream. Nil means net.Dialer.
 	DialAPIServer func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Sleep waits d or until ctx is done. Nil means a timer; tests record the
@@ -62,12 +66,15 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Tunnel == (tunnel.Config{}) {
 		cfg.Tunnel = tunnel.DefaultConfig()
 	}
-	if cfg.HTTPClient == nil {
-		c, err := hubClient(cfg.HubCAFile)
+	if cfg.TLSConfig == nil && cfg.HubCAFile != "" {
+		pool, err := LoadCertPool(cfg.HubCAFile)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("TETHER_HUB_CA must be a PEM file of CA certificates: %w", err)
 		}
-		cfg.HTTPClient = c
+		cfg.TLSConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	if cfg.Proxy == nil {
+		cfg.Proxy = http.ProxyFromEnvironment
 	}
 	if cfg.DialAPIServer == nil {
 		cfg.DialAPIServer = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
@@ -88,26 +95,6 @@ func New(cfg Config) (*Agent, error) {
 		cfg: cfg,
 		log: cfg.Logger.With("agent", cfg.Name),
 		hub: cfg.HubURL.String(),
-	}, nil
-}
-
-// hubClient builds the HTTP client for the upgrade: the proxy from the
-// environment, the hub CA if one is given, and no redirects, since a redirect
-// (to a login page, say) means the hub isn't answering and must be reported
-// as such, not followed.
-func hubClient(caFile string) (*http.Client, error) {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = http.ProxyFromEnvironment
-	if caFile != "" {
-		pool, err := LoadCertPool(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("TETHER_HUB_CA must be a PEM file of CA certificates: %w", err)
-		}
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	}
-	return &http.Client{
-		Transport:     tr,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}, nil
 }
 

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/tunnel"
 	"github.com/tetherhq/tether/internal/version"
@@ -34,7 +33,7 @@ func (a *Agent) connect(ctx context.Context) result {
 	}
 	hctx, cancel := context.WithTimeout(ctx, a.cfg.HandshakeTimeout)
 	defer cancel()
-	sess, resp, err := tunnel.Dial(hctx, a.agentURL(), a.header(), a.cfg.HTTPClient, a.cfg.Tunnel)
+	sess, resp, err := tunnel.Dial(hctx, a.agentURL(), tunnel.DialOptions{Header: a.header(), TLSConfig: a.cfg.TLSConfig, Proxy: a.cfg.Proxy}, a.cfg.Tunnel)
 	if err != nil {
 		return a.dialFailed(resp, err)
 	}
@@ -198,7 +197,7 @@ func (c *conn) serve(parent context.Context) result {
 	case <-parent.Done():
 		// Stopping (SIGTERM): say goodbye so the hub logs a clean disconnect.
 		c.send(protocol.Message{Type: protocol.TypeBye})
-		c.sess.CloseWithReason(websocket.StatusNormalClosure, "agent stopping")
+		c.sess.CloseWithReason(1000, "agent stopping")
 		return result{err: parent.Err(), wait: -1}
 	}
 }

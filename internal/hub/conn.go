@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/tunnel"
 )
@@ -24,10 +23,10 @@ const APIServerName = "kubernetes.default.svc"
 // WebSocket close codes the hub sends (docs/protocol.md). The agent learns
 // the reason from a goaway first; the close code is for proxies and people.
 const (
-	closeShutdown websocket.StatusCode = 4000
-	closeTakeover websocket.StatusCode = 4001
-	closeSilent   websocket.StatusCode = 4002
-	closeRemoved  websocket.StatusCode = 4003
+	closeShutdown = 4000
+	closeTakeover = 4001
+	closeSilent   = 4002
+	closeRemoved  = 4003
 )
 
 type goAwayKind int

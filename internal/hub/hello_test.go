@@ -20,7 +20,7 @@ func rawAgent(t *testing.T, h *testHub) *tunnel.Session {
 	hdr.Set(protocol.AgentHeader, "eu-1")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	sess, _, err := tunnel.Dial(ctx, "ws"+strings.TrimPrefix(h.url, "http")+"/api/agent", hdr, nil, tunnel.DefaultConfig())
+	sess, _, err := tunnel.Dial(ctx, "ws"+strings.TrimPrefix(h.url, "http")+"/api/agent", tunnel.DialOptions{Header: hdr}, tunnel.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

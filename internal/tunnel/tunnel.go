@@ -10,14 +10,16 @@ package tunnel
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"time"
 
-	"github.com/coder/websocket"
+	"github.com/gorilla/websocket"
 	"github.com/hashicorp/yamux"
 )
 
@@ -25,7 +27,8 @@ import (
 // DefaultConfig.
 type Config struct {
 	// StreamWindow is the most a stream's receiver buffers before its sender
-	// must wait: the per-stream flow-control window.
+	// must wait: the per-stream flow-control window. It also caps one
+	// stream's rate at StreamWindow per round trip.
 	StreamWindow uint32
 	// WriteTimeout closes the session when one write to the WebSocket takes
 	// longer: the peer has stopped reading altogether.
@@ -34,17 +37,17 @@ type Config struct {
 	// Close before it is reset, so a peer that never closes its side does not
 	// leak the stream.
 	StreamCloseTimeout time.Duration
-	// OpenTimeout bounds how long Open waits for the peer to acknowledge a
-	// new stream before the session is considered dead.
+	// OpenTimeout bounds how long an opened stream waits for the peer's
+	// acknowledgement before the session is considered dead.
 	OpenTimeout time.Duration
 	// AcceptBacklog is how many streams may wait for Accept.
 	AcceptBacklog int
 }
 
-// DefaultConfig returns the settings both sides use.
+// DefaultConfig returns the settings both sides start from.
 func DefaultConfig() Config {
 	return Config{
-		StreamWindow:       4 << 20,
+		StreamWindow:       1 << 20,
 		WriteTimeout:       15 * time.Second,
 		StreamCloseTimeout: 2 * time.Minute,
 		OpenTimeout:        30 * time.Second,
@@ -76,30 +79,47 @@ type Session struct {
 var ErrClosed = errors.New("tunnel: session closed")
 
 func newSession(ws *websocket.Conn, cfg Config, client bool) (*Session, error) {
-	// yamux frames are up to a window long; the read limit is for messages
-	// from people's browsers, not for our own framing.
-	ws.SetReadLimit(-1)
-	nc := &abortingConn{Conn: websocket.NetConn(context.Background(), ws, websocket.MessageBinary), ws: ws}
 	open := yamux.Server
 	if client {
 		open = yamux.Client
 	}
-	mux, err := open(nc, cfg.yamux())
+	mux, err := open(&wsConn{ws: ws}, cfg.yamux())
 	if err != nil {
-		ws.CloseNow()
+		ws.Close()
 		return nil, fmt.Errorf("tunnel: start session: %w", err)
 	}
 	return &Session{ws: ws, mux: mux}, nil
 }
 
-// Dial connects to a hub's WebSocket at url (ws:// or wss://) with the given
-// request headers. On a refused upgrade the response is returned too, so the
-// caller can tell a 401 from a 503; its body is closed.
-func Dial(ctx context.Context, url string, header http.Header, client *http.Client, cfg Config) (*Session, *http.Response, error) {
-	ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{
-		HTTPClient: client,
-		HTTPHeader: header,
-	})
+// DialOptions say how to reach the hub.
+type DialOptions struct {
+	// Header is sent with the upgrade request.
+	Header http.Header
+	// TLSConfig is for wss:// URLs; nil means the system's roots.
+	TLSConfig *tls.Config
+	// Proxy picks an HTTP proxy for the request, like
+	// http.ProxyFromEnvironment; nil means none.
+	Proxy func(*http.Request) (*url.URL, error)
+}
+
+// dialBuffer is the agent's WebSocket buffer size. With gorilla's 4 KiB
+// default every 32 KiB write becomes 8 masked frames; 64 KiB halves the CPU
+// an agent spends per byte sent (decision 001). The hub keeps the default:
+// it pays per agent.
+const dialBuffer = 64 << 10
+
+// Dial connects to a hub's WebSocket at url (ws:// or wss://). Redirects are
+// not followed. When the server answers the upgrade with anything but 101,
+// the response is returned with the error, its body closed, so the caller
+// can tell a 401 from a 503.
+func Dial(ctx context.Context, url string, opts DialOptions, cfg Config) (*Session, *http.Response, error) {
+	d := websocket.Dialer{
+		Proxy:           opts.Proxy,
+		TLSClientConfig: opts.TLSConfig,
+		ReadBufferSize:  dialBuffer,
+		WriteBufferSize: dialBuffer,
+	}
+	ws, resp, err := d.DialContext(ctx, url, opts.Header)
 	if resp != nil && resp.Body != nil {
 		resp.Body.Close()
 	}
@@ -110,10 +130,16 @@ func Dial(ctx context.Context, url string, header http.Header, client *http.Clie
 	return s, resp, err
 }
 
+// upgrader accepts agents. Zero buffer sizes reuse the buffers net/http
+// already has for the request, the cheapest per idle agent (decision 001).
+// Origins are not checked: agents are not browsers, and they are
+// authenticated by the request's token before the upgrade.
+var upgrader = websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
+
 // Accept upgrades an HTTP request to a session. The caller has already
 // decided to admit it.
 func Accept(w http.ResponseWriter, r *http.Request, cfg Config) (*Session, error) {
-	ws, err := websocket.Accept(w, r, nil)
+	ws, err := upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -163,32 +189,66 @@ func (s *Session) Close() error {
 // CloseWithReason sends a WebSocket close frame with code and reason, for
 // proxies and debugging tools that show them, then closes. Tether's own peer
 // learns why from the control stream before this; the close frame is a
-// courtesy and is not waited on for long.
-func (s *Session) CloseWithReason(code websocket.StatusCode, reason string) error {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.ws.Close(code, reason)
-	}()
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-		s.ws.CloseNow()
-		<-done
-	}
+// courtesy, given a second at most.
+func (s *Session) CloseWithReason(code int, reason string) error {
+	// WriteControl may run beside yamux's writer: gorilla allows it.
+	s.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
 	return s.mux.Close()
 }
 
-// abortingConn makes Close drop the WebSocket at once. yamux closes its conn
-// when the session ends, whatever the reason; coder/websocket's Close would
-// wait up to seconds for a close handshake the peer may never answer.
-type abortingConn struct {
-	net.Conn
+// errNotBinary is returned when the peer sends a text message: the tunnel
+// only carries binary ones.
+var errNotBinary = errors.New("tunnel: a text message on the tunnel's WebSocket")
+
+// wsConn is a net.Conn over a WebSocket, for yamux: each Write is one binary
+// message, and Read runs through the messages as one byte stream. gorilla
+// allows one reader and one writer at a time; yamux has exactly one of each
+// (its receive and send loops), so wsConn adds no locking.
+type wsConn struct {
 	ws *websocket.Conn
+	r  io.Reader // the message being read; nil between messages
 }
 
-func (c *abortingConn) Close() error {
-	err := c.ws.CloseNow()
-	c.Conn.Close() // stops the NetConn's timers; the WebSocket is already closed, so no handshake
-	return err
+func (c *wsConn) Read(p []byte) (int, error) {
+	for {
+		if c.r == nil {
+			typ, r, err := c.ws.NextReader()
+			if err != nil {
+				if websocket.IsCloseError(err, websocket.CloseNormalClosure, websocket.CloseGoingAway) {
+					return 0, io.EOF
+				}
+				return 0, err
+			}
+			if typ != websocket.BinaryMessage {
+				return 0, errNotBinary
+			}
+			c.r = r
+		}
+		n, err := c.r.Read(p)
+		if err == io.EOF {
+			c.r = nil
+			if n == 0 {
+				continue
+			}
+			err = nil
+		}
+		return n, err
+	}
 }
+
+func (c *wsConn) Write(p []byte) (int, error) {
+	if err := c.ws.WriteMessage(websocket.BinaryMessage, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Close drops the connection at once: yamux closes its conn when the session
+// ends, whatever the reason, and a close handshake the peer may never answer
+// would only delay that.
+func (c *wsConn) Close() error                       { return c.ws.NetConn().Close() }
+func (c *wsConn) LocalAddr() net.Addr                { return c.ws.LocalAddr() }
+func (c *wsConn) RemoteAddr() net.Addr               { return c.ws.RemoteAddr() }
+func (c *wsConn) SetDeadline(t time.Time) error      { return c.ws.NetConn().SetDeadline(t) }
+func (c *wsConn) SetReadDeadline(t time.Time) error  { return c.ws.SetReadDeadline(t) }
+func (c *wsConn) SetWriteDeadline(t time.Time) error { return c.ws.SetWriteDeadline(t) }

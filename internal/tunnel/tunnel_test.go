@@ -2,6 +2,7 @@ package tunnel
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net/http"
@@ -40,7 +41,11 @@ func pair(t *testing.T, useTLS bool) (client, server *Session) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	url := "ws" + strings.TrimPrefix(srv.URL, "http")
-	c, _, err := Dial(ctx, url, nil, srv.Client(), DefaultConfig())
+	var tlsConfig *tls.Config
+	if useTLS {
+		tlsConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+	}
+	c, _, err := Dial(ctx, url, DialOptions{TLSConfig: tlsConfig}, DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,10 +55,10 @@ func pair(t *testing.T, useTLS bool) (client, server *Session) {
 }
 
 func TestStreamsBothWays(t *testing.T) {
-	for _, tls := range []bool{false, true} {
-		name := map[bool]string{false: "ws", true: "wss"}[tls]
+	for _, useTLS := range []bool{false, true} {
+		name := map[bool]string{false: "ws", true: "wss"}[useTLS]
 		t.Run(name, func(t *testing.T) {
-			c, s := pair(t, tls)
+			c, s := pair(t, useTLS)
 			ctx := context.Background()
 			for _, dir := range []struct {
 				name         string
