@@ -111,7 +111,7 @@ func Run(ctx context.Context, cfg Config) error {
 
 	fmt.Fprintf(cfg.Out, "\nTether is running on this machine:\n")
 	fmt.Fprintf(cfg.Out, "  hub:              %s\n", hubURL)
-	fmt.Fprintf(cfg.Out, "  cluster %q:      Kubernetes %s at %s, relayed by an agent\n", ClusterName, cluster.Version, cluster.URL)
+	fmt.Fprintf(cfg.Out, "  cluster:          %q, Kubernetes %s at %s, relayed by an agent\n", ClusterName, cluster.Version, cluster.URL)
 	fmt.Fprintf(cfg.Out, "  admin kubeconfig: %s (straight to the API server)\n", cluster.AdminKubeconfig)
 	fmt.Fprintf(cfg.Out, "Press Ctrl-C to stop everything.\n\n")
 
