@@ -1,0 +1,126 @@
+package hub
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/agent"
+)
+
+// recordWaits makes the agent report each wait on a channel instead of
+// sleeping.
+func recordWaits(waits chan time.Duration) func(*agent.Config) {
+	return func(c *agent.Config) {
+		c.Sleep = func(ctx context.Context, d time.Duration) error {
+			select {
+			case waits <- d:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+func TestAgentHonoursRetryAfterAndReportsOtherAnswers(t *testing.T) {
+	fc := newFakeCluster(t)
+	tests := []struct {
+		name     string
+		handler  http.HandlerFunc
+		wantLog  string
+		wantWait time.Duration // 0: any backoff wait
+	}{
+		{"overloaded", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Retry-After", "7")
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		}, "it answered 503 Service Unavailable", 7 * time.Second},
+		{"login page", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "https://login.example.com/", http.StatusFound)
+		}, "it answered 302 Found, redirecting to https://login.example.com/", 0},
+		{"broken proxy", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+		}, "it answered 502 Bad Gateway", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(tt.handler)
+			defer srv.Close()
+			waits := make(chan time.Duration)
+			a := startAgent(t, srv.URL, "eu-1", fc, recordWaits(waits))
+			d := <-waits
+			if tt.wantWait != 0 && d != tt.wantWait {
+				t.Errorf("waited %s, want the %s the hub asked for", d, tt.wantWait)
+			}
+			if tt.wantWait == 0 && (d < 800*time.Millisecond || d > 1200*time.Millisecond) {
+				t.Errorf("waited %s, want the first backoff step", d)
+			}
+			want := "Can't reach the hub at " + srv.URL + ": " + tt.wantLog
+			if !strings.Contains(a.logs.String(), want) {
+				t.Errorf("the agent's log lacks %q:\n%s", want, a.logs)
+			}
+			a.stop(t)
+		})
+	}
+}
+
+func TestAgentUsesTheProxyEnvironment(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1")})
+	var tunnelled atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect {
+			http.Error(w, "CONNECT only", http.StatusMethodNotAllowed)
+			return
+		}
+		up, err := net.Dial("tcp", r.Host)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer up.Close()
+		tunnelled.Add(1)
+		w.WriteHeader(http.StatusOK)
+		down, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer down.Close()
+		go func() { io.Copy(up, buf); up.(*net.TCPConn).CloseWrite() }()
+		io.Copy(down, up)
+	}))
+	defer proxy.Close()
+	proxyURL, _ := url.Parse(proxy.URL)
+	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.Proxy = http.ProxyURL(proxyURL) })
+	eventually(t, 5*time.Second, "connected through the proxy", a.Connected)
+	if tunnelled.Load() == 0 {
+		t.Fatal("the agent connected without its proxy")
+	}
+	a.stop(t)
+}
+
+func TestBasePath(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), BasePath: "/tether/"})
+	a := startAgent(t, h.url+"/tether", "eu-1", fc)
+	eventually(t, 5*time.Second, "connected below the base path", a.Connected)
+	for _, path := range []string{"/healthz", "/readyz", "/tether/healthz", "/tether/readyz"} {
+		if code, body := get(t, h.url+path); code != 200 || body != "ok\n" {
+			t.Errorf("GET %s = %d %q", path, code, body)
+		}
+	}
+	if code, _ := get(t, h.url+"/api/agent"); code != http.StatusNotFound {
+		t.Errorf("the agent endpoint answers outside the base path: %d", code)
+	}
+	h.Close()
+	if code, _ := get(t, h.url+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz of a closed hub = %d, want 503", code)
+	}
+}
