@@ -1,0 +1,177 @@
+package auth
+
+import (
+	"encoding/base64"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/testutil/oidctest"
+	"sigs.k8s.io/yaml"
+)
+
+func FuzzParseUsers(f *testing.F) {
+	for _, seed := range []string{
+		"",
+		"[]",
+		"- name: alice\n  tokenSha256: " + sha(tokAlice) + "\n  groups: [dev]\n",
+		"- name: bob\n  tokenSha256: [" + sha(tokBob) + ", " + strings.ToUpper(sha(tokBob2)) + "]\n",
+		"- name: carol\n  token: " + tokCarol + "\n  groups: []\n",
+		"- name: a\n  token: " + tokAlice + "\n- name: b\n  token: " + tokAlice + "\n",
+		"- name: system:admin\n  token: " + tokAlice + "\n",
+		"- name: \"a\\tb\"\n  token: " + tokAlice + "\n  groups: [\" x\"]\n",
+		"- {name: 1, token: 2}",
+		"- name: a\n  groups:\n",
+		base64.StdEncoding.EncodeToString([]byte("- name: b64\n  token: " + tokBob + "\n")),
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		list, err := ParseUsers(SettingUsers, data)
+		if err != nil {
+			if list != nil {
+				t.Fatalf("a list and an error: %v", err)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error on more than one line: %q", err)
+			}
+			for _, tok := range listTokens(data) {
+				if strings.Contains(err.Error(), tok) {
+					t.Fatalf("error shows the token %q: %s", tok, err)
+				}
+			}
+			return
+		}
+		names, owners := map[string]bool{}, map[fleet.Hash]string{}
+		for _, u := range list {
+			if names[u.Name] {
+				t.Fatalf("name %q twice", u.Name)
+			}
+			names[u.Name] = true
+			if err := CheckIdentity(u.Name, u.Groups); err != nil {
+				t.Fatalf("accepted a user the hub can't impersonate: %v", err)
+			}
+			if n := len(u.TokenHashes); n < 1 || n > 2 {
+				t.Fatalf("%q has %d token hashes", u.Name, n)
+			}
+			for _, h := range u.TokenHashes {
+				if o, dup := owners[h]; dup && o != u.Name {
+					t.Fatalf("%q and %q share a token", o, u.Name)
+				}
+				owners[h] = u.Name
+			}
+		}
+	})
+}
+
+// listTokens finds the token values in a YAML list, to check that errors never show them.
+func listTokens(data []byte) []string {
+	var entries []map[string]any
+	if yaml.Unmarshal(data, &entries) != nil {
+		return nil
+	}
+	var names, out []string
+	for _, e := range entries {
+		if name, ok := e["name"].(string); ok {
+			names = append(names, name)
+		}
+	}
+	for _, e := range entries {
+		tok, ok := e["token"].(string)
+		tok = strings.TrimSpace(tok)
+		// A token that is part of a name shows up with the name, which errors must show.
+		if ok && len(tok) >= 8 && !slices.ContainsFunc(names, func(n string) bool { return strings.Contains(n, tok) }) {
+			out = append(out, tok)
+		}
+	}
+	return out
+}
+
+// FuzzAuthenticate feeds arbitrary Authorization values, and auth proxy headers, to an
+// Authenticator with every way in configured.
+func FuzzAuthenticate(f *testing.F) {
+	iss := oidctest.Start(f, oidctest.Options{})
+	a, err := New(Config{
+		Users:             "- name: alice\n  token: " + tokAlice + "\n  groups: [dev]\n",
+		OIDC:              OIDCConfig{Issuer: iss.URL, ClientID: iss.ClientID, CAFile: iss.CAFile(f)},
+		ProxyUserHeader:   "X-Remote-User",
+		ProxyGroupsHeader: "X-Remote-Group",
+		ProxyTrusted:      []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+	})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = a.Close() })
+	hubTok, _, err := a.IssueToken(Person{Name: "bob", Groups: []string{"ops"}, Source: SourceToken})
+	if err != nil {
+		f.Fatal(err)
+	}
+	idTok := iss.IDToken(f, map[string]any{"email": "carol@example.com", "email_verified": true, "groups": "dev"})
+	for _, seed := range []struct {
+		authz, user, groups string
+		trusted             bool
+	}{
+		{"Bearer " + tokAlice, "", "", false},
+		{"Bearer " + hubTok, "", "", false},
+		{"Bearer " + idTok, "", "", false},
+		{"bearer " + idTok[:len(idTok)-4], "", "", false},
+		{"Bearer", "", "", false},
+		{"Bearer a.b.c", "", "", false},
+		{"Bearer eyJ9.eyJpc3MiOiJ0ZXRoZXItaHViIn0.eA", "", "", false},
+		{"Basic YWxpY2U6cGFzcw==", "alice", "dev,ops", true},
+		{"", "alice", "dev, ops", true},
+		{"", "alice", "", false},
+		{tokAlice, "", "", false},
+		{"Bearer " + strings.Repeat("x", maxTokenBytes+1), "", "", false},
+	} {
+		f.Add(seed.authz, seed.user, seed.groups, seed.trusted)
+	}
+	f.Fuzz(func(t *testing.T, authz, user, groups string, trusted bool) {
+		peer := "203.0.113.5:40000"
+		if trusted {
+			peer = "10.0.0.5:40000"
+		}
+		r := request(peer)
+		if authz != "" {
+			r.Header["Authorization"] = []string{authz}
+		}
+		if user != "" {
+			r.Header["X-Remote-User"] = []string{user}
+		}
+		if groups != "" {
+			r.Header["X-Remote-Group"] = []string{groups}
+		}
+		p, ok, err := a.Authenticate(r)
+		if ok && err != nil {
+			t.Fatalf("ok and an error: %v", err)
+		}
+		if ok {
+			if p.Name == "" {
+				t.Fatalf("ok with no name: %+v", p)
+			}
+			if p.Source != SourceOIDC && p.Bearer != "" {
+				t.Fatalf("kept a %s bearer token", p.Source)
+			}
+			if p.Source == SourceProxy && !trusted {
+				t.Fatal("believed an untrusted peer's headers")
+			}
+			return
+		}
+		if err == nil {
+			return
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "\n") {
+			t.Fatalf("error on more than one line: %q", msg)
+		}
+		cred := strings.TrimSpace(authz)
+		if i := strings.IndexAny(cred, " \t"); i >= 0 {
+			cred = strings.TrimSpace(cred[i+1:])
+		}
+		if len(cred) >= 16 && !strings.ContainsAny(cred, " _") && !strings.Contains(iss.URL, cred) && strings.Contains(msg, cred) {
+			t.Fatalf("error shows the credential %q: %s", cred, msg)
+		}
+	})
+}

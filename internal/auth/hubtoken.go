@@ -1,0 +1,223 @@
+package auth
+
+import (
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+)
+
+// hubIssuer is the iss of every hub-issued token. It is not a URL, so no OIDC issuer (whose iss
+// must be an https URL, TETHER_OIDC_ISSUER) can ever have it: an ID token can't pass as a hub
+// token, and a hub token is never sent to the OIDC verifier.
+const hubIssuer = "tether-hub"
+
+// hubLeeway is how far the clocks of hub replicas sharing a key may disagree.
+const hubLeeway = time.Minute
+
+// ErrRenew is what IssueToken says to a person signed in with a hub-issued token: renewing
+// one with itself would let a token outlive its TTL, and a person removed from the users list
+// keep their access for ever.
+var ErrRenew = errors.New("a hub-issued token can't be used to get another one; sign in again")
+
+// hubTokens signs and checks the tokens in the kubeconfigs the hub hands out: JWTs signed with
+// Ed25519 (EdDSA), naming the person in sub and their groups in groups.
+type hubTokens struct {
+	signer   jose.Signer
+	keys     map[string]ed25519.PublicKey // by key ID
+	audience string
+	ttl      time.Duration
+	now      func() time.Time
+}
+
+type hubClaims struct {
+	Groups []string `json:"groups,omitempty"`
+}
+
+func newHubTokens(cfg Config, log *slog.Logger) (*hubTokens, error) {
+	var privs []ed25519.PrivateKey
+	if cfg.SigningKeyFile != "" {
+		var err error
+		if privs, err = readSigningKeys(cfg.SigningKeyFile); err != nil {
+			return nil, err
+		}
+	} else {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, fmt.Errorf("make a signing key: %w", err)
+		}
+		privs = []ed25519.PrivateKey{priv}
+		log.Warn("TETHER_TOKEN_SIGNING_KEY_FILE is not set, so the hub made a signing key that lasts until it stops: the kubeconfigs it hands out stop working when it restarts, and hub replicas don't accept each other's. Make a key with: openssl genpkey -algorithm ed25519 -out signing-key.pem")
+	}
+	h := &hubTokens{keys: map[string]ed25519.PublicKey{}, audience: cfg.HubURL, ttl: cfg.TTL, now: cfg.now}
+	if h.audience == "" {
+		h.audience = hubIssuer
+	}
+	if h.ttl == 0 {
+		h.ttl = defaultKubeconfigTTL
+	}
+	for i, priv := range privs {
+		pub := priv.Public().(ed25519.PublicKey)
+		thumb, err := (&jose.JSONWebKey{Key: pub}).Thumbprint(crypto.SHA256)
+		if err != nil {
+			return nil, fmt.Errorf("key id: %w", err)
+		}
+		kid := base64.RawURLEncoding.EncodeToString(thumb)
+		h.keys[kid] = pub
+		if i > 0 {
+			continue
+		}
+		h.signer, err = jose.NewSigner(jose.SigningKey{Algorithm: jose.EdDSA, Key: jose.JSONWebKey{Key: priv, KeyID: kid}},
+			(&jose.SignerOptions{}).WithType("JWT"))
+		if err != nil {
+			return nil, fmt.Errorf("signer: %w", err)
+		}
+	}
+	return h, nil
+}
+
+// readSigningKeys reads a PEM file of Ed25519 private keys in PKCS #8.
+func readSigningKeys(path string) ([]ed25519.PrivateKey, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s can't be read: %w", SettingSigningKeyFile, err)
+	}
+	const want = "must hold an Ed25519 private key in PEM, as openssl genpkey -algorithm ed25519 writes it"
+	var keys []ed25519.PrivateKey
+	for n := 1; ; n++ {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			break
+		}
+		if block.Type != "PRIVATE KEY" {
+			return nil, fmt.Errorf("%s %s; %s has a %q block (key %d)", SettingSigningKeyFile, want, path, block.Type, n)
+		}
+		k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s; key %d in %s is not a PKCS #8 private key", SettingSigningKeyFile, want, n, path)
+		}
+		priv, ok := k.(ed25519.PrivateKey)
+		if !ok {
+			return nil, fmt.Errorf("%s %s; key %d in %s is %s", SettingSigningKeyFile, want, n, path, keyKind(k))
+		}
+		keys = append(keys, priv)
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("%s %s; %s has no PEM block", SettingSigningKeyFile, want, path)
+	}
+	return keys, nil
+}
+
+func keyKind(k any) string {
+	name := fmt.Sprintf("%T", k) // *rsa.PrivateKey, *ecdsa.PrivateKey, *ecdh.PrivateKey
+	name = strings.TrimPrefix(name, "*")
+	name, _, _ = strings.Cut(name, ".")
+	return "an " + strings.ToUpper(name) + " key"
+}
+
+// IssueToken makes a hub-issued token for p, valid for the TTL (TETHER_KUBECONFIG_TTL), for
+// the kubeconfigs of SPEC section 3. It carries p's name and groups, not its source or bearer
+// token. It refuses a person signed in with a hub-issued token (ErrRenew).
+func (a *Authenticator) IssueToken(p Person) (token string, expires time.Time, err error) {
+	return a.hub.issue(p)
+}
+
+func (h *hubTokens) issue(p Person) (string, time.Time, error) {
+	if p.Source == SourceHub {
+		return "", time.Time{}, ErrRenew
+	}
+	if p.Name == "" {
+		return "", time.Time{}, errors.New("issue token: the person has no name")
+	}
+	now := h.now()
+	exp := jwt.NewNumericDate(now.Add(h.ttl))
+	std := jwt.Claims{
+		Issuer:    hubIssuer,
+		Subject:   p.Name,
+		Audience:  jwt.Audience{h.audience},
+		IssuedAt:  jwt.NewNumericDate(now),
+		NotBefore: jwt.NewNumericDate(now),
+		Expiry:    exp,
+	}
+	raw, err := jwt.Signed(h.signer).Claims(std).Claims(hubClaims{Groups: p.Groups}).Serialize()
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("issue token: %w", err)
+	}
+	return raw, exp.Time(), nil
+}
+
+// verify checks a token whose (unverified) issuer is the hub's.
+func (h *hubTokens) verify(raw string) (Person, error) {
+	tok, err := jwt.ParseSigned(raw, []jose.SignatureAlgorithm{jose.EdDSA})
+	if err != nil {
+		return Person{}, fmt.Errorf("%w: a hub-issued token that can't be read: %v", ErrInvalidToken, err)
+	}
+	pub, ok := h.keys[tok.Headers[0].KeyID]
+	if !ok {
+		return Person{}, fmt.Errorf("%w: a hub-issued token signed with a key this hub doesn't have (did the hub restart without %s, or was its key replaced?); get a new kubeconfig", ErrInvalidToken, SettingSigningKeyFile)
+	}
+	var std jwt.Claims
+	var extra hubClaims
+	if err := tok.Claims(pub, &std, &extra); err != nil {
+		if errors.Is(err, jose.ErrCryptoFailure) {
+			return Person{}, fmt.Errorf("%w: a hub-issued token whose signature doesn't match the hub's key", ErrInvalidToken)
+		}
+		return Person{}, fmt.Errorf("%w: a hub-issued token with claims the hub doesn't write", ErrInvalidToken)
+	}
+	if std.Expiry == nil || std.Subject == "" {
+		return Person{}, fmt.Errorf("%w: a hub-issued token without an expiry or a name", ErrInvalidToken)
+	}
+	err = std.ValidateWithLeeway(jwt.Expected{Issuer: hubIssuer, AnyAudience: jwt.Audience{h.audience}, Time: h.now()}, hubLeeway)
+	switch {
+	case errors.Is(err, jwt.ErrExpired):
+		return Person{}, fmt.Errorf("%w: a hub-issued token for %q that expired at %s; get a new kubeconfig", ErrExpired, std.Subject, std.Expiry.Time().UTC().Format(time.RFC3339))
+	case errors.Is(err, jwt.ErrInvalidAudience):
+		return Person{}, fmt.Errorf("%w: a hub-issued token for %q meant for another hub (%q, and this hub is %q)", ErrInvalidToken, std.Subject, short(strings.Join(std.Audience, ", ")), h.audience)
+	case err != nil:
+		return Person{}, fmt.Errorf("%w: a hub-issued token for %q: %v", ErrInvalidToken, std.Subject, err)
+	}
+	return Person{Name: std.Subject, Groups: extra.Groups, Source: SourceHub}, nil
+}
+
+// peekJWT reports whether token looks like a compact JWT (three base64url parts, the middle one
+// a JSON object) and returns its claims, unverified: only to choose how to verify it.
+func peekJWT(token string) (claims struct{ Issuer string }, ok bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || parts[0] == "" || parts[2] == "" {
+		return claims, false
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return claims, false
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(payload, &m) != nil || m == nil {
+		return claims, false
+	}
+	_ = json.Unmarshal(m["iss"], &claims.Issuer) // not text: no issuer
+	return claims, true
+}
+
+// short cuts text from a token that may be anything before it goes into an error.
+func short(s string) string { return cut(s, 100) }
+
+// cut shortens s to at most max bytes, marking the cut.
+func cut(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}

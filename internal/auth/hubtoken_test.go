@@ -1,0 +1,227 @@
+package auth
+
+import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func pemBlock(t testing.TB, typ string, der []byte) string {
+	return string(pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}))
+}
+
+func ed25519PEM(t testing.TB) string {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pemBlock(t, "PRIVATE KEY", der)
+}
+
+func rsaPKCS8PEM(t testing.TB) string {
+	priv, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pemBlock(t, "PRIVATE KEY", der)
+}
+
+func ecSEC1PEM(t testing.TB) string {
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalECPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pemBlock(t, "EC PRIVATE KEY", der)
+}
+
+func keyFile(t testing.TB, pems ...string) string {
+	p := filepath.Join(t.TempDir(), "signing-key.pem")
+	if err := os.WriteFile(p, []byte(strings.Join(pems, "")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestHubTokenRoundTrip(t *testing.T) {
+	clock := newFakeClock()
+	a := newAuth(t, Config{HubURL: "https://tether.example.com", SigningKeyFile: keyFile(t, ed25519PEM(t)), TTL: 2 * time.Hour, Now: clock.Now})
+	alice := Person{Name: "alice@example.com", Groups: []string{"platform", "dev"}, Source: SourceOIDC, Bearer: "id-token"}
+	tok, exp, err := a.IssueToken(alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := clock.Now().Add(2 * time.Hour); !exp.Equal(want) {
+		t.Errorf("expires %s, want %s", exp, want)
+	}
+	if strings.Contains(tok, "id-token") {
+		t.Error("the hub token carries the person's own bearer token")
+	}
+	p, ok, err := a.Authenticate(bearer(tok))
+	if err != nil || !ok {
+		t.Fatalf("Authenticate: %v, %v", ok, err)
+	}
+	want := Person{Name: alice.Name, Groups: alice.Groups, Source: SourceHub}
+	if p.Name != want.Name || !slices.Equal(p.Groups, want.Groups) || p.Source != want.Source || p.Bearer != "" {
+		t.Errorf("got %+v, want %+v", p, want)
+	}
+	// The claims are what the package doc says.
+	var claims map[string]any
+	payload, _ := base64.RawURLEncoding.DecodeString(strings.Split(tok, ".")[1])
+	if err := json.Unmarshal(payload, &claims); err != nil {
+		t.Fatal(err)
+	}
+	if claims["iss"] != "tether-hub" || claims["aud"] != "https://tether.example.com" || claims["sub"] != alice.Name {
+		t.Errorf("claims = %v", claims)
+	}
+	// A person with no groups round-trips too.
+	tok, _, err = a.IssueToken(Person{Name: "bob", Source: SourceProxy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok, err := a.Authenticate(bearer(tok)); !ok || err != nil || p.Name != "bob" || len(p.Groups) != 0 {
+		t.Errorf("bob: %+v %v %v", p, ok, err)
+	}
+}
+
+func TestHubTokenExpiry(t *testing.T) {
+	clock := newFakeClock()
+	a := newAuth(t, Config{TTL: time.Hour, Now: clock.Now})
+	tok, exp, err := a.IssueToken(Person{Name: "alice", Source: SourceToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour) // at the expiry itself, and within the leeway for replicas' clocks
+	if _, ok, err := a.Authenticate(bearer(tok)); !ok || err != nil {
+		t.Fatalf("at expiry: %v %v", ok, err)
+	}
+	clock.Advance(hubLeeway + time.Second)
+	_, ok, err := a.Authenticate(bearer(tok))
+	if ok || !errors.Is(err, ErrExpired) {
+		t.Fatalf("after expiry: %v %v", ok, err)
+	}
+	want := `expired bearer token: a hub-issued token for "alice" that expired at ` + exp.UTC().Format(time.RFC3339) + `; get a new kubeconfig`
+	if err.Error() != want {
+		t.Errorf("error:\n got %s\nwant %s", err, want)
+	}
+}
+
+func TestHubTokenRefused(t *testing.T) {
+	keyA, keyB := ed25519PEM(t), ed25519PEM(t)
+	a := newAuth(t, Config{HubURL: "https://a.example.com", SigningKeyFile: keyFile(t, keyA)})
+	other := newAuth(t, Config{HubURL: "https://a.example.com", SigningKeyFile: keyFile(t, keyB)})
+	otherHub := newAuth(t, Config{HubURL: "https://b.example.com", SigningKeyFile: keyFile(t, keyA)})
+	alice := Person{Name: "alice", Groups: []string{"dev"}, Source: SourceToken}
+	good, _, err := a.IssueToken(alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromOther, _, _ := other.IssueToken(alice)
+	fromOtherHub, _, _ := otherHub.IssueToken(alice)
+
+	parts := strings.Split(good, ".")
+	// Tampered payload: alice claims another group; the signature no longer matches.
+	var claims map[string]any
+	payload, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	_ = json.Unmarshal(payload, &claims)
+	claims["groups"] = []string{"admins"}
+	forged, _ := json.Marshal(claims)
+	tamperedPayload := parts[0] + "." + base64.RawURLEncoding.EncodeToString(forged) + "." + parts[2]
+	// Tampered signature: one byte flipped.
+	sig, _ := base64.RawURLEncoding.DecodeString(parts[2])
+	sig[0] ^= 1
+	tamperedSig := parts[0] + "." + parts[1] + "." + base64.RawURLEncoding.EncodeToString(sig)
+	// Another hub's key, but this hub's key ID: the signature must still fail.
+	otherParts := strings.Split(fromOther, ".")
+	wrongKeySameKID := parts[0] + "." + otherParts[1] + "." + otherParts[2]
+	// alg none, with the hub's issuer.
+	none := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"none","typ":"JWT"}`)) + "." + parts[1] + "."
+	hs256 := base64.RawURLEncoding.EncodeToString([]byte(`{"alg":"HS256","typ":"JWT"}`)) + "." + parts[1] + ".c2ln"
+
+	for _, tc := range []struct {
+		name, token string
+		want        string
+	}{
+		{"tampered payload", tamperedPayload, `invalid bearer token: a hub-issued token whose signature doesn't match the hub's key`},
+		{"tampered signature", tamperedSig, `invalid bearer token: a hub-issued token whose signature doesn't match the hub's key`},
+		{"wrong key", fromOther, `invalid bearer token: a hub-issued token signed with a key this hub doesn't have (did the hub restart without TETHER_TOKEN_SIGNING_KEY_FILE, or was its key replaced?); get a new kubeconfig`},
+		{"wrong key, right key id", wrongKeySameKID, `invalid bearer token: a hub-issued token whose signature doesn't match the hub's key`},
+		{"another hub", fromOtherHub, `invalid bearer token: a hub-issued token for "alice" meant for another hub ("https://b.example.com", and this hub is "https://a.example.com")`},
+		{"alg none", none, `unknown bearer token: no users list is set (TETHER_USERS), and it is not a JWT`},
+		{"alg HS256", hs256, `invalid bearer token: a hub-issued token that can't be read: unexpected signature algorithm "HS256"; expected ["EdDSA"]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, ok, err := a.Authenticate(bearer(tc.token))
+			if ok || err == nil {
+				t.Fatalf("accepted: %+v", p)
+			}
+			if !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("error:\n got %s\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestHubTokenKeyRotation(t *testing.T) {
+	oldKey, newKey := ed25519PEM(t), ed25519PEM(t)
+	before := newAuth(t, Config{SigningKeyFile: keyFile(t, oldKey)})
+	during := newAuth(t, Config{SigningKeyFile: keyFile(t, newKey, oldKey)})
+	after := newAuth(t, Config{SigningKeyFile: keyFile(t, newKey)})
+	alice := Person{Name: "alice", Source: SourceToken}
+	oldTok, _, _ := before.IssueToken(alice)
+	newTok, _, _ := during.IssueToken(alice)
+	for _, tc := range []struct {
+		a     *Authenticator
+		token string
+		ok    bool
+	}{
+		{during, oldTok, true}, {during, newTok, true}, {before, newTok, false}, {after, newTok, true}, {after, oldTok, false},
+	} {
+		if _, ok, _ := tc.a.Authenticate(bearer(tc.token)); ok != tc.ok {
+			t.Errorf("ok = %v, want %v", ok, tc.ok)
+		}
+	}
+}
+
+func TestIssueTokenRefuses(t *testing.T) {
+	log, buf := testLogger()
+	a := newAuth(t, Config{Logger: log})
+	if !strings.Contains(buf.String(), "TETHER_TOKEN_SIGNING_KEY_FILE is not set") {
+		t.Errorf("no warning about the key made at start: %s", buf)
+	}
+	tok, _, err := a.IssueToken(Person{Name: "alice", Source: SourceToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, _ := a.Authenticate(bearer(tok))
+	if _, _, err := a.IssueToken(p); !errors.Is(err, ErrRenew) {
+		t.Errorf("renewing a hub token with itself: %v", err)
+	}
+	if _, _, err := a.IssueToken(Person{Source: SourceProxy}); err == nil {
+		t.Error("issued a token for no one")
+	}
+}

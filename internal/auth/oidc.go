@@ -1,0 +1,283 @@
+package auth
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coreos/go-oidc/v3/oidc"
+)
+
+// oidcSource checks OIDC ID tokens. It discovers the issuer lazily: once in the background at
+// start, and again when an ID token arrives, at most as often as its backoff allows. So an
+// issuer that is down while the hub starts neither blocks the start nor disables OIDC: ID tokens
+// are refused (ErrOIDCUnavailable) until it answers.
+type oidcSource struct {
+	cfg       OIDCConfig // with defaults filled in
+	now       func() time.Time
+	log       *slog.Logger
+	client    *http.Client
+	transport *trackedTransport
+	life      context.Context
+	wg        *sync.WaitGroup // the Authenticator's: discovery goroutines
+
+	mu       sync.Mutex // guards the following
+	verifier *oidc.IDTokenVerifier
+	inflight chan struct{} // closed when the discovery in flight ends; nil when none is
+	closed   bool
+	failures int
+	lastErr  error
+	nextTry  time.Time
+}
+
+func newOIDCSource(life context.Context, wg *sync.WaitGroup, c Config, log *slog.Logger) (*oidcSource, error) {
+	o := &oidcSource{cfg: c.OIDC, now: c.now, log: log, life: life, wg: wg}
+	if o.cfg.UsernameClaim == "" {
+		o.cfg.UsernameClaim = defaultOIDCUsernameClaim
+	}
+	if o.cfg.GroupsClaim == "" {
+		o.cfg.GroupsClaim = defaultOIDCGroupsClaim
+	}
+	if o.cfg.RetryMax <= 0 {
+		o.cfg.RetryMax = defaultOIDCRetryMax
+	}
+	if o.cfg.RequestTimeout <= 0 {
+		o.cfg.RequestTimeout = defaultOIDCRequestTimeout
+	}
+	base := http.DefaultTransport.(*http.Transport).Clone() // keeps HTTPS_PROXY and NO_PROXY
+	if o.cfg.CAFile != "" {
+		pool, err := readCAFile(o.cfg.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		base.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	o.transport = &trackedTransport{base: base, life: life}
+	o.client = &http.Client{Transport: o.transport, Timeout: o.cfg.RequestTimeout}
+	o.mu.Lock()
+	o.startLocked()
+	o.mu.Unlock()
+	return o, nil
+}
+
+func readCAFile(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s can't be read: %w", SettingOIDCCAFile, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("%s must be a PEM file of CA certificates; %s has none", SettingOIDCCAFile, path)
+	}
+	return pool, nil
+}
+
+// startLocked starts a discovery, unless the source is closed.
+func (o *oidcSource) startLocked() {
+	if o.closed {
+		return
+	}
+	done := make(chan struct{})
+	o.inflight = done
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		defer close(done)
+		o.discover()
+	}()
+}
+
+func (o *oidcSource) discover() {
+	p, err := oidc.NewProvider(oidc.ClientContext(o.life, o.client), o.cfg.Issuer)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.inflight = nil
+	if err != nil {
+		o.failures++
+		delay := time.Second << min(o.failures-1, 16)
+		delay = min(delay, o.cfg.RetryMax)
+		// An issuer's error page can be long and span lines; it goes into logs and errors.
+		err = errors.New(cut(strings.Join(strings.Fields(err.Error()), " "), 300))
+		o.lastErr, o.nextTry = err, o.now().Add(delay)
+		if o.life.Err() == nil {
+			o.log.Warn(fmt.Sprintf("Can't reach the OIDC issuer, so ID tokens are refused until it answers; the hub tries again when one arrives, %s from now at the earliest", delay),
+				"issuer", o.cfg.Issuer, "error", err)
+		}
+		return
+	}
+	o.verifier = p.Verifier(&oidc.Config{ClientID: o.cfg.ClientID, Now: o.now})
+	if o.failures > 0 {
+		o.log.Info("Reached the OIDC issuer", "issuer", o.cfg.Issuer, "after_failures", o.failures)
+	} else {
+		o.log.Info("Reached the OIDC issuer", "issuer", o.cfg.Issuer)
+	}
+	o.failures, o.lastErr = 0, nil
+}
+
+// getVerifier returns the verifier, discovering the issuer first if that is due, or waiting
+// for the discovery in flight.
+func (o *oidcSource) getVerifier(ctx context.Context) (*oidc.IDTokenVerifier, error) {
+	o.mu.Lock()
+	if o.verifier != nil {
+		defer o.mu.Unlock()
+		return o.verifier, nil
+	}
+	if o.inflight == nil {
+		wait := o.nextTry.Sub(o.now())
+		switch {
+		case o.closed:
+			o.mu.Unlock()
+			return nil, fmt.Errorf("%w: %s: %w", ErrOIDCUnavailable, o.cfg.Issuer, errClosed)
+		case wait > 0:
+			defer o.mu.Unlock()
+			return nil, fmt.Errorf("%w: %s (%v); the hub tries again in %s at the earliest", ErrOIDCUnavailable, o.cfg.Issuer, o.lastErr, wait.Round(time.Second))
+		}
+		o.startLocked()
+	}
+	done := o.inflight
+	o.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %s: gave up waiting for discovery: %w", ErrOIDCUnavailable, o.cfg.Issuer, ctx.Err())
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.verifier == nil {
+		return nil, fmt.Errorf("%w: %s (%v)", ErrOIDCUnavailable, o.cfg.Issuer, o.lastErr)
+	}
+	return o.verifier, nil
+}
+
+func (o *oidcSource) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.closed = true
+}
+
+// verify checks an ID token: signature, issuer, audience and expiry by go-oidc, then the
+// username and groups claims.
+func (o *oidcSource) verify(ctx context.Context, raw string) (Person, error) {
+	v, err := o.getVerifier(ctx)
+	if err != nil {
+		return Person{}, err
+	}
+	tok, err := v.Verify(ctx, raw)
+	if err != nil {
+		var expired *oidc.TokenExpiredError
+		if errors.As(err, &expired) {
+			return Person{}, fmt.Errorf("%w: an OIDC ID token that expired at %s; sign in again", ErrExpired, expired.Expiry.UTC().Format(time.RFC3339))
+		}
+		return Person{}, fmt.Errorf("%w: an OIDC ID token the hub can't accept: %v", ErrInvalidToken, err)
+	}
+	var claims map[string]json.RawMessage
+	if err := tok.Claims(&claims); err != nil {
+		return Person{}, fmt.Errorf("%w: an OIDC ID token whose claims can't be read: %v", ErrInvalidToken, err)
+	}
+	name, err := o.username(claims)
+	if err != nil {
+		return Person{}, err
+	}
+	groups, err := o.groups(claims)
+	if err != nil {
+		return Person{}, err
+	}
+	return Person{Name: name, Groups: groups, Source: SourceOIDC, Bearer: raw}, nil
+}
+
+func (o *oidcSource) username(claims map[string]json.RawMessage) (string, error) {
+	c := o.cfg.UsernameClaim
+	var name string
+	if raw, ok := claims[c]; !ok || json.Unmarshal(raw, &name) != nil || name == "" {
+		return "", fmt.Errorf("%w: an OIDC ID token without a %q claim as text, which names the person (%s)", ErrInvalidToken, c, SettingOIDCUsernameClaim)
+	}
+	if c == "email" {
+		var verified bool
+		if json.Unmarshal(claims["email_verified"], &verified) != nil || !verified {
+			return "", fmt.Errorf("%w: an OIDC ID token for %q, an email address the issuer hasn't verified (email_verified is not true); verify it, or name people by another claim (%s)", ErrInvalidToken, name, SettingOIDCUsernameClaim)
+		}
+	}
+	return name, nil
+}
+
+// groups reads the groups claim: absent or null means none; text is one group.
+func (o *oidcSource) groups(claims map[string]json.RawMessage) ([]string, error) {
+	raw, ok := claims[o.cfg.GroupsClaim]
+	if !ok || string(raw) == "null" {
+		return nil, nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return []string{one}, nil
+	}
+	var list []string
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, fmt.Errorf("%w: an OIDC ID token whose %q claim is not text or a list of texts (%s)", ErrInvalidToken, o.cfg.GroupsClaim, SettingOIDCGroupsClaim)
+	}
+	return list, nil
+}
+
+// trackedTransport ties every request to the issuer to the Authenticator's life, so that Close
+// can cancel them and wait for them, including those go-oidc makes on goroutines of its own to
+// refresh keys.
+type trackedTransport struct {
+	base *http.Transport
+	life context.Context
+
+	mu     sync.Mutex // guards closed and wg.Add
+	closed bool
+	wg     sync.WaitGroup
+}
+
+var errClosed = errors.New("the hub's authenticator is closed")
+
+func (t *trackedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil, errClosed
+	}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	ctx, cancel := context.WithCancel(req.Context())
+	stop := context.AfterFunc(t.life, cancel)
+	done := sync.OnceFunc(func() { stop(); cancel(); t.wg.Done() })
+	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		done()
+		return nil, err
+	}
+	resp.Body = &trackedBody{ReadCloser: resp.Body, done: done}
+	return resp, nil
+}
+
+// close waits for requests in flight (whose contexts the caller has cancelled through life),
+// then closes idle connections, ending their goroutines.
+func (t *trackedTransport) close() {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.wg.Wait()
+	t.base.CloseIdleConnections()
+}
+
+type trackedBody struct {
+	io.ReadCloser
+	done func()
+}
+
+func (b *trackedBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.done()
+	return err
+}

@@ -1,0 +1,299 @@
+package auth
+
+import (
+	"errors"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/testutil/oidctest"
+)
+
+// oidcAuth starts an issuer and an Authenticator that trusts it.
+func oidcAuth(t *testing.T, issOpts oidctest.Options, cfg Config) (*oidctest.Issuer, *Authenticator) {
+	t.Helper()
+	iss := oidctest.Start(t, issOpts)
+	cfg.OIDC.Issuer, cfg.OIDC.ClientID, cfg.OIDC.CAFile = iss.URL, iss.ClientID, iss.CAFile(t)
+	return iss, newAuth(t, cfg)
+}
+
+var verified = map[string]any{"email": "alice@example.com", "email_verified": true}
+
+func with(base map[string]any, kv ...any) map[string]any {
+	m := map[string]any{}
+	for k, v := range base {
+		m[k] = v
+	}
+	for i := 0; i < len(kv); i += 2 {
+		if kv[i+1] == nil {
+			delete(m, kv[i].(string))
+		} else {
+			m[kv[i].(string)] = kv[i+1]
+		}
+	}
+	return m
+}
+
+func TestOIDC(t *testing.T) {
+	iss, a := oidcAuth(t, oidctest.Options{}, Config{})
+	for _, tc := range []struct {
+		name   string
+		claims map[string]any
+		groups []string
+	}{
+		{"groups list", with(verified, "groups", []string{"dev", "platform"}), []string{"dev", "platform"}},
+		{"one group as text", with(verified, "groups", "dev"), []string{"dev"}},
+		{"no groups", verified, nil},
+		{"null groups", with(verified, "groups", []any{}), []string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok := iss.IDToken(t, tc.claims)
+			p, ok, err := a.Authenticate(bearer(tok))
+			if !ok || err != nil {
+				t.Fatalf("%v %v", ok, err)
+			}
+			if p.Name != "alice@example.com" || !slices.Equal(p.Groups, tc.groups) || p.Source != SourceOIDC || p.Bearer != tok {
+				t.Errorf("got %+v", p)
+			}
+		})
+	}
+	if got := a.Sources(); !slices.Equal(got, []string{"hub", "oidc"}) {
+		t.Errorf("Sources = %v", got)
+	}
+}
+
+func TestOIDCRefused(t *testing.T) {
+	clock := newFakeClock()
+	iss, a := oidcAuth(t, oidctest.Options{Now: clock.Now}, Config{Now: clock.Now})
+	other := oidctest.NewKey(t)
+	now := clock.Now()
+	for _, tc := range []struct {
+		name string
+		tok  oidctest.Token
+		err  error
+		want string
+	}{
+		{"wrong issuer", oidctest.Token{Issuer: "https://other.example.com", Claims: verified}, ErrInvalidToken,
+			`invalid bearer token: an OIDC ID token the hub can't accept: oidc: id token issued by a different provider, expected "` + iss.URL + `" got "https://other.example.com"`},
+		{"wrong audience", oidctest.Token{Audience: []string{"kubernetes"}, Claims: verified}, ErrInvalidToken,
+			`invalid bearer token: an OIDC ID token the hub can't accept: oidc: expected audience "tether" got ["kubernetes"]`},
+		{"expired", oidctest.Token{IssuedAt: now.Add(-2 * time.Hour), Expiry: now.Add(-time.Second), Claims: verified}, ErrExpired,
+			`expired bearer token: an OIDC ID token that expired at ` + now.Add(-time.Second).Format(time.RFC3339) + `; sign in again`},
+		{"not yet valid", oidctest.Token{NotBefore: now.Add(time.Hour), Claims: verified}, ErrInvalidToken,
+			`invalid bearer token: an OIDC ID token the hub can't accept: oidc: current time 2026-03-01 12:00:00 +0000 UTC before the nbf (not before) time`},
+		{"another key", oidctest.Token{Key: other, Claims: verified}, ErrInvalidToken,
+			`invalid bearer token: an OIDC ID token the hub can't accept: failed to verify signature`},
+		{"another key under the issuer's key id", oidctest.Token{Key: other, KeyID: iss.SigningKey().ID, Claims: verified}, ErrInvalidToken,
+			`invalid bearer token: an OIDC ID token the hub can't accept: failed to verify signature`},
+		{"email not verified", oidctest.Token{Claims: with(verified, "email_verified", false)}, ErrInvalidToken,
+			`invalid bearer token: an OIDC ID token for "alice@example.com", an email address the issuer hasn't verified (email_verified is not true); verify it, or name people by another claim (TETHER_OIDC_USERNAME_CLAIM)`},
+		{"email_verified missing", oidctest.Token{Claims: with(verified, "email_verified", nil)}, ErrInvalidToken,
+			`invalid bearer token: an OIDC ID token for "alice@example.com", an email address the issuer hasn't verified`},
+		{"email_verified as text", oidctest.Token{Claims: with(verified, "email_verified", "true")}, ErrInvalidToken,
+			`invalid bearer token: an OIDC ID token for "alice@example.com", an email address the issuer hasn't verified`},
+		{"no email", oidctest.Token{Claims: map[string]any{"email_verified": true}}, ErrInvalidToken,
+			`invalid bearer token: an OIDC ID token without a "email" claim as text, which names the person (TETHER_OIDC_USERNAME_CLAIM)`},
+		{"email not text", oidctest.Token{Claims: with(verified, "email", []string{"a@example.com"})}, ErrInvalidToken,
+			`invalid bearer token: an OIDC ID token without a "email" claim as text`},
+		{"groups a number", oidctest.Token{Claims: with(verified, "groups", 7)}, ErrInvalidToken,
+			`invalid bearer token: an OIDC ID token whose "groups" claim is not text or a list of texts (TETHER_OIDC_GROUPS_CLAIM)`},
+		{"groups with a number", oidctest.Token{Claims: with(verified, "groups", []any{"dev", 7})}, ErrInvalidToken,
+			`invalid bearer token: an OIDC ID token whose "groups" claim is not text or a list of texts (TETHER_OIDC_GROUPS_CLAIM)`},
+		// A token the issuer signed but that names the hub as its issuer is checked as a hub
+		// token, against the hub's keys only.
+		{"posing as a hub token", oidctest.Token{Issuer: "tether-hub", Audience: []string{"tether-hub"}, Claims: verified}, ErrInvalidToken,
+			`invalid bearer token: a hub-issued token that can't be read: unexpected signature algorithm "RS256"; expected ["EdDSA"]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, ok, err := a.Authenticate(bearer(iss.Sign(t, tc.tok)))
+			if ok || !errors.Is(err, tc.err) {
+				t.Fatalf("got %+v %v %v, want %v", p, ok, err, tc.err)
+			}
+			if !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("error:\n got %s\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestOIDCClaims(t *testing.T) {
+	iss, a := oidcAuth(t, oidctest.Options{ClientID: "hub"}, Config{OIDC: OIDCConfig{UsernameClaim: "preferred_username", GroupsClaim: "roles"}})
+	tok := iss.IDToken(t, map[string]any{"preferred_username": "alice", "roles": "admin", "groups": []string{"ignored"}})
+	p, ok, err := a.Authenticate(bearer(tok))
+	if !ok || err != nil || p.Name != "alice" || !slices.Equal(p.Groups, []string{"admin"}) {
+		t.Fatalf("got %+v %v %v", p, ok, err)
+	}
+	// Any audience list that holds the client ID will do.
+	tok = iss.Sign(t, oidctest.Token{Audience: []string{"other", "hub"}, Claims: map[string]any{"preferred_username": "bob"}})
+	if p, ok, err := a.Authenticate(bearer(tok)); !ok || p.Name != "bob" {
+		t.Fatalf("got %+v %v %v", p, ok, err)
+	}
+}
+
+func TestOIDCKeyRotation(t *testing.T) {
+	iss, a := oidcAuth(t, oidctest.Options{}, Config{})
+	if _, ok, err := a.Authenticate(bearer(iss.IDToken(t, verified))); !ok {
+		t.Fatal(err)
+	}
+	iss.RotateKey(t)
+	if _, ok, err := a.Authenticate(bearer(iss.IDToken(t, verified))); !ok {
+		t.Fatalf("a token signed with the issuer's new key: %v", err)
+	}
+}
+
+// TestOIDCIssuerDown starts the hub while the issuer is down: the start doesn't wait, ID tokens
+// are refused with ErrOIDCUnavailable, and discovery is tried again when one arrives, no more
+// often than the backoff allows.
+func TestOIDCIssuerDown(t *testing.T) {
+	clock := newFakeClock()
+	log, logs := testLogger()
+	iss := oidctest.Start(t, oidctest.Options{Now: clock.Now})
+	iss.SetDown(true)
+	const discovery = "/.well-known/openid-configuration"
+	a := newAuth(t, Config{Now: clock.Now, Logger: log, OIDC: OIDCConfig{Issuer: iss.URL, ClientID: iss.ClientID, CAFile: iss.CAFile(t)}})
+	waitFor(t, "the failed discovery in the log", func() bool { return strings.Contains(logs.String(), "Can't reach the OIDC issuer") })
+	if !strings.Contains(logs.String(), "503 Service Unavailable") || !strings.Contains(logs.String(), "1s from now at the earliest") {
+		t.Errorf("log: %s", logs)
+	}
+	if n := iss.Requests(discovery); n != 1 {
+		t.Fatalf("%d discoveries at start", n)
+	}
+	tok := iss.IDToken(t, verified)
+	_, ok, err := a.Authenticate(bearer(tok))
+	if ok || !errors.Is(err, ErrOIDCUnavailable) {
+		t.Fatalf("while down: %v %v", ok, err)
+	}
+	if want := "the OIDC issuer can't be reached: " + iss.URL + " (503 Service Unavailable: the issuer is down); the hub tries again in 1s at the earliest"; err.Error() != want {
+		t.Errorf("error:\n got %s\nwant %s", err, want)
+	}
+	if n := iss.Requests(discovery); n != 1 {
+		t.Errorf("tried again before the backoff: %d discoveries", n)
+	}
+
+	clock.Advance(time.Second) // due again: this token tries, and fails; the next wait is 2 s
+	if _, _, err := a.Authenticate(bearer(tok)); !errors.Is(err, ErrOIDCUnavailable) {
+		t.Fatalf("still down: %v", err)
+	}
+	if n := iss.Requests(discovery); n != 2 {
+		t.Errorf("%d discoveries, want 2", n)
+	}
+	iss.SetDown(false)
+	clock.Advance(time.Second)
+	if _, _, err := a.Authenticate(bearer(tok)); !errors.Is(err, ErrOIDCUnavailable) || !strings.Contains(err.Error(), "tries again in 1s") {
+		t.Fatalf("within the second backoff: %v", err)
+	}
+	clock.Advance(time.Second)
+	p, ok, err := a.Authenticate(bearer(tok))
+	if !ok || err != nil || p.Name != "alice@example.com" {
+		t.Fatalf("once the issuer is back: %+v %v %v", p, ok, err)
+	}
+	if !strings.Contains(logs.String(), "Reached the OIDC issuer") {
+		t.Errorf("log: %s", logs)
+	}
+	// Discovered: no more discovery requests.
+	for range 3 {
+		_, _, _ = a.Authenticate(bearer(tok))
+	}
+	if n := iss.Requests(discovery); n != 3 {
+		t.Errorf("%d discoveries, want 3", n)
+	}
+}
+
+func TestOIDCDiscoveryOnce(t *testing.T) {
+	iss, a := oidcAuth(t, oidctest.Options{}, Config{})
+	tok := iss.IDToken(t, verified)
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if _, ok, err := a.Authenticate(bearer(tok)); !ok {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := iss.Requests("/.well-known/openid-configuration"); n != 1 {
+		t.Errorf("%d discoveries for 20 tokens at once", n)
+	}
+}
+
+func TestOIDCDiscoveryErrors(t *testing.T) {
+	t.Run("issuer mismatch", func(t *testing.T) {
+		iss, a := oidcAuth(t, oidctest.Options{Issuer: "https://id.example.com"}, Config{})
+		_, _, err := a.Authenticate(bearer(iss.IDToken(t, verified)))
+		want := `the OIDC issuer can't be reached: ` + iss.URL + ` (oidc: issuer URL provided to client ("` + iss.URL + `") did not match the issuer URL returned by provider ("https://id.example.com"))`
+		if !errors.Is(err, ErrOIDCUnavailable) || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("error:\n got %v\nwant %s", err, want)
+		}
+	})
+	t.Run("untrusted certificate", func(t *testing.T) {
+		iss := oidctest.Start(t, oidctest.Options{})
+		a := newAuth(t, Config{OIDC: OIDCConfig{Issuer: iss.URL, ClientID: iss.ClientID}})
+		_, _, err := a.Authenticate(bearer(iss.IDToken(t, verified)))
+		if !errors.Is(err, ErrOIDCUnavailable) || !strings.Contains(err.Error(), "certificate") {
+			t.Errorf("error: %v", err)
+		}
+	})
+}
+
+// TestCloseDuringDiscovery: an issuer that accepts connections and never answers must not hold
+// up Close.
+func TestCloseDuringDiscovery(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns sync.WaitGroup
+	var mu sync.Mutex
+	var held []net.Conn
+	conns.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	})
+	defer func() {
+		ln.Close()
+		conns.Wait()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	}()
+	a, err := New(Config{OIDC: OIDCConfig{Issuer: "https://" + ln.Addr().String(), ClientID: "c"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close took %s", d)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = a.Authenticate(bearer("eyJhbGciOiJSUzI1NiJ9.eyJpc3MiOiJ4In0.c2ln"))
+	if !errors.Is(err, ErrOIDCUnavailable) {
+		t.Errorf("after Close: %v", err)
+	}
+}
+
+func TestJWTWithoutOIDC(t *testing.T) {
+	iss := oidctest.Start(t, oidctest.Options{})
+	a := newAuth(t, Config{Users: "- name: bob\n  token: " + tokBob + "\n"})
+	_, ok, err := a.Authenticate(bearer(iss.IDToken(t, verified)))
+	want := `invalid bearer token: a JWT issued by "` + iss.URL + `", but no OIDC issuer is set (TETHER_OIDC_ISSUER) and the hub didn't issue it`
+	if ok || !errors.Is(err, ErrInvalidToken) || err.Error() != want {
+		t.Errorf("error:\n got %v\nwant %s", err, want)
+	}
+}

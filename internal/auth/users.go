@@ -1,0 +1,143 @@
+package auth
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+
+	"github.com/tetherhq/tether/internal/fleet"
+)
+
+var userFields = []string{"name", "tokenSha256", "token", "groups"}
+
+// User is one entry of the users list: a person who signs in with a static bearer token.
+type User struct {
+	// Name is the person's name as Kubernetes will see it, before any prefix.
+	Name string
+	// Groups are the person's groups, before any prefix; nil when the entry has none.
+	Groups []string
+	// TokenHashes are the SHA-256 of the person's tokens: one, or two while one is rotated.
+	TokenHashes []fleet.Hash
+}
+
+// ParseUsers reads a users list; setting is what its errors name (SettingUsers or
+// SettingUsersFile). See the package doc for the format. Its errors are *fleet.ListError, one
+// line each, naming the entry; none contains a token.
+func ParseUsers(setting string, data []byte) ([]User, error) {
+	return parseUsers(setting, data, Config{})
+}
+
+// parseUsers is ParseUsers that also refuses names and groups the hub could never impersonate
+// once c's prefixes are added: better at start than as a 403 on every request.
+func parseUsers(setting string, data []byte, c Config) ([]User, error) {
+	spec := fleet.ListSpec{Setting: setting, Fields: userFields, Example: "alice@example.com"}
+	list := []User{}
+	owner := map[fleet.Hash]int{}
+	err := fleet.ParseList(spec, data, func(e *fleet.Entry) error {
+		u := User{Name: e.Name()}
+		if err := checkText(u.Name); err != nil {
+			return e.Errorf("has a name that %s; write it as Kubernetes should see it.", err)
+		}
+		var err error
+		if u.TokenHashes, err = e.TokenHashes(); err != nil {
+			return err
+		}
+		if u.Groups, _, err = e.Strings("groups"); err != nil {
+			return err
+		}
+		for i, g := range u.Groups {
+			if err := checkText(g); err != nil {
+				return e.Errorf("has a groups[%d] of %q, which %s.", i, g, err)
+			}
+		}
+		if strings.HasPrefix(c.UserPrefix+u.Name, "system:") {
+			return e.Errorf("has a name that starts with \"system:\", which Kubernetes keeps for itself; rename it, or set %s.", SettingUserPrefix)
+		}
+		for i, g := range u.Groups {
+			if strings.HasPrefix(c.GroupPrefix+g, "system:") {
+				return e.Errorf("has a groups[%d] of %q, which starts with \"system:\", which Kubernetes keeps for itself; remove it, or set %s.", i, g, SettingGroupPrefix)
+			}
+		}
+		for _, h := range u.TokenHashes {
+			if j, dup := owner[h]; dup {
+				return e.Errorf("has the same token as %s[%d] (%q); each person needs a token of their own.", setting, j, list[j].Name)
+			}
+			owner[h] = e.Index()
+		}
+		list = append(list, u)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+// users holds the users list in force. A nil *users is a hub without one: it knows no token.
+type users struct {
+	cur    atomic.Pointer[map[fleet.Hash]*User]
+	path   string // the file watch follows, or "" for a list from TETHER_USERS
+	loaded []byte // the file's content when loadUsers read it
+}
+
+// loadUsers reads the users list from cfg, or returns nil when none is set.
+func loadUsers(cfg Config) (*users, error) {
+	src, ok, err := fleet.ReadSource(SettingUsers, cfg.Users, cfg.UsersFile)
+	if err != nil || !ok {
+		return nil, err
+	}
+	list, err := parseUsers(src.Setting, src.Data, cfg)
+	if err != nil {
+		return nil, err
+	}
+	u := &users{path: src.Path, loaded: src.Data}
+	u.replace(list)
+	return u, nil
+}
+
+func (u *users) replace(list []User) {
+	m := make(map[fleet.Hash]*User, len(list))
+	for i := range list {
+		for _, h := range list[i].TokenHashes {
+			m[h] = &list[i]
+		}
+	}
+	u.cur.Store(&m)
+}
+
+// lookup finds the user whose token this is. It looks the token's hash up in a map rather than
+// comparing in constant time: the hash of a secret with at least 32 characters leaks nothing
+// useful through timing, and the lookup must cost the same for thousands of users as for one.
+func (u *users) lookup(token string) (User, bool) {
+	if u == nil {
+		return User{}, false
+	}
+	found, ok := (*u.cur.Load())[fleet.HashToken(token)]
+	if !ok {
+		return User{}, false
+	}
+	return *found, true
+}
+
+// watch follows the users file until ctx is done. A list that doesn't parse, or a file that
+// can't be read, leaves the last good list in force, and the reason is logged.
+func (u *users) watch(ctx context.Context, cfg Config, log *slog.Logger) {
+	opts := fleet.WatchOptions{Debounce: cfg.Debounce, PollInterval: cfg.PollInterval, Initial: u.loaded}
+	err := fleet.WatchFile(ctx, u.path, opts, func(data []byte, err error) {
+		if err != nil {
+			log.Warn("Can't read the users list; keeping the last good one", "file", u.path, "error", err)
+			return
+		}
+		list, err := parseUsers(SettingUsersFile, data, cfg)
+		if err != nil {
+			log.Warn("The users list has an error; keeping the last good one", "file", u.path, "error", err)
+			return
+		}
+		u.replace(list)
+		log.Info("Reloaded the users list", "file", u.path, "users", len(list))
+	})
+	if err != nil {
+		log.Warn("Can't watch the users list; changes to it need a hub restart", "file", u.path, "error", err)
+	}
+}
