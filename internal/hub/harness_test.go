@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -55,8 +57,19 @@ type fakeCluster struct {
 	saDir string
 
 	mu     sync.Mutex
-	tokens []string // the bearer tokens of requests, in order
+	tokens []string       // the bearer tokens of requests, in order
+	paths  map[string]int // requests per path
+	gate   chan struct{}  // /stream waits on it between its events
 }
+
+func (fc *fakeCluster) count(path string) int {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	return fc.paths[path]
+}
+
+// release lets /stream send its next event.
+func (fc *fakeCluster) release() { fc.gate <- struct{}{} }
 
 func newFakeCluster(t *testing.T) *fakeCluster {
 	t.Helper()
@@ -68,8 +81,31 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fc := &fakeCluster{ca: ca, saDir: t.TempDir()}
+	fc := &fakeCluster{ca: ca, saDir: t.TempDir(), paths: map[string]int{}, gate: make(chan struct{})}
 	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fc.note(r)
+		json.NewEncoder(w).Encode(map[string]any{"path": r.URL.RequestURI(), "header": r.Header})
+	})
+	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
+		fc.note(r)
+		http.Redirect(w, r, "https://elsewhere.example.com/", http.StatusFound)
+	})
+	mux.HandleFunc("/refuse-upgrade", func(w http.ResponseWriter, r *http.Request) {
+		fc.note(r)
+		http.Error(w, "forbidden", http.StatusForbidden)
+	})
+	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
+		fc.note(r)
+		io.WriteString(w, "event 1\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-fc.gate:
+		case <-r.Context().Done():
+			return
+		}
+		io.WriteString(w, "event 2\n")
+	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)
 		w.Write([]byte("ok"))
@@ -93,6 +129,7 @@ func (fc *fakeCluster) note(r *http.Request) {
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
 	fc.tokens = append(fc.tokens, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+	fc.paths[r.URL.Path]++
 }
 
 func (fc *fakeCluster) lastToken() string {

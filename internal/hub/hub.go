@@ -5,6 +5,9 @@
 package hub
 
 import (
+	"io"
+	"net/http/httputil"
+
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tetherhq/tether/internal/auth"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tetherhq/tether/internal/fleet"
@@ -43,6 +48,15 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Random returns a number in [0, 1), for the reconnect spread.
 	Random func() float64
+	// Auth says who people's requests are from. Nil means the hub serves
+	// agents only: no /clusters or /api/kubeconfig.
+	Auth *auth.Authenticator
+	// AuthConfig holds the impersonation prefixes.
+	AuthConfig auth.Config
+	// PublicURL is the hub's address as people open it, for kubeconfigs.
+	PublicURL string
+	// Audit gets one JSON line per request to a cluster; nil discards them.
+	Audit io.Writer
 }
 
 // Hub admits agents and keeps the state of every cluster.
@@ -52,7 +66,11 @@ type Hub struct {
 	metrics  *metrics
 	refusals *limiter
 
+	proxy *httputil.ReverseProxy
+
 	conns sync.WaitGroup // one per served agent connection
+
+	auditMu sync.Mutex // serializes audit lines
 
 	mu     sync.Mutex // guards the following
 	closed bool
@@ -100,7 +118,7 @@ func New(cfg Config) (*Hub, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Hub{
+	h := &Hub{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		metrics:  m,
@@ -108,7 +126,9 @@ func New(cfg Config) (*Hub, error) {
 		agents:   map[string]*agentConn{},
 		status:   map[string]*clusterStatus{},
 		lastCA:   map[string]string{},
-	}, nil
+	}
+	h.proxy = h.newProxy()
+	return h, nil
 }
 
 // Handler serves the hub's public endpoints below its base path, and
@@ -117,6 +137,11 @@ func (h *Hub) Handler() http.Handler {
 	mux := http.NewServeMux()
 	base := strings.TrimSuffix(h.cfg.BasePath, "/")
 	mux.HandleFunc(base+"/api/agent", h.serveAgent)
+	if h.cfg.Auth != nil {
+		mux.HandleFunc(base+"/clusters/{cluster}/{path...}", h.serveCluster)
+		mux.HandleFunc(base+"/clusters/{cluster}", h.serveCluster)
+		mux.HandleFunc("GET "+base+"/api/kubeconfig", h.serveKubeconfig)
+	}
 	ok := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) }
 	mux.HandleFunc("GET /healthz", ok)
 	mux.HandleFunc("GET /readyz", h.serveReady)

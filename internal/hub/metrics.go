@@ -10,6 +10,9 @@ type metrics struct {
 	takeovers    prometheus.Counter
 	caChanges    prometheus.Counter
 	heartbeatRTT prometheus.Histogram
+
+	requests        *prometheus.CounterVec
+	requestDuration *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -31,7 +34,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT} {
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tether_requests_total", Help: "People's requests to clusters, by cluster and answer.",
+	}, []string{"cluster", "code"})
+	m.requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "tether_request_duration_seconds", Help: "How long people's requests to clusters took, to the end of the answer.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
+	}, []string{"cluster"})
+	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, m.requests, m.requestDuration} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

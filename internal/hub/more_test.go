@@ -92,12 +92,14 @@ func TestAgentChecksTheHubCertificate(t *testing.T) {
 
 func TestOptionsFromEnv(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
-	o, err := OptionsFromEnv(env(map[string]string{"TETHER_PUBLIC_URL": "https://t.example.com/base/"}), true)
+	users := "- name: alice\n  token: 0123456789abcdef0123456789abcdef\n"
+	o, err := OptionsFromEnv(env(map[string]string{"TETHER_PUBLIC_URL": "https://t.example.com/base/", "TETHER_USERS": users}), true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.Addr != ":8080" || o.PublicURL.String() != "https://t.example.com/base" || o.BasePath != "/" || o.Heartbeat != 30*time.Second ||
-		o.ReconnectSpread != 10*time.Second || o.ShutdownGrace != 30*time.Second || o.MetricsAddr != ":9090" || o.LogFormat != "text" {
+		o.ReconnectSpread != 10*time.Second || o.ShutdownGrace != 30*time.Second || o.MetricsAddr != ":9090" || o.LogFormat != "text" ||
+		o.AuditFile != "-" || o.Auth.HubURL != "https://t.example.com/base" {
 		t.Errorf("defaults: %+v", o)
 	}
 	tests := []struct {
@@ -115,7 +117,14 @@ func TestOptionsFromEnv(t *testing.T) {
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_METRICS_ADDR": "x"}, `TETHER_METRICS_ADDR must be an address like :9090, or 0 to turn it off, not "x"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_LOG_FORMAT": "xml"}, `TETHER_LOG_FORMAT must be text or json, not "xml"`},
 	}
+	tests = append(tests, struct {
+		env  map[string]string
+		want string
+	}{map[string]string{"TETHER_PUBLIC_URL": "https://t"}, "no way for people to sign in is configured"})
 	for _, tt := range tests {
+		if _, ok := tt.env["TETHER_PUBLIC_URL"]; ok && !strings.HasPrefix(tt.want, "no way") {
+			tt.env["TETHER_USERS"] = users
+		}
 		_, err := OptionsFromEnv(env(tt.env), true)
 		if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
 			t.Errorf("%v: error %v, want %q", tt.env, err, tt.want)

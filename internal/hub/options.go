@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 )
 
@@ -24,7 +25,9 @@ type Options struct {
 	ShutdownGrace   time.Duration
 	MetricsAddr     string // "" when turned off
 	LogFormat       string
+	AuditFile       string // "-" is standard output
 	Fleet           fleet.Config
+	Auth            auth.Config
 	// Listener, when set, is used instead of listening on Addr: for tests
 	// and `tether dev`, which pick their address first.
 	Listener net.Listener
@@ -41,6 +44,7 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 		BasePath:    orDefault(getenv("TETHER_BASE_PATH"), "/"),
 		MetricsAddr: orDefault(getenv("TETHER_METRICS_ADDR"), ":9090"),
 		LogFormat:   orDefault(getenv("TETHER_LOG_FORMAT"), "text"),
+		AuditFile:   orDefault(getenv("TETHER_AUDIT_FILE"), "-"),
 		Fleet: fleet.Config{
 			Agents:     getenv("TETHER_FLEET_AGENTS"),
 			AgentsFile: getenv("TETHER_FLEET_AGENTS_FILE"),
@@ -82,6 +86,16 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 	}
 	if o.LogFormat != "text" && o.LogFormat != "json" {
 		return Options{}, fmt.Errorf("TETHER_LOG_FORMAT must be text or json, not %q", o.LogFormat)
+	}
+	if o.Auth, err = auth.OptionsFromEnv(getenv); err != nil {
+		return Options{}, err
+	}
+	if publicURLRequired && !o.Auth.Configured() {
+		// Only `tether dev` may start without a way for people to sign in.
+		return Options{}, auth.ErrNothingConfigured
+	}
+	if o.PublicURL != nil {
+		o.Auth.HubURL = o.PublicURL.String()
 	}
 	return o, nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/version"
 )
@@ -35,8 +37,25 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	if agents == nil {
 		log.Warn("No agents list (TETHER_FLEET_AGENTS or TETHER_FLEET_AGENTS_FILE): this hub refuses every agent")
 	}
+	authCfg := opts.Auth
+	authCfg.Logger = log
+	people, err := auth.New(authCfg)
+	if err != nil {
+		return err
+	}
+	defer people.Close()
+	audit, closeAudit, err := openAudit(opts.AuditFile)
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
+
 	reg := prometheus.NewRegistry()
 	h, err = New(Config{
+		Auth:            people,
+		AuthConfig:      authCfg,
+		PublicURL:       urlString(opts),
+		Audit:           audit,
 		Logger:          log,
 		Agents:          agents,
 		BasePath:        opts.BasePath,
@@ -195,4 +214,16 @@ func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 		}
 	}
 	return r.cert, nil
+}
+
+// openAudit opens TETHER_AUDIT_FILE for appending; "-" is standard output.
+func openAudit(path string) (io.Writer, func() error, error) {
+	if path == "-" {
+		return os.Stdout, func() error { return nil }, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("TETHER_AUDIT_FILE %q can't be written: %w", path, err)
+	}
+	return f, f.Close, nil
 }

@@ -1,0 +1,89 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/tetherhq/tether/internal/auth"
+)
+
+// kubeconfigUser is the user every context of a hub kubeconfig shares.
+const kubeconfigUser = "tether"
+
+// serveKubeconfig answers GET /api/kubeconfig with a kubeconfig for every
+// cluster the person may see, authenticated by a token the hub signs for
+// them (SPEC section 3).
+func (h *Hub) serveKubeconfig(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	p, ok, err := h.cfg.Auth.Authenticate(r)
+	if err != nil || !ok {
+		if err != nil {
+			h.logAuthFailure(r, err)
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
+		http.Error(w, "Tether doesn't know who you are: sign in first.", http.StatusUnauthorized)
+		return
+	}
+	token, _, err := h.cfg.Auth.IssueToken(p)
+	if errors.Is(err, auth.ErrRenew) {
+		http.Error(w, "A kubeconfig's own token can't make another kubeconfig: sign in again to get a new one.", http.StatusForbidden)
+		return
+	}
+	if err != nil {
+		h.log.Error("Can't sign a kubeconfig token", "user", p.Name, "err", err)
+		http.Error(w, "The hub can't sign a token now.", http.StatusInternalServerError)
+		return
+	}
+	body, err := h.kubeconfig(p, token)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Header().Set("Content-Disposition", `attachment; filename="tether.kubeconfig"`)
+	w.Write(body)
+}
+
+// kubeconfig renders a kubeconfig for the clusters p may see, sorted by
+// name, the first one current.
+func (h *Hub) kubeconfig(p auth.Person, token string) ([]byte, error) {
+	type named struct {
+		Name    string         `json:"name"`
+		Cluster map[string]any `json:"cluster,omitempty"`
+		User    map[string]any `json:"user,omitempty"`
+		Context map[string]any `json:"context,omitempty"`
+	}
+	var names []string
+	for _, a := range h.cfg.Agents.List() {
+		if a.Groups.Allows(p.Groups) {
+			names = append(names, a.Name)
+		}
+	}
+	sort.Strings(names)
+	cfg := map[string]any{
+		"apiVersion":  "v1",
+		"kind":        "Config",
+		"preferences": map[string]any{},
+		"users":       []named{{Name: kubeconfigUser, User: map[string]any{"token": token}}},
+	}
+	clusters, contexts := []named{}, []named{}
+	base := strings.TrimSuffix(h.cfg.PublicURL, "/")
+	for _, n := range names {
+		clusters = append(clusters, named{Name: n, Cluster: map[string]any{"server": base + "/clusters/" + n}})
+		contexts = append(contexts, named{Name: n, Context: map[string]any{"cluster": n, "user": kubeconfigUser}})
+	}
+	cfg["clusters"], cfg["contexts"] = clusters, contexts
+	if len(names) > 0 {
+		cfg["current-context"] = names[0]
+	}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("render kubeconfig: %w", err)
+	}
+	return out, nil
+}

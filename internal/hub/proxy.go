@@ -1,0 +1,213 @@
+package hub
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/fleet"
+)
+
+// RequestIDHeader carries each request's id to the API server, as a user
+// extra, so the cluster's own audit log names it (SPEC section 3). The
+// agent's impersonation role allows exactly this one extra.
+const RequestIDHeader = "Impersonate-Extra-Tether-Request-Id"
+
+// clusterKey is the context key under which a proxied request carries its
+// route: which agent connection, and as whom.
+type clusterKey struct{}
+
+type route struct {
+	conn   *agentConn
+	entry  fleet.Agent
+	person auth.Person
+	user   string   // impersonated, prefixed
+	groups []string // impersonated, prefixed
+	id     string   // request id
+}
+
+// serveCluster proxies a person's request to a cluster's API server:
+// <base>/clusters/<name>/<path> goes to <path> on the API server, through
+// the cluster's tunnel, as the person.
+func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
+	name := r.PathValue("cluster")
+	rt := route{id: newRequestID()}
+	defer func() { h.audit(r, rt, name, rw, start) }()
+
+	p, ok, err := h.cfg.Auth.Authenticate(r)
+	if err != nil || !ok {
+		if err != nil {
+			h.logAuthFailure(r, err)
+		}
+		rw.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
+		writeStatus(rw, http.StatusUnauthorized, "Unauthorized", "Tether doesn't know who you are: send a bearer token the hub accepts (GET /api/kubeconfig gives one).")
+		return
+	}
+	rt.person = p
+	entry, visible := h.visible(name, p)
+	if !visible {
+		// A cluster someone may not see answers exactly like one that
+		// doesn't exist.
+		writeStatus(rw, http.StatusNotFound, "NotFound", fmt.Sprintf("Tether has no cluster %q.", name))
+		return
+	}
+	rt.entry = entry
+	if !entry.ForwardToken {
+		rt.user, rt.groups = h.cfg.AuthConfig.Impersonated(p)
+		if err := auth.CheckIdentity(rt.user, rt.groups); err != nil {
+			writeStatus(rw, http.StatusForbidden, "Forbidden", err.Error())
+			return
+		}
+	} else if p.Bearer == "" {
+		writeStatus(rw, http.StatusForbidden, "Forbidden", fmt.Sprintf("Cluster %q takes your own token (forwardToken), and you signed in without one the cluster could check.", name))
+		return
+	}
+	rt.conn = h.connected(name)
+	if rt.conn == nil {
+		writeStatus(rw, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Cluster %q is Unreachable: %s", name, MessageNotConnected))
+		return
+	}
+	h.proxy.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), clusterKey{}, rt)))
+}
+
+// visible returns the list entry of cluster name if p may see it.
+func (h *Hub) visible(name string, p auth.Person) (fleet.Agent, bool) {
+	entry, ok := h.cfg.Agents.Lookup(name)
+	if !ok || !entry.Groups.Allows(p.Groups) {
+		return fleet.Agent{}, false
+	}
+	return entry, true
+}
+
+// newProxy builds the reverse proxy every cluster shares. Rewrite, not
+// Director: ReverseProxy strips hop-by-hop headers (and those named in
+// Connection) before Rewrite runs, so nothing can strip the headers Rewrite
+// sets, and nothing the client named survives.
+func (h *Hub) newProxy() *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite:        h.rewrite,
+		Transport:      clusterTransport{},
+		FlushInterval:  -1, // watches and logs -f stream as they come
+		ModifyResponse: closeFailedUpgrades,
+		ErrorHandler:   h.proxyError,
+		ErrorLog:       nil,
+	}
+}
+
+func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
+	rt := pr.In.Context().Value(clusterKey{}).(route)
+	out := pr.Out
+	rest := strings.TrimPrefix(pr.In.URL.Path, h.clusterPrefix(rt.conn.name))
+	if !strings.HasPrefix(rest, "/") {
+		rest = "/" + rest
+	}
+	out.URL = &url.URL{Scheme: "https", Host: APIServerName, Path: rest, RawQuery: pr.In.URL.RawQuery}
+	out.Host = APIServerName
+
+	// Nothing that could speak for someone else gets through, whatever its
+	// case: Go canonicalizes header names, so a lower-cased key is compared
+	// lower-cased.
+	for k := range out.Header {
+		lk := strings.ToLower(k)
+		if lk == "authorization" || lk == "cookie" || strings.HasPrefix(lk, "impersonate-") {
+			delete(out.Header, k)
+		}
+	}
+	for _, k := range h.cfg.Auth.ProxyHeaders() {
+		out.Header.Del(k)
+	}
+	out.Header.Del("X-Forwarded-For") // the cluster has no use for people's addresses
+	if rt.entry.ForwardToken {
+		out.Header.Set("Authorization", "Bearer "+rt.person.Bearer)
+		return
+	}
+	out.Header.Set("Authorization", "Bearer "+rt.conn.serviceAccountToken())
+	out.Header.Set("Impersonate-User", rt.user)
+	for _, g := range rt.groups {
+		out.Header.Add("Impersonate-Group", g)
+	}
+	out.Header.Set(RequestIDHeader, rt.id)
+	if pr.In.Header.Get("Upgrade") != "" {
+		// An upgraded connection is never reused, and one that failed to
+		// upgrade must not carry the client's next bytes to the API server.
+		out.Close = true
+	}
+}
+
+func (h *Hub) clusterPrefix(name string) string {
+	return strings.TrimSuffix(h.cfg.BasePath, "/") + "/clusters/" + name
+}
+
+// clusterTransport sends a request through the tunnel of the connection
+// its route names. The connection's own transport does TLS to the API
+// server inside the stream, and follows no redirects.
+type clusterTransport struct{}
+
+func (clusterTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rt := r.Context().Value(clusterKey{}).(route)
+	return rt.conn.transport.RoundTrip(r)
+}
+
+// closeFailedUpgrades closes the client's connection after an upgrade the
+// API server refused, so bytes the client sends next (SPDY frames, say)
+// never reach anything.
+func closeFailedUpgrades(resp *http.Response) error {
+	if resp.Request.Header.Get("Upgrade") != "" && resp.StatusCode != http.StatusSwitchingProtocols {
+		resp.Close = true
+		resp.Header.Set("Connection", "close")
+	}
+	return nil
+}
+
+func (h *Hub) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	rt, _ := r.Context().Value(clusterKey{}).(route)
+	if errors.Is(err, context.Canceled) {
+		return // the client went away
+	}
+	name := ""
+	if rt.conn != nil {
+		name = rt.conn.name
+	}
+	h.log.Warn(fmt.Sprintf("A request to cluster %q failed: %v", name, err), "cluster", name, "request", rt.id)
+	writeStatus(w, http.StatusBadGateway, "ServiceUnavailable", fmt.Sprintf("Tether can't reach cluster %q's API server: %v", name, err))
+}
+
+// writeStatus answers with a Kubernetes Status object, which kubectl shows
+// as a readable error.
+func writeStatus(w http.ResponseWriter, code int, reason, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]any{
+		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
+		"status": "Failure", "message": message, "reason": reason, "code": code,
+	})
+}
+
+func newRequestID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// logAuthFailure logs a refused credential, rate-limited per address.
+func (h *Hub) logAuthFailure(r *http.Request, err error) {
+	host := r.RemoteAddr
+	if i := strings.LastIndexByte(host, ':'); i > 0 {
+		host = host[:i]
+	}
+	if suppressed, ok := h.refusals.allow("person\x00" + host); ok {
+		h.log.Warn(fmt.Sprintf("A request was refused: %v", err), "remote", r.RemoteAddr, "suppressed", suppressed)
+	}
+}

@@ -1,0 +1,250 @@
+package hub
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/fleet"
+)
+
+// People the proxy tests use: tokens of 32 characters and more.
+const (
+	aliceToken = "alice-token-0123456789abcdef0123456789"
+	bobToken   = "bob-token-0123456789abcdef0123456789ab"
+)
+
+const testUsers = `
+- name: alice
+  token: ` + aliceToken + `
+  groups: [dev]
+- name: bob
+  token: ` + bobToken + `
+  groups: [ops]
+`
+
+// proxyHub starts a hub with people, the clusters "open" (everyone), "ops"
+// (group ops only) and "far" (no agent), and an agent for "open" and "ops"
+// whose API server is fc.
+func proxyHub(t *testing.T, fc *fakeCluster, groupPrefix string) (*testHub, *lockedBuffer) {
+	t.Helper()
+	// The auth proxy is trusted from loopback, where the tests run, so a
+	// test can be anyone it names.
+	people, err := auth.New(auth.Config{Users: testUsers, ProxyUserHeader: "X-Remote-User", ProxyGroupsHeader: "X-Remote-Group",
+		ProxyTrusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { people.Close() })
+	hash := []fleet.Hash{fleet.HashToken(testToken)}
+	list := fleet.New([]fleet.Agent{
+		{Name: "open", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}},
+		{Name: "ops", TokenHashes: hash, Groups: fleet.Groups{Names: []string{"ops"}}},
+		{Name: "far", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}},
+	})
+	audit := &lockedBuffer{}
+	h := startHub(t, Config{Agents: list, Auth: people, AuthConfig: auth.Config{GroupPrefix: groupPrefix}, Audit: audit, PublicURL: "https://hub.example.com"})
+	for _, n := range []string{"open", "ops"} {
+		a := startAgent(t, h.url, n, fc)
+		eventually(t, 5*time.Second, n+" connects", a.Connected)
+	}
+	return h, audit
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// call sends a request as token (none when "") and returns the status and
+// body; redirects are not followed.
+func call(t *testing.T, method, url, token string, header http.Header) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), resp.Header
+}
+
+func TestProxyImpersonatesAndStripsCredentials(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, audit := proxyHub(t, fc, "tether:")
+	smuggled := http.Header{
+		"Impersonate-User":       {"admin"},
+		"Impersonate-Group":      {"system:masters"},
+		"Impersonate-Extra-Team": {"x"},
+		"Cookie":                 {"session=1"},
+		"X-Remote-User":          {"admin"},
+		"Connection":             {"X-Remote-User"},
+	}
+	code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/namespaces/a/pods?limit=5", aliceToken, smuggled)
+	if code != 200 {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	var got struct {
+		Path   string
+		Header http.Header
+	}
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Path != "/api/v1/namespaces/a/pods?limit=5" {
+		t.Errorf("the API server saw path %q", got.Path)
+	}
+	hd := got.Header
+	if hd.Get("Authorization") != "Bearer service-account-token-1" || hd.Get("Impersonate-User") != "alice" ||
+		strings.Join(hd.Values("Impersonate-Group"), ",") != "tether:dev" || len(hd.Get(RequestIDHeader)) != 32 {
+		t.Errorf("the API server saw %v", hd)
+	}
+	if hd.Get("Cookie") != "" || hd.Get("Impersonate-Extra-Team") != "" || hd.Get("X-Remote-User") != "" {
+		t.Errorf("a smuggled header reached the API server: %v", hd)
+	}
+	// The audit line is written once the answer is: wait for it.
+	eventually(t, 5*time.Second, "an audit line", func() bool { return strings.Contains(audit.String(), hd.Get(RequestIDHeader)) })
+	var rec auditRecord
+	if err := json.Unmarshal(bytes.TrimSpace([]byte(lastLine(audit.String()))), &rec); err != nil {
+		t.Fatalf("audit line: %v", err)
+	}
+	if rec.Person != "alice" || rec.Cluster != "open" || rec.Verb != "list" || rec.Status != 200 || rec.RequestID != hd.Get(RequestIDHeader) || rec.Bytes == 0 {
+		t.Errorf("audit: %+v", rec)
+	}
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+func TestProxyRefusals(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	code, hiddenBody, _ := call(t, "GET", h.url+"/clusters/ops/api", aliceToken, nil)
+	code2, missingBody, _ := call(t, "GET", h.url+"/clusters/nowhere/api", aliceToken, nil)
+	if code != 404 || code2 != 404 || strings.Replace(hiddenBody, `\"ops\"`, `\"nowhere\"`, 1) != missingBody {
+		t.Errorf("a hidden cluster answers %d %s; a missing one %d %s", code, hiddenBody, code2, missingBody)
+	}
+	if code, _, _ := call(t, "GET", h.url+"/clusters/ops/api", bobToken, nil); code != 200 {
+		t.Errorf("bob, in ops, gets %d from ops", code)
+	}
+	if code, body, hdr := call(t, "GET", h.url+"/clusters/open/api", "", nil); code != 401 || hdr.Get("WWW-Authenticate") == "" {
+		t.Errorf("no credentials: %d %s", code, body)
+	}
+	if code, _, _ := call(t, "GET", h.url+"/clusters/open/api", "not-a-known-token-0123456789abcdef", nil); code != 401 {
+		t.Errorf("a wrong token: %d", code)
+	}
+	for _, who := range []http.Header{
+		{"X-Remote-User": {"system:admin"}},
+		{"X-Remote-User": {"carol"}, "X-Remote-Group": {"dev,system:masters"}},
+	} {
+		if code, body, _ := call(t, "GET", h.url+"/clusters/open/api", "", who); code != 403 {
+			t.Errorf("%v: %d %s, want 403", who, code, body)
+		}
+	}
+	if code, body, _ := call(t, "GET", h.url+"/clusters/open/api", "", http.Header{"X-Remote-User": {"carol"}}); code != 200 {
+		t.Errorf("carol through the proxy: %d %s", code, body)
+	}
+	if code, body, _ := call(t, "GET", h.url+"/clusters/far/api", aliceToken, nil); code != 503 || !strings.Contains(body, MessageNotConnected) {
+		t.Errorf("a cluster without its agent: %d %s", code, body)
+	}
+}
+
+func TestProxyPassesRedirectsBack(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	code, _, hdr := call(t, "GET", h.url+"/clusters/open/redirect", aliceToken, nil)
+	if code != http.StatusFound || hdr.Get("Location") != "https://elsewhere.example.com/" {
+		t.Fatalf("redirect: %d, Location %q", code, hdr.Get("Location"))
+	}
+	if fc.count("/elsewhere") != 0 {
+		t.Error("the hub followed the redirect")
+	}
+}
+
+func TestProxyStreamsWithoutBuffering(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	req, _ := http.NewRequest("GET", h.url+"/clusters/open/stream?watch=true", nil)
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	line, err := r.ReadString('\n')
+	if err != nil || line != "event 1\n" {
+		t.Fatalf("first event: %q, %v", line, err)
+	}
+	// The fake API server holds the second event until the first has
+	// reached the client: it arrived unbuffered.
+	fc.release()
+	line, err = r.ReadString('\n')
+	if err != nil || line != "event 2\n" {
+		t.Fatalf("second event: %q, %v", line, err)
+	}
+}
+
+func TestFailedUpgradeClosesTheConnection(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /clusters/open/refuse-upgrade HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer "+aliceToken+
+		"\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	// What the client sends next must reach nothing: the hub closes.
+	io.WriteString(c, "GET /clusters/open/after HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer "+aliceToken+"\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatalf("the connection stayed open after a failed upgrade (read %d bytes)", n)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if fc.count("/after") != 0 {
+		t.Error("bytes sent after a failed upgrade reached the API server")
+	}
+}
