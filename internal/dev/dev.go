@@ -4,6 +4,13 @@
 package dev
 
 import (
+	"crypto/tls"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+
+	"github.com/tetherhq/tether/internal/pki"
+
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +21,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherhq/tether/internal/auth"
+	"sigs.k8s.io/yaml"
+
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
@@ -22,6 +32,13 @@ import (
 
 // ClusterName is the local cluster's name in the hub.
 const ClusterName = "dev"
+
+// The person `tether dev` signs in as: bound to cluster-admin through a group
+// that, unlike system:masters, the hub may impersonate.
+const (
+	AdminUser  = "admin"
+	AdminGroup = "tether:admins"
+)
 
 // Config is what Run needs.
 type Config struct {
@@ -55,11 +72,28 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	adminToken, err := fleet.NewToken()
+	if err != nil {
+		return err
+	}
+	if err := bindAdmins(ctx, cluster); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("the hub can't listen on %s: %w (is another tether dev running? choose another with --addr)", cfg.Addr, err)
 	}
-	hubURL := &url.URL{Scheme: "http", Host: cfg.Addr}
+	// kubectl sends credentials over TLS only, so the hub serves HTTPS with
+	// a certificate from a CA made for this run.
+	ca, err := pki.NewCA("tether dev", 7*24*time.Hour)
+	if err != nil {
+		return err
+	}
+	certFile, keyFile := filepath.Join(cluster.Dir, "hub.crt"), filepath.Join(cluster.Dir, "hub.key")
+	if err := writeHubCert(ca, certFile, keyFile); err != nil {
+		return err
+	}
+	hubURL := &url.URL{Scheme: "https", Host: cfg.Addr}
 	opts := hub.Options{
 		Listener:        ln, // hub.Serve closes it
 		Addr:            cfg.Addr,
@@ -71,6 +105,17 @@ func Run(ctx context.Context, cfg Config) error {
 		Fleet: fleet.Config{
 			Agents: fleet.AgentsEntry(ClusterName, fleet.TokenSHA256(token)),
 		},
+		AuditFile:   filepath.Join(cluster.Dir, "audit.jsonl"),
+		TLSCertFile: certFile,
+		TLSKeyFile:  keyFile,
+		Auth: auth.Config{
+			Users:  fmt.Sprintf("- name: %s\n  tokenSha256: %s\n  groups: [%q]\n", AdminUser, fleet.TokenSHA256(adminToken), AdminGroup),
+			HubURL: hubURL.String(),
+		},
+	}
+	kubeconfig := filepath.Join(cluster.Dir, "tether.kubeconfig")
+	if err := writeKubeconfig(kubeconfig, hubURL.String()+"/clusters/"+ClusterName, adminToken, ca.CertPEM); err != nil {
+		return err
 	}
 	ag, err := agent.New(agent.Config{
 		Options: agent.Options{
@@ -81,7 +126,8 @@ func Run(ctx context.Context, cfg Config) error {
 			ServiceAccountDir: cluster.ServiceAccountDir,
 			APIServer:         net.JoinHostPort(cluster.Host, cluster.Port),
 		},
-		Logger: log.With("component", "agent"),
+		Logger:    log.With("component", "agent"),
+		TLSConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12},
 	})
 	if err != nil {
 		return err
@@ -112,7 +158,9 @@ func Run(ctx context.Context, cfg Config) error {
 	fmt.Fprintf(cfg.Out, "\nTether is running on this machine:\n")
 	fmt.Fprintf(cfg.Out, "  hub:              %s\n", hubURL)
 	fmt.Fprintf(cfg.Out, "  cluster:          %q, Kubernetes %s at %s, relayed by an agent\n", ClusterName, cluster.Version, cluster.URL)
-	fmt.Fprintf(cfg.Out, "  admin kubeconfig: %s (straight to the API server)\n", cluster.AdminKubeconfig)
+	fmt.Fprintf(cfg.Out, "  kubeconfig:       %s (through the hub, as %q in group %q, bound to cluster-admin)\n", kubeconfig, AdminUser, AdminGroup)
+	fmt.Fprintf(cfg.Out, "  audit log:        %s\n", opts.AuditFile)
+	fmt.Fprintf(cfg.Out, "Try: kubectl --kubeconfig %s get namespaces\n", kubeconfig)
 	fmt.Fprintf(cfg.Out, "Press Ctrl-C to stop everything.\n\n")
 
 	var first error
@@ -132,4 +180,51 @@ func Run(ctx context.Context, cfg Config) error {
 		first = nil
 	}
 	return first
+}
+
+// bindAdmins binds cluster-admin to AdminGroup.
+func bindAdmins(ctx context.Context, cluster *localkube.Cluster) error {
+	binding := map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1",
+		"kind":       "ClusterRoleBinding",
+		"metadata":   map[string]any{"name": "tether-dev-admins"},
+		"roleRef":    map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+		"subjects":   []map[string]any{{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": AdminGroup}},
+	}
+	if err := cluster.Do(ctx, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding, nil); err != nil {
+		return fmt.Errorf("bind cluster-admin to %q: %w", AdminGroup, err)
+	}
+	return nil
+}
+
+// writeHubCert writes the hub's certificate, followed by its CA so the hub
+// hands the CA out in kubeconfigs, and its key.
+func writeHubCert(ca *pki.CA, certFile, keyFile string) error {
+	cert, key, err := ca.Issue(pki.Leaf{CommonName: "tether dev hub", Hosts: []string{"127.0.0.1", "localhost", "::1"}})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(certFile, append(cert, ca.CertPEM...), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(keyFile, key, 0o600)
+}
+
+// writeKubeconfig writes a kubeconfig for server, trusting caPEM, with a
+// bearer token.
+func writeKubeconfig(path, server, token string, caPEM []byte) error {
+	cluster := map[string]any{"server": server, "certificate-authority-data": base64.StdEncoding.EncodeToString(caPEM)}
+	cfg := map[string]any{
+		"apiVersion":      "v1",
+		"kind":            "Config",
+		"clusters":        []map[string]any{{"name": ClusterName, "cluster": cluster}},
+		"users":           []map[string]any{{"name": AdminUser, "user": map[string]any{"token": token}}},
+		"contexts":        []map[string]any{{"name": ClusterName, "context": map[string]any{"cluster": ClusterName, "user": AdminUser}}},
+		"current-context": ClusterName,
+	}
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
 }

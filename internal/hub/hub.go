@@ -55,6 +55,9 @@ type Config struct {
 	AuthConfig auth.Config
 	// PublicURL is the hub's address as people open it, for kubeconfigs.
 	PublicURL string
+	// KubeconfigCA, when set, is the PEM CA that kubeconfigs tell kubectl
+	// to trust for the hub: a hub with a certificate from a private CA.
+	KubeconfigCA []byte
 	// Audit gets one JSON line per request to a cluster; nil discards them.
 	Audit io.Writer
 }

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
@@ -74,7 +75,11 @@ func (h *Hub) kubeconfig(p auth.Person, token string) ([]byte, error) {
 	clusters, contexts := []named{}, []named{}
 	base := strings.TrimSuffix(h.cfg.PublicURL, "/")
 	for _, n := range names {
-		clusters = append(clusters, named{Name: n, Cluster: map[string]any{"server": base + "/clusters/" + n}})
+		c := map[string]any{"server": base + "/clusters/" + n}
+		if len(h.cfg.KubeconfigCA) > 0 {
+			c["certificate-authority-data"] = base64.StdEncoding.EncodeToString(h.cfg.KubeconfigCA)
+		}
+		clusters = append(clusters, named{Name: n, Cluster: c})
 		contexts = append(contexts, named{Name: n, Context: map[string]any{"cluster": n, "user": kubeconfigUser}})
 	}
 	cfg["clusters"], cfg["contexts"] = clusters, contexts

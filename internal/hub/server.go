@@ -3,6 +3,8 @@ package hub
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -50,8 +52,14 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	}
 	defer closeAudit()
 
+	var kubeconfigCA []byte
+	if opts.TLSCertFile != "" {
+		kubeconfigCA = selfSignedRoot(opts.TLSCertFile)
+	}
+
 	reg := prometheus.NewRegistry()
 	h, err = New(Config{
+		KubeconfigCA:    kubeconfigCA,
 		Auth:            people,
 		AuthConfig:      authCfg,
 		PublicURL:       urlString(opts),
@@ -226,4 +234,34 @@ func openAudit(path string) (io.Writer, func() error, error) {
 		return nil, nil, fmt.Errorf("TETHER_AUDIT_FILE %q can't be written: %w", path, err)
 	}
 	return f, f.Close, nil
+}
+
+// selfSignedRoot returns the last certificate in the PEM file at path, as
+// PEM, if it is a self-signed CA: a hub whose certificate chain ends in a
+// private CA hands that CA out in its kubeconfigs, since kubectl sends
+// credentials over TLS only and must be able to check the hub.
+func selfSignedRoot(path string) []byte {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var last *pem.Block
+	for {
+		var b *pem.Block
+		b, data = pem.Decode(data)
+		if b == nil {
+			break
+		}
+		if b.Type == "CERTIFICATE" {
+			last = b
+		}
+	}
+	if last == nil {
+		return nil
+	}
+	cert, err := x509.ParseCertificate(last.Bytes)
+	if err != nil || !cert.IsCA || cert.CheckSignatureFrom(cert) != nil {
+		return nil
+	}
+	return pem.EncodeToMemory(last)
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -14,11 +15,19 @@ import (
 func TestDev(t *testing.T) {
 	addr := freeAddr(t)
 	p := start(t, "tether dev", nil, "dev", "--addr", addr)
-	p.waitFor(t, 60*time.Second, "hub:              http://"+addr)
+	p.waitFor(t, 60*time.Second, "hub:              https://"+addr)
 	p.waitFor(t, 20*time.Second, `Cluster "dev" is Ready (Kubernetes v1.36.3)`)
-	dir := between(p.out.String(), "admin kubeconfig: ", "/admin.kubeconfig")
-	if dir == "" {
+	kubeconfig := between(p.out.String(), "kubeconfig:       ", " (through the hub")
+	if kubeconfig == "" {
 		t.Fatalf("no kubeconfig path printed:\n%s", p.out)
+	}
+	dir := filepath.Dir(kubeconfig)
+	// Both kubectls: the one built with the API server, and the machine's.
+	for _, kubectl := range []string{cluster.Kubectl, "kubectl"} {
+		out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "get", "namespaces").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "kube-system") {
+			t.Errorf("%s --kubeconfig %s get namespaces: %v\n%s", kubectl, kubeconfig, err, out)
+		}
 	}
 
 	p.signal(syscall.SIGINT)

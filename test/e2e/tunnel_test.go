@@ -29,6 +29,7 @@ func hub(t *testing.T, extra map[string]string, names ...string) (*proc, string)
 		"TETHER_METRICS_ADDR":      "0",
 		"TETHER_FLEET_AGENTS":      list.String(),
 		"TETHER_HEARTBEAT_SECONDS": "1",
+		"TETHER_USERS":             testUsers,
 	}
 	for k, v := range extra {
 		env[k] = v
