@@ -52,20 +52,24 @@ type BuildOptions struct {
 type Paths struct {
 	APIServer, Kubectl, Etcd string
 
+	// Kubelet is test-kubelet, which runs a Pod's containers as processes
+	// on this machine (see Config.Node).
+	Kubelet string
+
 	// Version is the Kubernetes release they are, like "v1.36.3": what the
 	// API server's /version reports as gitVersion.
 	Version string
 }
 
-// Binaries returns kube-apiserver, kubectl and etcd, building whichever are
-// missing from the cache first. The first build takes several minutes; later
-// calls only hash a few files.
+// Binaries returns kube-apiserver, kubectl, etcd and test-kubelet, building
+// whichever are missing from the cache first. The first build takes several
+// minutes; later calls only hash a few files.
 //
 // The cache directory is named for the Kubernetes version and a hash of the
 // build modules' files (go.mod, go.sum, .go), so an edit there builds anew
 // instead of using stale binaries:
 //
-//	<CacheDir>/kube-v1.36.3-<hash>/{kube-apiserver,kubectl,etcd,lock}
+//	<CacheDir>/kube-v1.36.3-<hash>/{kube-apiserver,kubectl,test-kubelet,etcd,lock}
 //
 // Binaries are built under a temporary name and renamed into place, so a
 // binary that exists is complete. Processes that call Binaries at once (the
@@ -101,6 +105,7 @@ func Binaries(ctx context.Context, opts BuildOptions) (Paths, error) {
 		APIServer: filepath.Join(dir, "kube-apiserver"),
 		Kubectl:   filepath.Join(dir, "kubectl"),
 		Etcd:      filepath.Join(dir, "etcd"),
+		Kubelet:   filepath.Join(dir, "test-kubelet"),
 		Version:   version,
 	}
 	if len(missing(p)) == 0 {
@@ -125,17 +130,17 @@ func Binaries(ctx context.Context, opts BuildOptions) (Paths, error) {
 	}
 	// Another process may have built them while this one waited.
 	todo := missing(p)
-	if slices.Contains(todo, p.APIServer) || slices.Contains(todo, p.Kubectl) {
-		log.Info("Building kube-apiserver and kubectl from Kubernetes' Go modules: the first build takes several minutes",
+	if slices.Contains(todo, p.APIServer) || slices.Contains(todo, p.Kubectl) || slices.Contains(todo, p.Kubelet) {
+		log.Info("Building kube-apiserver, kubectl and test-kubelet from Kubernetes' Go modules: the first build takes several minutes",
 			"version", version, "dir", dir)
 		start := time.Now()
 		ldflags := versionLDFlags(version)
 		err := goBuild(ctx, filepath.Join(src, kubeModule), dir, ldflags,
-			map[string]string{"./cmd/kube-apiserver": p.APIServer, "./cmd/kubectl": p.Kubectl})
+			map[string]string{"./cmd/kube-apiserver": p.APIServer, "./cmd/kubectl": p.Kubectl, "./cmd/test-kubelet": p.Kubelet})
 		if err != nil {
 			return Paths{}, err
 		}
-		log.Info("Built kube-apiserver and kubectl", "version", version, "took", time.Since(start).Round(time.Second))
+		log.Info("Built kube-apiserver, kubectl and test-kubelet", "version", version, "took", time.Since(start).Round(time.Second))
 	}
 	if slices.Contains(todo, p.Etcd) {
 		log.Info("Building etcd", "dir", dir)
@@ -152,7 +157,7 @@ func Binaries(ctx context.Context, opts BuildOptions) (Paths, error) {
 // missing returns the paths of p that don't exist yet.
 func missing(p Paths) []string {
 	var out []string
-	for _, f := range []string{p.APIServer, p.Kubectl, p.Etcd} {
+	for _, f := range []string{p.APIServer, p.Kubectl, p.Etcd, p.Kubelet} {
 		if _, err := os.Stat(f); err != nil {
 			out = append(out, f)
 		}

@@ -33,13 +33,23 @@ var serverNames = []string{"kubernetes.default.svc", "kubernetes.default", "kube
 type pki struct {
 	caPEM                   []byte
 	servingCert, servingKey []byte
-	saPublic, saPrivate     []byte
-	adminToken              string
+	// The node's kubelet serves with kubeletCert; the API server calls
+	// it with kubeletClientCert, which the kubelet demands.
+	kubeletCert, kubeletKey             []byte
+	kubeletClientCert, kubeletClientKey []byte
+	saPublic, saPrivate                 []byte
+	adminToken                          string
 }
 
-// newPKI makes a CA, a serving certificate it signs, and the service
-// account signing key: all ECDSA P-256, fast to generate, valid for a day
-// since a cluster lives only as long as a test or a `tether dev` session.
+// kubeletClientName is the common name of the API server's client
+// certificate for kubelets, the only one the node's kubelet takes.
+const kubeletClientName = "kube-apiserver-kubelet-client"
+
+// newPKI makes a CA, the certificates it signs (the API server's, the
+// kubelet's, and the API server's client certificate for the kubelet), and
+// the service account signing key: all ECDSA P-256, fast to generate, valid
+// for a day since a cluster lives only as long as a test or a `tether dev`
+// session.
 func newPKI() (*pki, error) {
 	now := time.Now()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -63,27 +73,47 @@ func newPKI() (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
-
-	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+	issue := func(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return nil, nil, err
+		}
+		tmpl.SerialNumber = serial()
+		tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Hour), now.Add(24*time.Hour)
+		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			return nil, nil, err
+		}
+		keyDER, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			return nil, nil, err
+		}
+		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+			pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
+	}
+	p := &pki{caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})}
+	if p.servingCert, p.servingKey, err = issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    serverNames,
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP(serviceIP)},
+	}); err != nil {
 		return nil, err
 	}
-	srvTmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: "kube-apiserver"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     serverNames,
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP(serviceIP)},
-	}
-	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
-	if err != nil {
+	// The API server dials the node's InternalIP, 127.0.0.1.
+	if p.kubeletCert, p.kubeletKey, err = issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "system:node:" + NodeName, Organization: []string{"system:nodes"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    []string{NodeName, "localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	}); err != nil {
 		return nil, err
 	}
-	srvKeyDER, err := x509.MarshalECPrivateKey(srvKey)
-	if err != nil {
+	if p.kubeletClientCert, p.kubeletClientKey, err = issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: kubeletClientName},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}); err != nil {
 		return nil, err
 	}
 
@@ -99,18 +129,13 @@ func newPKI() (*pki, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.saPublic = pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPubDER})
+	p.saPrivate = pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: saPrivDER})
 
 	token := make([]byte, 32)
 	rand.Read(token)
-
-	return &pki{
-		caPEM:       pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		servingCert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER}),
-		servingKey:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: srvKeyDER}),
-		saPublic:    pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPubDER}),
-		saPrivate:   pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: saPrivDER}),
-		adminToken:  hex.EncodeToString(token),
-	}, nil
+	p.adminToken = hex.EncodeToString(token)
+	return p, nil
 }
 
 func serial() *big.Int {
@@ -125,8 +150,13 @@ func (p *pki) write(dir string) error {
 		"ca.crt":        p.caPEM,
 		"apiserver.crt": p.servingCert,
 		"apiserver.key": p.servingKey,
-		"sa.pub":        p.saPublic,
-		"sa.key":        p.saPrivate,
+		"kubelet.crt":   p.kubeletCert,
+		"kubelet.key":   p.kubeletKey,
+		// Named as kubeadm names them.
+		"apiserver-kubelet-client.crt": p.kubeletClientCert,
+		"apiserver-kubelet-client.key": p.kubeletClientKey,
+		"sa.pub":                       p.saPublic,
+		"sa.key":                       p.saPrivate,
 		// --token-auth-file: token,user,uid,"group1,group2"
 		"tokens.csv": fmt.Appendf(nil, "%s,admin,admin,system:masters\n", p.adminToken),
 	}

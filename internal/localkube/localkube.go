@@ -9,10 +9,14 @@
 // finds in a cluster: a service account with the impersonation role of the
 // Helm chart, and its token and CA in a directory laid out like a pod's.
 //
-// It is a control plane only: no controller-manager, scheduler or kubelet.
-// So Deployments make no Pods, deleted namespaces stay Terminating, and no
-// namespace gets a `default` ServiceAccount; the ServiceAccount admission
-// plugin is off so that Pods can be created anyway (they stay Pending).
+// There is no controller-manager or scheduler. So Deployments make no Pods,
+// deleted namespaces stay Terminating, and no namespace gets a `default`
+// ServiceAccount; the ServiceAccount admission plugin is off so that Pods
+// can be created anyway. They stay Pending, unless Config.Node adds a node
+// and they name it in spec.nodeName: then its test kubelet runs their
+// containers as processes on this machine, and logs, exec, attach,
+// port-forward and cp reach them through the API server as in a real
+// cluster.
 package localkube
 
 import (
@@ -60,9 +64,13 @@ type Config struct {
 	// APIServerArgs are added after Start's own flags, so they can add to
 	// or override them (for example --authentication-config).
 	APIServerArgs []string
+
+	// Node starts a node, NodeName, with the cluster: see Node.
+	Node bool
 }
 
-// Cluster is a running etcd and kube-apiserver. Close stops them.
+// Cluster is a running etcd and kube-apiserver, and with Config.Node a
+// kubelet. Close stops them.
 type Cluster struct {
 	// URL is the API server, like https://127.0.0.1:41234.
 	URL        string
@@ -96,9 +104,12 @@ type Cluster struct {
 	// Kubectl is the path of a kubectl of the same release.
 	Kubectl string
 
+	// Node is the cluster's node if Config.Node asked for one, else nil.
+	Node *Node
+
 	// Dir is the cluster's temporary directory: certificates, etcd's data,
-	// the logs of etcd (etcd.log) and kube-apiserver (kube-apiserver.log).
-	// Close removes it.
+	// the logs of etcd (etcd.log) and kube-apiserver (kube-apiserver.log),
+	// and the node's (see Node). Close removes it.
 	Dir string
 
 	log     *slog.Logger
@@ -225,6 +236,11 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Cluster, err e
 	if err := c.writeKubeconfig(); err != nil {
 		return nil, fmt.Errorf("localkube: %w", err)
 	}
+	if cfg.Node {
+		if err := c.startNode(ctx, cfg.Paths.Kubelet, cfg.ReadyTimeout); err != nil {
+			return nil, err
+		}
+	}
 	log.Info("The Kubernetes API server is ready", "version", c.Version, "url", c.URL,
 		"took", time.Since(began).Round(100*time.Millisecond))
 	return c, nil
@@ -245,6 +261,14 @@ func apiServerArgs(dir, etcdURL, port, auditLog string) []string {
 		"--tls-private-key-file=" + pki("apiserver.key"),
 		"--token-auth-file=" + pki("tokens.csv"),
 		"--authorization-mode=Node,RBAC",
+		// How the API server calls the node's kubelet (logs, exec, attach,
+		// port-forward): at its InternalIP, the only address it reports,
+		// checking its certificate against the cluster's CA and showing
+		// the client certificate the kubelet demands.
+		"--kubelet-preferred-address-types=InternalIP",
+		"--kubelet-certificate-authority=" + pki("ca.crt"),
+		"--kubelet-client-certificate=" + pki("apiserver-kubelet-client.crt"),
+		"--kubelet-client-key=" + pki("apiserver-kubelet-client.key"),
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + pki("sa.pub"),
 		"--service-account-signing-key-file=" + pki("sa.key"),
@@ -327,13 +351,18 @@ func containsAddrInUse(log []byte) bool {
 	return bytes.Contains(log, []byte("address already in use"))
 }
 
-// Close stops kube-apiserver, then etcd (SIGTERM, SIGKILL after 5 s each),
-// waits for both, and removes the cluster's directory. It may be called
-// more than once; later calls return the first call's result.
+// Close stops the node's kubelet (which stops its containers), then
+// kube-apiserver, then etcd (SIGTERM, SIGKILL after 5 s each), waits for
+// them, and removes the cluster's directory. It may be called more than
+// once; later calls return the first call's result.
 func (c *Cluster) Close() error {
 	c.closeOnce.Do(func() {
-		// The API server first: without etcd it would wait for it.
-		for _, p := range []*process{c.apiserv, c.etcd} {
+		var kubelet *process
+		if c.Node != nil {
+			kubelet = c.Node.proc
+		}
+		// The API server before etcd: without etcd it would wait for it.
+		for _, p := range []*process{kubelet, c.apiserv, c.etcd} {
 			if p != nil {
 				p.stop(5 * time.Second)
 			}

@@ -21,7 +21,13 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// TestNode runs this binary as a pod's container: see echoServer.
+	if addr := os.Getenv(echoAddrEnv); addr != "" {
+		os.Exit(echoServer(addr))
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // wantVersion is the Kubernetes release test/kube builds.
 const wantVersion = "v1.36.3"
