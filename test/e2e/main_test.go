@@ -20,11 +20,13 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/localkube"
+	"github.com/tetherhq/tether/internal/pki"
 )
 
 var (
 	tetherBin string             // the tether binary under test
 	cluster   *localkube.Cluster // shared by every test: it takes seconds to start
+	hubCA     *pki.CA            // signs the hubs' certificates
 )
 
 func TestMain(m *testing.M) {
@@ -43,6 +45,10 @@ func run(m *testing.M) int {
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build tether:", err)
+		return 1
+	}
+	if hubCA, err = pki.NewCA("e2e hub CA", 24*time.Hour); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)

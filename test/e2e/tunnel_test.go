@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/internal/pki"
 
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/testutil/faultproxy"
@@ -23,9 +26,12 @@ func hub(t *testing.T, extra map[string]string, names ...string) (*proc, string)
 		list.WriteString(fleet.AgentsEntry(n, fleet.TokenSHA256(agentToken)))
 	}
 	addr := freeAddr(t)
+	certFile, keyFile := hubCert(t)
 	env := map[string]string{
 		"TETHER_ADDR":              addr,
-		"TETHER_PUBLIC_URL":        "http://" + addr,
+		"TETHER_PUBLIC_URL":        "https://" + addr,
+		"TETHER_TLS_CERT_FILE":     certFile,
+		"TETHER_TLS_KEY_FILE":      keyFile,
 		"TETHER_METRICS_ADDR":      "0",
 		"TETHER_FLEET_AGENTS":      list.String(),
 		"TETHER_HEARTBEAT_SECONDS": "1",
@@ -36,7 +42,36 @@ func hub(t *testing.T, extra map[string]string, names ...string) (*proc, string)
 	}
 	h := start(t, "hub", env, "hub")
 	h.waitFor(t, 10*time.Second, "hub listening on")
-	return h, "http://" + addr
+	return h, "https://" + addr
+}
+
+// hubCert writes a certificate for 127.0.0.1 from hubCA, followed by the CA,
+// and its key.
+func hubCert(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	cert, key, err := hubCA.Issue(pki.Leaf{CommonName: "e2e hub", Hosts: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "hub.crt"), filepath.Join(dir, "hub.key")
+	if err := os.WriteFile(certFile, append(cert, hubCA.CertPEM...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+// hubCAFile writes hubCA's certificate for agents' TETHER_HUB_CA.
+func hubCAFile(t *testing.T) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "hub-ca.pem")
+	if err := os.WriteFile(f, hubCA.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // agent starts `tether agent` for the test cluster.
@@ -47,6 +82,7 @@ func agent(t *testing.T, name, hubURL, token string) *proc {
 		"TETHER_AGENT_NAME":         name,
 		"TETHER_AGENT_TOKEN":        token,
 		"TETHER_HEALTH_ADDR":        "0",
+		"TETHER_HUB_CA":             hubCAFile(t),
 		"TETHER_SERVICEACCOUNT_DIR": cluster.ServiceAccountDir,
 		"KUBERNETES_SERVICE_HOST":   cluster.Host,
 		"KUBERNETES_SERVICE_PORT":   cluster.Port,
@@ -200,12 +236,12 @@ func TestBadSettingsStopTheAgentAtOnce(t *testing.T) {
 
 func TestSilentDropReconnects(t *testing.T) {
 	h, hubURL := hub(t, nil, "quiet")
-	p, err := faultproxy.New(strings.TrimPrefix(hubURL, "http://"))
+	p, err := faultproxy.New(strings.TrimPrefix(hubURL, "https://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	viaProxy := "http://" + p.Addr()
+	viaProxy := "https://" + p.Addr()
 	a := agent(t, "quiet", viaProxy, agentToken)
 	a.waitFor(t, 10*time.Second, `Connected to `+viaProxy+` as "quiet"`)
 
