@@ -8,7 +8,9 @@ FUZZTIME ?= 10s
 # Every native fuzz target, as package:Target. CI runs each briefly.
 FUZZ_TARGETS = \
 	./internal/protocol:FuzzRead \
-	./internal/fleet:FuzzParseAgents
+	./internal/fleet:FuzzParseAgents \
+	./internal/auth:FuzzParseUsers \
+	./internal/auth:FuzzAuthenticate
 
 .PHONY: dev test kube vet unit fuzz build
 

@@ -26,5 +26,5 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	fmt.Printf("kube-apiserver %s\nkubectl %s\netcd %s\n", p.APIServer, p.Kubectl, p.Etcd)
+	fmt.Printf("kube-apiserver %s\nkubectl %s\netcd %s\ntest-kubelet %s\n", p.APIServer, p.Kubectl, p.Etcd, p.Kubelet)
 }
