@@ -51,6 +51,12 @@ type agentConn struct {
 	lastHeard    atomic.Int64 // unix nanoseconds of the last message from the agent
 
 	transport *http.Transport // to the API server, through the tunnel, TLS checked against caPool
+	// upgrades is transport without a pool, for upgrade requests: each gets
+	// a connection of its own, and one whose upgrade failed is closed, not
+	// reused. (Setting Close on the request would instead send
+	// "Connection: close, Upgrade", which the API server takes for no
+	// upgrade.)
+	upgrades *http.Transport
 
 	writeMu sync.Mutex // guards writes to ctl
 
@@ -69,6 +75,8 @@ type agentConn struct {
 func (h *Hub) serveConn(c *agentConn) {
 	c.transport = c.newTransport()
 	defer c.transport.CloseIdleConnections()
+	c.upgrades = c.newTransport()
+	c.upgrades.MaxIdleConnsPerHost = -1 // never keep one
 
 	h.mu.Lock()
 	if h.closed {

@@ -138,11 +138,6 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 		out.Header.Add("Impersonate-Group", g)
 	}
 	out.Header.Set(RequestIDHeader, rt.id)
-	if pr.In.Header.Get("Upgrade") != "" {
-		// An upgraded connection is never reused, and one that failed to
-		// upgrade must not carry the client's next bytes to the API server.
-		out.Close = true
-	}
 }
 
 func (h *Hub) clusterPrefix(name string) string {
@@ -156,6 +151,9 @@ type clusterTransport struct{}
 
 func (clusterTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	rt := r.Context().Value(clusterKey{}).(route)
+	if r.Header.Get("Upgrade") != "" {
+		return rt.conn.upgrades.RoundTrip(r)
+	}
 	return rt.conn.transport.RoundTrip(r)
 }
 

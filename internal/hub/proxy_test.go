@@ -229,18 +229,20 @@ func TestFailedUpgradeClosesTheConnection(t *testing.T) {
 	defer c.Close()
 	io.WriteString(c, "POST /clusters/open/refuse-upgrade HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer "+aliceToken+
 		"\r\nConnection: Upgrade\r\nUpgrade: SPDY/3.1\r\nContent-Length: 0\r\n\r\n")
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusForbidden {
-		t.Fatalf("status %d", resp.StatusCode)
+	if resp.StatusCode != http.StatusForbidden || !resp.Close {
+		t.Fatalf("status %d, close %v: want 403 and the connection closed", resp.StatusCode, resp.Close)
 	}
 	// What the client sends next must reach nothing: the hub closes.
 	io.WriteString(c, "GET /clusters/open/after HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer "+aliceToken+"\r\n\r\n")
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if n, err := c.Read(make([]byte, 1)); err == nil {
+	if n, err := br.Read(make([]byte, 1)); err == nil {
 		t.Fatalf("the connection stayed open after a failed upgrade (read %d bytes)", n)
 	}
 	time.Sleep(100 * time.Millisecond)

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -33,7 +34,15 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
+// echoAddrEnv makes the test binary a TCP echo server on the address it
+// holds: the container the port-forward test runs on the test node, whose
+// containers are host processes.
+const echoAddrEnv = "TETHER_E2E_ECHO_ADDR"
+
 func run(m *testing.M) int {
+	if addr := os.Getenv(echoAddrEnv); addr != "" {
+		return echo(addr)
+	}
 	dir, err := os.MkdirTemp("", "tether-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -54,7 +63,7 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cluster, err = localkube.Start(ctx, localkube.Config{Logger: log})
+	cluster, err = localkube.Start(ctx, localkube.Config{Logger: log, Node: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start the test API server:", err)
 		return 1
@@ -169,4 +178,23 @@ func freeAddr(t *testing.T) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// echo serves addr, writing back what each connection sends, until killed.
+func echo(addr string) int {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return 1
+		}
+		go func() {
+			defer c.Close()
+			io.Copy(c, c)
+		}()
+	}
 }

@@ -68,7 +68,7 @@ func kubectl(t *testing.T, kubeconfig string, args ...string) (string, error) {
 func admin(t *testing.T, args ...string) {
 	t.Helper()
 	out, err := kubectl(t, cluster.AdminKubeconfig, args...)
-	if err != nil && !strings.Contains(out, "AlreadyExists") {
+	if err != nil && !strings.Contains(out, "AlreadyExists") && !strings.Contains(out, "already exists") {
 		t.Fatalf("kubectl %v: %v\n%s", args, err, out)
 	}
 }

@@ -1,0 +1,194 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/localkube"
+)
+
+// transports are the two ways kubectl streams: WebSocket, its default, and
+// SPDY, which these variables bring back.
+var transports = []struct {
+	name string
+	env  []string
+}{
+	{"websocket", nil},
+	{"spdy", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false", "KUBECTL_PORT_FORWARD_WEBSOCKETS=false"}},
+}
+
+// TestStreamingThroughTheHub sends everything kubectl streams (logs -f,
+// exec, attach, port-forward, cp) through the real hub and agent, the API
+// server and the test node's kubelet.
+func TestStreamingThroughTheHub(t *testing.T) {
+	const ns = "streams"
+	admin(t, "create", "namespace", ns)
+	setUpPeople(t, "team-a", "team-b") // the tether:admins binding
+	_, hubURL := hub(t, nil, "e2e")
+	a := agent(t, "e2e", hubURL, agentToken)
+	a.waitFor(t, 10*time.Second, `Connected to `+hubURL+` as "e2e"`)
+	root := kubeconfigFor(t, hubURL, adminToken)
+	k := func(env []string, args ...string) *exec.Cmd {
+		cmd := cluster.KubectlCommand(t.Context(), root, args...)
+		cmd.Env = append(cmd.Env, env...)
+		return cmd
+	}
+	run := func(env []string, args ...string) string {
+		t.Helper()
+		var stderr bytes.Buffer
+		cmd := k(env, args...)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+		}
+		return string(out)
+	}
+	work := t.TempDir()
+	createPod(t, ns, "clock", map[string]any{"command": []string{"sh", "-c", "echo hello; while true; do date; sleep 1; done"}, "workingDir": work}, "Always")
+	run(nil, "wait", "-n", ns, "pod/clock", "--for=condition=Ready", "--timeout=60s")
+
+	t.Run("logs -f", func(t *testing.T) {
+		ctx, stop := context.WithCancel(t.Context())
+		cmd := cluster.KubectlCommand(ctx, root, "logs", "-f", "-n", ns, "clock")
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { stop(); cmd.Wait() }()
+		sc := bufio.NewScanner(out)
+		if !sc.Scan() || sc.Text() != "hello" {
+			t.Fatalf("first line %q", sc.Text())
+		}
+		// Lines keep coming as the container writes them, a second apart.
+		for i := range 3 {
+			if !sc.Scan() {
+				t.Fatalf("logs -f ended after %d more lines: %v", i, sc.Err())
+			}
+		}
+	})
+
+	for _, tr := range transports {
+		t.Run("exec over "+tr.name, func(t *testing.T) {
+			cmd := k(tr.env, "exec", "-i", "-n", ns, "clock", "--", "sh", "-c", "cat; echo oops >&2; exit 3")
+			cmd.Stdin = strings.NewReader("ping\n")
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+				t.Errorf("exit: %v, want status 3; stderr %s", err, stderr.String())
+			}
+			if stdout.String() != "ping\n" || !strings.Contains(stderr.String(), "oops") {
+				t.Errorf("stdout %q, stderr %q", stdout.String(), stderr.String())
+			}
+		})
+
+		t.Run("attach over "+tr.name, func(t *testing.T) {
+			name := "cat-" + tr.name
+			createPod(t, ns, name, map[string]any{"command": []string{"cat"}, "stdin": true, "stdinOnce": true}, "Never")
+			run(nil, "wait", "-n", ns, "pod/"+name, "--for=condition=Ready", "--timeout=60s")
+			cmd := k(tr.env, "attach", "-i", "-n", ns, name)
+			cmd.Stdin = strings.NewReader("hello attach\n")
+			out, err := cmd.Output()
+			if err != nil || !strings.Contains(string(out), "hello attach") {
+				t.Errorf("attach: %q, %v", out, err)
+			}
+		})
+
+		t.Run("port-forward over "+tr.name, func(t *testing.T) {
+			portForward(t, ns, "echo-"+tr.name, k, tr.env)
+		})
+
+		t.Run("cp over "+tr.name, func(t *testing.T) {
+			local := t.TempDir()
+			data := make([]byte, 1<<20)
+			rand.Read(data)
+			os.WriteFile(filepath.Join(local, "up"), data, 0o644)
+			remote := filepath.Join(work, "cp-"+tr.name)
+			run(tr.env, "cp", filepath.Join(local, "up"), ns+"/clock:"+remote)
+			if got, err := os.ReadFile(remote); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("cp to the pod: %d bytes (%v), want %d", len(got), err, len(data))
+			}
+			run(tr.env, "cp", ns+"/clock:"+remote, filepath.Join(local, "down"))
+			if got, err := os.ReadFile(filepath.Join(local, "down")); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("cp from the pod: %d bytes (%v), want %d", len(got), err, len(data))
+			}
+		})
+	}
+}
+
+// createPod creates a pod with one container c on the test node (there is
+// no scheduler), straight at the API server.
+func createPod(t *testing.T, ns, name string, c map[string]any, restartPolicy string) {
+	t.Helper()
+	c["name"], c["image"] = "main", "busybox" // the image is ignored: containers are host processes
+	pod := map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{
+			"nodeName": localkube.NodeName, "restartPolicy": restartPolicy,
+			"terminationGracePeriodSeconds": 2, "containers": []any{c},
+		},
+	}
+	if err := cluster.Do(t.Context(), "POST", "/api/v1/namespaces/"+ns+"/pods", pod, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// portForward runs this test binary as an echo server in pod name, and
+// moves 10 MiB through `kubectl port-forward` to it and back.
+func portForward(t *testing.T, ns, name string, k func([]string, ...string) *exec.Cmd, env []string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	podPort := freeAddr(t)
+	createPod(t, ns, name, map[string]any{"command": []string{exe}, "env": []map[string]any{{"name": echoAddrEnv, "value": podPort}}}, "Never")
+	if out, err := k(nil, "wait", "-n", ns, "pod/"+name, "--for=condition=Ready", "--timeout=60s").CombinedOutput(); err != nil {
+		t.Fatalf("wait: %v %s", err, out)
+	}
+	_, port, _ := net.SplitHostPort(podPort)
+	local := freeAddr(t)
+	_, localPort, _ := net.SplitHostPort(local)
+	pf := k(env, "port-forward", "-n", ns, "pod/"+name, localPort+":"+port)
+	var pfOut syncBuffer
+	pf.Stdout, pf.Stderr = &pfOut, &pfOut
+	if err := pf.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { pf.Process.Kill(); pf.Wait() }()
+	waitOutput(t, &pfOut, "Forwarding from 127.0.0.1:"+localPort)
+
+	c, err := net.Dial("tcp", local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	data := make([]byte, 10<<20)
+	rand.Read(data)
+	go func() {
+		c.Write(data)
+		c.(*net.TCPConn).CloseWrite()
+	}()
+	c.SetReadDeadline(time.Now().Add(60 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("port-forward moved %d of %d bytes back intact: %v\n%s", len(got), len(data), err, pfOut.String())
+	}
+}
