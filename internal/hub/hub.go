@@ -5,6 +5,7 @@
 package hub
 
 import (
+	"context"
 	"io"
 	"net/http/httputil"
 
@@ -71,7 +72,8 @@ type Hub struct {
 
 	proxy *httputil.ReverseProxy
 
-	conns sync.WaitGroup // one per served agent connection
+	conns    sync.WaitGroup // one per served agent connection
+	requests sync.WaitGroup // one per request to a cluster in flight
 
 	auditMu sync.Mutex // serializes audit lines
 
@@ -188,6 +190,23 @@ func (h *Hub) Close() error {
 	}
 	h.conns.Wait()
 	return nil
+}
+
+// WaitRequests waits until no request to a cluster is in flight, upgraded
+// sessions (exec, port-forward) included, or ctx is done. A stopping hub
+// calls it after the HTTP server stopped taking requests, before Close.
+func (h *Hub) WaitRequests(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		h.requests.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // connected returns the agent connected for name, or nil.

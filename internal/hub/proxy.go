@@ -39,6 +39,11 @@ type route struct {
 // <base>/clusters/<name>/<path> goes to <path> on the API server, through
 // the cluster's tunnel, as the person.
 func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
+	// Counted until the answer is done, an upgraded session's whole life
+	// included: the HTTP server's Shutdown doesn't wait for hijacked
+	// connections, and a stopping hub must let exec sessions finish too.
+	h.requests.Add(1)
+	defer h.requests.Done()
 	start := time.Now()
 	rw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
 	name := r.PathValue("cluster")

@@ -152,7 +152,15 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 
 	log.Info(fmt.Sprintf("Shutting down: open requests have up to %s to finish", opts.ShutdownGrace))
 	graceCtx, cancel := context.WithTimeout(context.Background(), opts.ShutdownGrace)
-	srv.Shutdown(graceCtx) // hijacked connections (agents, upgrades) are not waited on here
+	// Shutdown stops taking requests and waits for plain ones, not hijacked
+	// ones; once it has, no request can start, and upgraded sessions still
+	// running get the rest of the grace period.
+	if err := srv.Shutdown(graceCtx); err == nil {
+		err = h.WaitRequests(graceCtx)
+	}
+	if graceCtx.Err() != nil {
+		log.Warn(fmt.Sprintf("Requests still open after %s: closing them", opts.ShutdownGrace))
+	}
 	cancel()
 	h.Close()
 	srv.Close()

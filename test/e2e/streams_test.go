@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ func TestStreamingThroughTheHub(t *testing.T) {
 	const ns = "streams"
 	admin(t, "create", "namespace", ns)
 	setUpPeople(t, "team-a", "team-b") // the tether:admins binding
-	_, hubURL := hub(t, nil, "e2e")
+	h, hubURL := hub(t, nil, "e2e")
 	a := agent(t, "e2e", hubURL, agentToken)
 	a.waitFor(t, 10*time.Second, `Connected to `+hubURL+` as "e2e"`)
 	root := kubeconfigFor(t, hubURL, adminToken)
@@ -79,6 +80,23 @@ func TestStreamingThroughTheHub(t *testing.T) {
 			if !sc.Scan() {
 				t.Fatalf("logs -f ended after %d more lines: %v", i, sc.Err())
 			}
+		}
+	})
+
+	defer t.Run("a stopping hub lets an exec session finish", func(t *testing.T) {
+		cmd := k(nil, "exec", "-n", ns, "clock", "--", "sh", "-c", "sleep 2; echo finished")
+		var out syncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		h.signal(syscall.SIGTERM)
+		if err := cmd.Wait(); err != nil || out.String() != "finished\n" {
+			t.Errorf("exec across the hub's shutdown: %v, %q", err, out.String())
+		}
+		if code := h.exit(t, 30*time.Second); code != 0 {
+			t.Errorf("the hub exited %d", code)
 		}
 	})
 
