@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"bytes"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 	"go.uber.org/goleak"
 )
 
@@ -35,26 +35,8 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.t = c.t.Add(d)
 }
 
-// syncBuffer collects log output from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func testLogger() (*slog.Logger, *syncBuffer) {
-	buf := &syncBuffer{}
+func testLogger() (*slog.Logger, *syncbuf.Buffer) {
+	buf := &syncbuf.Buffer{}
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 

@@ -1,23 +1,23 @@
 package fleet
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
 // watched starts Watch on the agents file at path and stops it when the test ends. Changes
 // arrive on the returned channel; the log is in the returned buffer.
-func watched(t *testing.T, path string) (*Agents, <-chan Change, *syncBuffer) {
+func watched(t *testing.T, path string) (*Agents, <-chan Change, *syncbuf.Buffer) {
 	t.Helper()
 	changes := make(chan Change, 16)
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	agents, err := Load(Config{
 		AgentsFile:   path,
 		Logger:       slog.New(slog.NewTextHandler(logs, nil)),
@@ -230,7 +230,7 @@ func next(t *testing.T, ch <-chan string) string {
 	return ""
 }
 
-func waitFor(t *testing.T, cond func() bool, logs *syncBuffer) {
+func waitFor(t *testing.T, cond func() bool, logs *syncbuf.Buffer) {
 	t.Helper()
 	for end := time.Now().Add(deadline); !cond(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(end) {
@@ -247,21 +247,4 @@ func mustDo(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

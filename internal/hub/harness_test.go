@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -24,28 +23,11 @@ import (
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/pki"
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// logBuffer collects log lines from several goroutines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // fakeCluster is an HTTPS server standing in for an API server: what the
@@ -161,7 +143,7 @@ type testHub struct {
 	*Hub
 	srv  *httptest.Server
 	url  string
-	logs *logBuffer
+	logs *syncbuf.Buffer
 	reg  *prometheus.Registry
 }
 
@@ -190,7 +172,7 @@ func startTLSHub(t *testing.T, cfg Config, cert tls.Certificate) *testHub {
 
 func startHubWith(t *testing.T, cfg Config, cert *tls.Certificate) *testHub {
 	t.Helper()
-	th := &testHub{logs: &logBuffer{}, reg: prometheus.NewRegistry()}
+	th := &testHub{logs: &syncbuf.Buffer{}, reg: prometheus.NewRegistry()}
 	cfg.Logger = slogTo(th.logs)
 	cfg.Registerer = th.reg
 	if cfg.Heartbeat == 0 {
@@ -235,7 +217,7 @@ func (th *testHub) counter(name string, labels ...string) float64 {
 // runningAgent is an agent running in a goroutine the test owns.
 type runningAgent struct {
 	*agent.Agent
-	logs   *logBuffer
+	logs   *syncbuf.Buffer
 	cancel context.CancelFunc
 	done   chan struct{} // closed when Run has returned
 	err    error         // what Run returned; read after done
@@ -249,7 +231,7 @@ func startAgent(t *testing.T, hubURL, name string, fc *fakeCluster, mods ...func
 	if err != nil {
 		t.Fatal(err)
 	}
-	ra := &runningAgent{logs: &logBuffer{}, done: make(chan struct{})}
+	ra := &runningAgent{logs: &syncbuf.Buffer{}, done: make(chan struct{})}
 	cfg := agent.Config{
 		Options: agent.Options{
 			HubURL:            u,

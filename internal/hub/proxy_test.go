@@ -9,12 +9,12 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
 // People the proxy tests use: tokens of 32 characters and more.
@@ -35,7 +35,7 @@ const testUsers = `
 // proxyHub starts a hub with people, the clusters "open" (everyone), "ops"
 // (group ops only) and "far" (no agent), and an agent for "open" and "ops"
 // whose API server is fc.
-func proxyHub(t *testing.T, fc *fakeCluster, groupPrefix string) (*testHub, *lockedBuffer) {
+func proxyHub(t *testing.T, fc *fakeCluster, groupPrefix string) (*testHub, *syncbuf.Buffer) {
 	t.Helper()
 	// The auth proxy is trusted from loopback, where the tests run, so a
 	// test can be anyone it names.
@@ -51,30 +51,13 @@ func proxyHub(t *testing.T, fc *fakeCluster, groupPrefix string) (*testHub, *loc
 		{Name: "ops", TokenHashes: hash, Groups: fleet.Groups{Names: []string{"ops"}}},
 		{Name: "far", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}},
 	})
-	audit := &lockedBuffer{}
+	audit := &syncbuf.Buffer{}
 	h := startHub(t, Config{Agents: list, Auth: people, AuthConfig: auth.Config{GroupPrefix: groupPrefix}, Audit: audit, PublicURL: "https://hub.example.com"})
 	for _, n := range []string{"open", "ops"} {
 		a := startAgent(t, h.url, n, fc)
 		eventually(t, 5*time.Second, n+" connects", a.Connected)
 	}
 	return h, audit
-}
-
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // call sends a request as token (none when "") and returns the status and

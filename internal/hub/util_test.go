@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tetherhq/tether/internal/logging"
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
 func writeFile(t *testing.T, path string, b []byte) {
@@ -40,4 +41,4 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func slogTo(b *logBuffer) *slog.Logger { return slog.New(logging.NewTextHandler(b, nil)) }
+func slogTo(b *syncbuf.Buffer) *slog.Logger { return slog.New(logging.NewTextHandler(b, nil)) }

@@ -5,7 +5,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -15,13 +14,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tetherhq/tether/internal/localkube"
 	"github.com/tetherhq/tether/internal/pki"
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
 var (
@@ -76,33 +75,16 @@ func run(m *testing.M) int {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 	done chan struct{}
 	err  error // what Wait returned; read after done
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // start runs `tether <args>` with env on top of a clean environment, and
 // stops it when the test ends.
 func start(t *testing.T, name string, env map[string]string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(tetherBin, args...)
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 	for k, v := range env {

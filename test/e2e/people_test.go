@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
 // People the hub in these tests knows: alice in group dev, admin in a group
@@ -120,7 +120,7 @@ func TestKubectlThroughTheHub(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	watch := cluster.KubectlCommand(ctx, alice, "get", "configmaps", "-n", "team-a", "-w", "--output-watch-events", "-o", "jsonpath={.type} {.object.metadata.name}{\"\\n\"}")
-	var watched syncBuffer
+	var watched syncbuf.Buffer
 	watch.Stdout, watch.Stderr = &watched, &watched
 	if err := watch.Start(); err != nil {
 		t.Fatal(err)
@@ -144,12 +144,15 @@ func TestKubectlThroughTheHub(t *testing.T) {
 	}
 
 	// The API server's own audit log names alice and the hub's request id.
-	if !auditHasImpersonated(t, "alice") {
+	if !auditHas(t, func(e auditEvent) bool {
+		return e.User.Username == cluster.ServiceAccountName && e.ImpersonatedUser.Username == "alice" &&
+			len(e.ImpersonatedUser.Extra["tether-request-id"]) == 1
+	}) {
 		t.Error("the API server's audit log has no request impersonating alice with a tether-request-id")
 	}
 }
 
-func waitOutput(t *testing.T, b *syncBuffer, want string) {
+func waitOutput(t *testing.T, b *syncbuf.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(b.String(), want) {
@@ -158,34 +161,4 @@ func waitOutput(t *testing.T, b *syncBuffer, want string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// auditHasImpersonated reports whether the API server's audit log records a
-// request by the agent's service account impersonating user, with the
-// hub's request id as an extra.
-func auditHasImpersonated(t *testing.T, user string) bool {
-	t.Helper()
-	f, err := os.Open(cluster.AuditLogPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		var ev struct {
-			User struct {
-				Username string `json:"username"`
-			} `json:"user"`
-			ImpersonatedUser struct {
-				Username string              `json:"username"`
-				Extra    map[string][]string `json:"extra"`
-			} `json:"impersonatedUser"`
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.User.Username == cluster.ServiceAccountName &&
-			ev.ImpersonatedUser.Username == user && len(ev.ImpersonatedUser.Extra["tether-request-id"]) == 1 {
-			return true
-		}
-	}
-	return false
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/localkube"
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
 // transports are the two ways kubectl streams: WebSocket, its default, and
@@ -85,7 +86,7 @@ func TestStreamingThroughTheHub(t *testing.T) {
 
 	defer t.Run("a stopping hub lets an exec session finish", func(t *testing.T) {
 		cmd := k(nil, "exec", "-n", ns, "clock", "--", "sh", "-c", "sleep 2; echo finished")
-		var out syncBuffer
+		var out syncbuf.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -185,7 +186,7 @@ func portForward(t *testing.T, ns, name string, k func([]string, ...string) *exe
 	local := freeAddr(t)
 	_, localPort, _ := net.SplitHostPort(local)
 	pf := k(env, "port-forward", "-n", ns, "pod/"+name, localPort+":"+port)
-	var pfOut syncBuffer
+	var pfOut syncbuf.Buffer
 	pf.Stdout, pf.Stderr = &pfOut, &pfOut
 	if err := pf.Start(); err != nil {
 		t.Fatal(err)

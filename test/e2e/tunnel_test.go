@@ -101,7 +101,7 @@ func TestAgentMakesTheClusterReady(t *testing.T) {
 
 	// The probe went through the tunnel and reached the API server as the
 	// agent's service account: the API server's own audit log says so.
-	if !auditHas(t, cluster.ServiceAccountName, "/version") || !auditHas(t, cluster.ServiceAccountName, "/readyz") {
+	if !auditHas(t, requestBy(cluster.ServiceAccountName, "/version")) || !auditHas(t, requestBy(cluster.ServiceAccountName, "/readyz")) {
 		t.Errorf("the audit log has no /version and /readyz from %s", cluster.ServiceAccountName)
 	}
 
@@ -120,9 +120,20 @@ func TestAgentMakesTheClusterReady(t *testing.T) {
 	noSecrets(t, h, a)
 }
 
-// auditHas reports whether the API server's audit log records a request
-// for path by user.
-func auditHas(t *testing.T, user, path string) bool {
+// auditEvent is what the tests read of the API server's audit events.
+type auditEvent struct {
+	RequestURI string `json:"requestURI"`
+	User       struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ImpersonatedUser struct {
+		Username string              `json:"username"`
+		Extra    map[string][]string `json:"extra"`
+	} `json:"impersonatedUser"`
+}
+
+// auditHas reports whether an event in the API server's audit log matches.
+func auditHas(t *testing.T, match func(auditEvent) bool) bool {
 	t.Helper()
 	f, err := os.Open(cluster.AuditLogPath)
 	if err != nil {
@@ -132,17 +143,17 @@ func auditHas(t *testing.T, user, path string) bool {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
-		var ev struct {
-			RequestURI string `json:"requestURI"`
-			User       struct {
-				Username string `json:"username"`
-			} `json:"user"`
-		}
-		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.User.Username == user && ev.RequestURI == path {
+		var e auditEvent
+		if json.Unmarshal(sc.Bytes(), &e) == nil && match(e) {
 			return true
 		}
 	}
 	return false
+}
+
+// requestBy matches a request for path by user.
+func requestBy(user, path string) func(auditEvent) bool {
+	return func(e auditEvent) bool { return e.User.Username == user && e.RequestURI == path }
 }
 
 func noSecrets(t *testing.T, procs ...*proc) {
