@@ -111,8 +111,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info(fmt.Sprintf("Tether %s agent for %q, relaying to %s", version.Version, a.cfg.Name, a.cfg.APIServer))
 
+	// The health server lives as long as Run: stopping it must not wait for
+	// the caller's ctx, or a refused agent would never exit.
+	ctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	defer stop()
 	if a.cfg.HealthAddr != "" {
 		ln, err := net.Listen("tcp", a.cfg.HealthAddr)
 		if err != nil {

@@ -96,7 +96,8 @@ func TestRefusals(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a := startAgent(t, tt.hub.url, tt.agent, fc, func(c *agent.Config) { c.Token = tt.token })
+			// With the health server on: a refused agent must still exit.
+			a := startAgent(t, tt.hub.url, tt.agent, fc, func(c *agent.Config) { c.Token = tt.token; c.HealthAddr = freeAddr(t) })
 			err := a.wait(t, 5*time.Second)
 			var refused *agent.RefusedError
 			if !errors.As(err, &refused) || !strings.Contains(err.Error(), tt.want) {

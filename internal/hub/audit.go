@@ -3,6 +3,7 @@ package hub
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -27,7 +28,7 @@ type auditRecord struct {
 // audit writes one line for a request to a cluster, and counts it.
 func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter, start time.Time) {
 	d := time.Since(start)
-	h.metrics.requests.WithLabelValues(cluster, http.StatusText(w.status)).Inc()
+	h.metrics.requests.WithLabelValues(cluster, strconv.Itoa(w.status)).Inc()
 	h.metrics.requestDuration.WithLabelValues(cluster).Observe(d.Seconds())
 	if h.cfg.Audit == nil {
 		return

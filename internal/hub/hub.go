@@ -184,10 +184,18 @@ func (h *Hub) Close() error {
 		conns = append(conns, c)
 	}
 	h.mu.Unlock()
+	// Say goodbye to every agent at once: one slow peer must not hold up
+	// the others' goaways.
+	var wg sync.WaitGroup
 	for _, c := range conns {
 		delay := time.Duration(h.cfg.Random() * float64(h.cfg.ReconnectSpread))
-		c.goAway(goAwayShutdown, delay)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.goAway(goAwayShutdown, delay)
+		}()
 	}
+	wg.Wait()
 	h.conns.Wait()
 	return nil
 }
