@@ -93,6 +93,7 @@ func (h *Hub) serveConn(c *agentConn) {
 			"agent", c.name, "remote", c.remote, "previousRemote", prev.remote)
 		prev.goAway(goAwayTakeover, 0)
 	}
+	h.events.changed(c.name)
 	h.metrics.connects.WithLabelValues("accepted").Inc()
 	h.metrics.connected.Inc()
 	h.log.Info(fmt.Sprintf("The agent of %q connected (Tether %s)", c.name, c.agentVersion), "agent", c.name, "remote", c.remote)

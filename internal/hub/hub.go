@@ -76,6 +76,7 @@ type Hub struct {
 	requests sync.WaitGroup // one per request to a cluster in flight
 
 	auditMu sync.Mutex // serializes audit lines
+	events  broker     // tells /api/events streams what changed
 
 	mu     sync.Mutex // guards the following
 	closed bool
@@ -146,6 +147,9 @@ func (h *Hub) Handler() http.Handler {
 		mux.HandleFunc(base+"/clusters/{cluster}/{path...}", h.serveCluster)
 		mux.HandleFunc(base+"/clusters/{cluster}", h.serveCluster)
 		mux.HandleFunc("GET "+base+"/api/kubeconfig", h.serveKubeconfig)
+		mux.HandleFunc("GET "+base+"/api/clusters", h.serveClusters)
+		mux.HandleFunc("GET "+base+"/api/clusters/{cluster}", h.serveClusterJSON)
+		mux.HandleFunc("GET "+base+"/api/events", h.serveEvents)
 	}
 	ok := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) }
 	mux.HandleFunc("GET /healthz", ok)

@@ -113,6 +113,7 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 	if had && prev.Status == next.Status && prev.Message == next.Message && prev.KubernetesVersion == next.KubernetesVersion {
 		return
 	}
+	h.events.changed(name)
 	if next.Status == Ready {
 		h.log.Info(fmt.Sprintf("Cluster %q is Ready (Kubernetes %s)", name, next.KubernetesVersion), "cluster", name)
 	} else {

@@ -1,0 +1,267 @@
+package hub
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/internal/auth"
+)
+
+// ClusterJSON is a cluster as /api/clusters shows it (SPEC section 4).
+// Absent values are omitted.
+type ClusterJSON struct {
+	Name              string            `json:"name"`
+	Labels            map[string]string `json:"labels,omitempty"`
+	Status            string            `json:"status"`
+	Message           string            `json:"message,omitempty"`
+	KubernetesVersion string            `json:"kubernetesVersion,omitempty"`
+	AgentVersion      string            `json:"agentVersion,omitempty"`
+	ConnectedSince    *time.Time        `json:"connectedSince,omitempty"`
+	LastSeen          *time.Time        `json:"lastSeen,omitempty"`
+}
+
+func (h *Hub) clusterJSON(st ClusterStatus) ClusterJSON {
+	c := ClusterJSON{
+		Name:              st.Name,
+		Status:            st.Status,
+		Message:           st.Message,
+		KubernetesVersion: st.KubernetesVersion,
+		AgentVersion:      st.AgentVersion,
+	}
+	if entry, ok := h.cfg.Agents.Lookup(st.Name); ok && len(entry.Labels) > 0 {
+		c.Labels = entry.Labels
+	}
+	if !st.ConnectedSince.IsZero() {
+		t := st.ConnectedSince.UTC().Truncate(time.Second)
+		c.ConnectedSince = &t
+	}
+	if !st.LastSeen.IsZero() {
+		t := st.LastSeen.UTC().Truncate(time.Second)
+		c.LastSeen = &t
+	}
+	if st.Status == Ready {
+		c.Message = ""
+	}
+	return c
+}
+
+// person authenticates an API request, answering it when it can't be.
+// Requests from a browser on another origin are refused: the session
+// cookie will be taken here too, and must not work for other sites.
+func (h *Hub) person(w http.ResponseWriter, r *http.Request) (auth.Person, bool) {
+	if !h.sameOrigin(r) {
+		http.Error(w, "Requests from other sites are refused.", http.StatusForbidden)
+		return auth.Person{}, false
+	}
+	p, ok, err := h.cfg.Auth.Authenticate(r)
+	if err != nil || !ok {
+		if err != nil {
+			h.logAuthFailure(r, err)
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
+		http.Error(w, "Tether doesn't know who you are: sign in first.", http.StatusUnauthorized)
+		return auth.Person{}, false
+	}
+	return p, true
+}
+
+// sameOrigin reports whether r has no Origin header, or the hub's own.
+func (h *Hub) sameOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	pub, err := url.Parse(h.cfg.PublicURL)
+	if err != nil || pub.Host == "" {
+		return false
+	}
+	return strings.EqualFold(origin, pub.Scheme+"://"+pub.Host)
+}
+
+// visibleClusters returns the clusters p may see, sorted by name.
+func (h *Hub) visibleClusters(p auth.Person) []ClusterJSON {
+	var out []ClusterJSON
+	for _, st := range h.Clusters() {
+		if _, ok := h.visible(st.Name, p); ok {
+			out = append(out, h.clusterJSON(st))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func (h *Hub) serveClusters(w http.ResponseWriter, r *http.Request) {
+	p, ok := h.person(w, r)
+	if !ok {
+		return
+	}
+	list := h.visibleClusters(p)
+	if list == nil {
+		list = []ClusterJSON{}
+	}
+	writeJSON(w, list)
+}
+
+func (h *Hub) serveClusterJSON(w http.ResponseWriter, r *http.Request) {
+	p, ok := h.person(w, r)
+	if !ok {
+		return
+	}
+	name := r.PathValue("cluster")
+	st, known := h.Cluster(name)
+	if _, visible := h.visible(name, p); !known || !visible {
+		http.Error(w, fmt.Sprintf("Tether has no cluster %q.", name), http.StatusNotFound)
+		return
+	}
+	writeJSON(w, h.clusterJSON(st))
+}
+
+// serveEvents streams changes as Server-Sent Events: first every cluster
+// the person may see, then each one again when it changes (a "cluster"
+// event), until the client goes away.
+func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
+	p, ok := h.person(w, r)
+	if !ok {
+		return
+	}
+	rc := http.NewResponseController(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no") // nginx ingresses must not buffer the stream
+	sub := h.events.subscribe()
+	defer h.events.unsubscribe(sub)
+
+	send := func(c ClusterJSON) error {
+		b, _ := json.Marshal(c)
+		if _, err := fmt.Fprintf(w, "event: cluster\ndata: %s\n\n", b); err != nil {
+			return err
+		}
+		return nil
+	}
+	sendAll := func() error {
+		for _, c := range h.visibleClusters(p) {
+			if err := send(c); err != nil {
+				return err
+			}
+		}
+		return rc.Flush()
+	}
+	if err := sendAll(); err != nil {
+		return
+	}
+	keepAlive := time.NewTicker(25 * time.Second)
+	defer keepAlive.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-keepAlive.C:
+			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
+				return
+			}
+		case <-sub.wake:
+			names, all := sub.take()
+			if all {
+				if sendAll() != nil {
+					return
+				}
+				continue
+			}
+			for _, n := range names {
+				st, known := h.Cluster(n)
+				if _, visible := h.visible(n, p); known && visible {
+					if send(h.clusterJSON(st)) != nil {
+						return
+					}
+				}
+			}
+			if rc.Flush() != nil {
+				return
+			}
+		}
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	json.NewEncoder(w).Encode(v)
+}
+
+// broker tells event streams which clusters changed. A slow stream never
+// holds up the hub: changes pile up as a set of names, collapsed per
+// stream, and past a bound the stream is just told to send everything.
+type broker struct {
+	mu   sync.Mutex // guards subs
+	subs map[*subscriber]struct{}
+}
+
+type subscriber struct {
+	wake chan struct{} // has a value when there is something to take
+
+	mu    sync.Mutex // guards the following
+	names map[string]struct{}
+	all   bool
+}
+
+// maxPending bounds the names a subscriber collects before it is told to
+// send everything instead.
+const maxPending = 256
+
+func (b *broker) subscribe() *subscriber {
+	s := &subscriber{wake: make(chan struct{}, 1), names: map[string]struct{}{}}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.subs == nil {
+		b.subs = map[*subscriber]struct{}{}
+	}
+	b.subs[s] = struct{}{}
+	return s
+}
+
+func (b *broker) unsubscribe(s *subscriber) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.subs, s)
+}
+
+// changed tells every subscriber that cluster name changed.
+func (b *broker) changed(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for s := range b.subs {
+		s.mu.Lock()
+		if len(s.names) >= maxPending {
+			s.all = true
+		} else {
+			s.names[name] = struct{}{}
+		}
+		s.mu.Unlock()
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// take returns the names changed since the last take, sorted, or all=true.
+func (s *subscriber) take() (names []string, all bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.all {
+		s.all, s.names = false, map[string]struct{}{}
+		return nil, true
+	}
+	for n := range s.names {
+		names = append(names, n)
+	}
+	s.names = map[string]struct{}{}
+	sort.Strings(names)
+	return names, false
+}

@@ -1,0 +1,121 @@
+package hub
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestClustersAPI(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	eventually(t, 5*time.Second, "open is Ready", func() bool { return statusOf(h, "open") == "Ready" })
+
+	get := func(path, token string, hdr http.Header) (int, string) {
+		code, body, _ := call(t, "GET", h.url+path, token, hdr)
+		return code, body
+	}
+	code, body := get("/api/clusters", aliceToken, nil)
+	var list []ClusterJSON
+	if code != 200 || json.Unmarshal([]byte(body), &list) != nil {
+		t.Fatalf("/api/clusters: %d %s", code, body)
+	}
+	if len(list) != 2 || list[0].Name != "far" || list[1].Name != "open" {
+		t.Fatalf("alice sees %s, want far and open only", body)
+	}
+	far, open := list[0], list[1]
+	if far.Status != Unreachable || far.Message != MessageNotConnected || far.ConnectedSince != nil || far.KubernetesVersion != "" {
+		t.Errorf("far: %+v", far)
+	}
+	if open.Status != Ready || open.Message != "" || open.KubernetesVersion != "v1.36.3-test" || open.AgentVersion == "" ||
+		open.ConnectedSince == nil || open.LastSeen == nil {
+		t.Errorf("open: %+v", open)
+	}
+	if !strings.Contains(body, `"connectedSince":"`) || strings.Contains(body, `"message":""`) {
+		t.Errorf("times must be RFC 3339 and absent values omitted: %s", body)
+	}
+
+	if code, body := get("/api/clusters", bobToken, nil); code != 200 || !strings.Contains(body, `"name":"ops"`) {
+		t.Errorf("bob, in ops, doesn't see ops: %d %s", code, body)
+	}
+	if code, body := get("/api/clusters/open", aliceToken, nil); code != 200 || !strings.Contains(body, `"status":"Ready"`) {
+		t.Errorf("/api/clusters/open: %d %s", code, body)
+	}
+	c1, hidden := get("/api/clusters/ops", aliceToken, nil)
+	c2, missing := get("/api/clusters/nowhere", aliceToken, nil)
+	if c1 != 404 || c2 != 404 || strings.Replace(hidden, `"ops"`, `"nowhere"`, 1) != missing {
+		t.Errorf("hidden %d %q, missing %d %q: want the same 404", c1, hidden, c2, missing)
+	}
+	if code, _ := get("/api/clusters", "", nil); code != 401 {
+		t.Errorf("no credentials: %d", code)
+	}
+	if code, _ := get("/api/clusters", aliceToken, http.Header{"Origin": {"https://evil.example.com"}}); code != 403 {
+		t.Errorf("another origin: %d, want 403", code)
+	}
+	if code, _ := get("/api/clusters", aliceToken, http.Header{"Origin": {"https://hub.example.com"}}); code != 200 {
+		t.Errorf("the hub's own origin: %d, want 200", code)
+	}
+}
+
+func TestEventsStreamChanges(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	eventually(t, 5*time.Second, "open is Ready", func() bool { return statusOf(h, "open") == "Ready" })
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", h.url+"/api/events", nil)
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("Content-Type %q", resp.Header.Get("Content-Type"))
+	}
+	events := make(chan ClusterJSON, 16)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				var c ClusterJSON
+				json.Unmarshal([]byte(data), &c)
+				events <- c
+			}
+		}
+	}()
+	next := func() ClusterJSON {
+		t.Helper()
+		select {
+		case c := <-events:
+			return c
+		case <-time.After(3 * time.Second):
+			t.Fatal("no event within 3 s")
+			return ClusterJSON{}
+		}
+	}
+	if a, b := next(), next(); a.Name != "far" || b.Name != "open" || b.Status != Ready {
+		t.Fatalf("first events: %+v, %+v", a, b)
+	}
+	// The agent of "open" goes away: the stream says so within 3 s.
+	conn := h.connected("open")
+	conn.sess.Close()
+	for {
+		c := next()
+		if c.Name == "ops" {
+			t.Fatal("alice got an event for a cluster she can't see")
+		}
+		if c.Name == "open" && c.Status == Unreachable && c.Message == MessageNotConnected {
+			break
+		}
+	}
+	cancel()
+	for range events {
+	}
+}
