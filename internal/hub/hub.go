@@ -134,6 +134,12 @@ func New(cfg Config) (*Hub, error) {
 		lastCA:   map[string]string{},
 	}
 	h.proxy = h.newProxy()
+	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tether_streams_open", Help: "Streams open now across every agent's tunnel, the control streams included.",
+	}, h.streamsOpen)
+	if err := cfg.Registerer.Register(streams); err != nil {
+		return nil, err
+	}
 	return h, nil
 }
 
@@ -219,6 +225,17 @@ func (h *Hub) WaitRequests(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// streamsOpen counts the streams open in every tunnel.
+func (h *Hub) streamsOpen() float64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, c := range h.agents {
+		n += c.sess.NumStreams()
+	}
+	return float64(n)
 }
 
 // connected returns the agent connected for name, or nil.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
@@ -58,6 +59,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	}
 
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h, err = New(Config{
 		KubeconfigCA:    kubeconfigCA,
 		Auth:            people,

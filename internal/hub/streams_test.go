@@ -203,7 +203,11 @@ func TestStalledStreamDoesNotSlowOthers(t *testing.T) {
 
 func TestStreamErrorEndsOnlyThatStream(t *testing.T) {
 	src := newSourceServer(t)
-	_, c := tunnelTo(t, src.ln.Addr().String())
+	// A stream the hub closed while the API server still sends is reset
+	// after the close timeout; keep it short here.
+	tc := tunnel.DefaultConfig()
+	tc.StreamCloseTimeout = 300 * time.Millisecond
+	h, c := tunnelWith(t, src.ln.Addr().String(), tc)
 
 	healthy := openStream(t, c, "stream")
 	defer healthy.Close()
@@ -227,6 +231,11 @@ func TestStreamErrorEndsOnlyThatStream(t *testing.T) {
 		t.Fatalf("the tunnel closed: %v", c.why)
 	default:
 	}
+	// Once every stream the test opened is closed, only the control stream
+	// is left, as the hub's gauge says.
+	healthy.Close()
+	echo.Close()
+	eventually(t, 5*time.Second, "streams open back to the control stream", func() bool { return h.streamsOpen() == 1 })
 }
 
 func TestAgentDialsOnlyItsAPIServer(t *testing.T) {
