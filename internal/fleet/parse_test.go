@@ -245,10 +245,16 @@ func wrap(s string) string {
 	return b.String() + s + "\n"
 }
 
+// writeFile replaces dir/name with content atomically (a new file renamed
+// into place), so a watcher never reads it half written.
 func writeFile(t *testing.T, dir, name, content string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
 		t.Fatal(err)
 	}
 	return p

@@ -141,10 +141,11 @@ func (fc *fakeCluster) addr() string { return fc.srv.Listener.Addr().String() }
 // testHub is a Hub behind an httptest server.
 type testHub struct {
 	*Hub
-	srv  *httptest.Server
-	url  string
-	logs *syncbuf.Buffer
-	reg  *prometheus.Registry
+	srv    *httptest.Server
+	url    string
+	logs   *syncbuf.Buffer
+	reg    *prometheus.Registry
+	agents map[string]*runningAgent // those a helper started for the test
 }
 
 const testToken = "0123456789abcdef0123456789abcdef-agent-token"

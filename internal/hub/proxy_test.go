@@ -53,9 +53,11 @@ func proxyHub(t *testing.T, fc *fakeCluster, groupPrefix string) (*testHub, *syn
 	})
 	audit := &syncbuf.Buffer{}
 	h := startHub(t, Config{Agents: list, Auth: people, AuthConfig: auth.Config{GroupPrefix: groupPrefix}, Audit: audit, PublicURL: "https://hub.example.com"})
+	h.agents = map[string]*runningAgent{}
 	for _, n := range []string{"open", "ops"} {
 		a := startAgent(t, h.url, n, fc)
 		eventually(t, 5*time.Second, n+" connects", a.Connected)
+		h.agents[n] = a
 	}
 	return h, audit
 }
