@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -214,5 +216,54 @@ func TestRepoRoot(t *testing.T) {
 	t.Chdir(t.TempDir())
 	if _, err := repoRoot(); err == nil {
 		t.Error("repoRoot() outside the repository: err = nil, want an error")
+	}
+}
+
+// recordingTB is a testing.TB whose Fatalf and Skipf record the message and end the goroutine,
+// as the real ones do, so New's handling of a missing Chromium can be checked.
+type recordingTB struct {
+	testing.TB
+	fataled, skipped bool
+	msg              string
+}
+
+func (r *recordingTB) Fatalf(format string, args ...any) {
+	r.fataled, r.msg = true, fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func (r *recordingTB) Skipf(format string, args ...any) {
+	r.skipped, r.msg = true, fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func TestNewWithoutChromium(t *testing.T) {
+	for _, tc := range []struct {
+		ci                  string
+		wantFatal, wantSkip bool
+	}{
+		{ci: "", wantSkip: true},
+		{ci: "false", wantSkip: true},
+		{ci: "true", wantFatal: true},
+		{ci: "1", wantFatal: true},
+	} {
+		t.Run("CI="+tc.ci, func(t *testing.T) {
+			t.Setenv(envPath, "/nonexistent/chromium")
+			t.Setenv("CI", tc.ci)
+			r := &recordingTB{TB: t}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				New(r)
+				t.Error("New returned a context without a Chromium")
+			}()
+			<-done
+			if r.fataled != tc.wantFatal || r.skipped != tc.wantSkip {
+				t.Errorf("fatal, skip = %v, %v; want %v, %v", r.fataled, r.skipped, tc.wantFatal, tc.wantSkip)
+			}
+			if !strings.Contains(r.msg, "apt-get install chromium") {
+				t.Errorf("message %q lacks the install hint", r.msg)
+			}
+		})
 	}
 }
