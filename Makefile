@@ -12,7 +12,7 @@ FUZZ_TARGETS = \
 	./internal/auth:FuzzParseUsers \
 	./internal/auth:FuzzAuthenticate
 
-.PHONY: dev test kube vet unit fuzz build
+.PHONY: dev test kube chromium vet unit fuzz build
 
 ## dev: run a local API server, a hub and an agent (tether dev).
 dev:
@@ -23,11 +23,17 @@ build:
 	$(GO) build -o bin/tether ./cmd/tether
 
 ## test: everything CI runs: the Kubernetes build (cached), vet, the tests with -race, and a short fuzz of every target.
-test: kube vet unit fuzz
+test: kube chromium vet unit fuzz
 
 ## kube: build (once, then cached) the kube-apiserver, etcd and kubectl the tests run.
 kube:
 	$(GO) run ./test/prepare
+
+## chromium: install Debian's Chromium for the browser tests when it is missing (as root: apt-get).
+chromium:
+	@if command -v chromium >/dev/null || [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "Browser tests need Chromium: sudo apt-get install chromium"; fi
 
 vet:
 	$(GO) vet ./...
