@@ -59,7 +59,7 @@ func (h *Hub) person(w http.ResponseWriter, r *http.Request) (auth.Person, bool)
 		http.Error(w, "Requests from other sites are refused.", http.StatusForbidden)
 		return auth.Person{}, false
 	}
-	p, ok, err := h.cfg.Auth.Authenticate(r)
+	p, _, ok, err := h.cookiePerson(r)
 	if err != nil || !ok {
 		if err != nil {
 			h.logAuthFailure(r, err)

@@ -156,6 +156,10 @@ func (h *Hub) Handler() http.Handler {
 		mux.HandleFunc("GET "+base+"/api/clusters", h.serveClusters)
 		mux.HandleFunc("GET "+base+"/api/clusters/{cluster}", h.serveClusterJSON)
 		mux.HandleFunc("GET "+base+"/api/events", h.serveEvents)
+		mux.HandleFunc("GET "+base+"/{$}", h.servePage)
+		mux.HandleFunc("POST "+base+"/login", h.serveLogin)
+		mux.HandleFunc("POST "+base+"/logout", h.serveLogout)
+		mux.Handle("GET "+base+"/static/", http.StripPrefix(base+"/static/", staticFiles()))
 	}
 	ok := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) }
 	mux.HandleFunc("GET /healthz", ok)

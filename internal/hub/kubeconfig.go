@@ -21,7 +21,11 @@ const kubeconfigUser = "tether"
 // them (SPEC section 3).
 func (h *Hub) serveKubeconfig(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	p, ok, err := h.cfg.Auth.Authenticate(r)
+	if !h.sameOrigin(r) {
+		http.Error(w, "Requests from other sites are refused.", http.StatusForbidden)
+		return
+	}
+	p, session, ok, err := h.cookiePerson(r)
 	if err != nil || !ok {
 		if err != nil {
 			h.logAuthFailure(r, err)
@@ -31,6 +35,11 @@ func (h *Hub) serveKubeconfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	token, _, err := h.cfg.Auth.IssueToken(p)
+	if errors.Is(err, auth.ErrRenew) && session != "" {
+		// A browser session downloads a kubeconfig with its own token, which
+		// expires when the session does: no token makes a longer-lived one.
+		token, err = session, nil
+	}
 	if errors.Is(err, auth.ErrRenew) {
 		http.Error(w, "A kubeconfig's own token can't make another kubeconfig: sign in again to get a new one.", http.StatusForbidden)
 		return

@@ -47,9 +47,9 @@ func proxyHub(t *testing.T, fc *fakeCluster, groupPrefix string) (*testHub, *syn
 	t.Cleanup(func() { people.Close() })
 	hash := []fleet.Hash{fleet.HashToken(testToken)}
 	list := fleet.New([]fleet.Agent{
-		{Name: "open", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}},
+		{Name: "open", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}, Labels: map[string]string{"env": "prod", "region": "eu"}},
 		{Name: "ops", TokenHashes: hash, Groups: fleet.Groups{Names: []string{"ops"}}},
-		{Name: "far", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}},
+		{Name: "far", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}, Labels: map[string]string{"env": "dev", "region": "eu"}},
 	})
 	audit := &syncbuf.Buffer{}
 	h := startHub(t, Config{Agents: list, Auth: people, AuthConfig: auth.Config{GroupPrefix: groupPrefix}, Audit: audit, PublicURL: "https://hub.example.com"})

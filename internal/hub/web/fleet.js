@@ -1,0 +1,58 @@
+// The fleet page: cards rendered by the hub, kept live from /api/events,
+// filtered by labels as the person types.
+"use strict";
+(function () {
+  const list = document.getElementById("clusters");
+  const base = list.dataset.base;
+  const filter = document.getElementById("filter");
+  const count = document.getElementById("count");
+  const template = document.getElementById("card-template");
+
+  function labelText(labels) {
+    return Object.keys(labels || {}).sort().map(k => k + "=" + labels[k]).join(" ");
+  }
+
+  function render(card, c) {
+    card.dataset.name = c.name;
+    card.dataset.status = c.status;
+    card.dataset.labels = labelText(c.labels);
+    const link = card.querySelector(".name");
+    link.textContent = c.name;
+    link.href = "#" + c.name;
+    card.querySelector(".icon").textContent = c.status === "Ready" ? "✔" : "✖";
+    card.querySelector(".status .text").textContent = c.status + (c.message ? ": " + c.message : "");
+    card.querySelector(".k8s").textContent = c.kubernetesVersion || "";
+    card.querySelector(".agent").textContent = c.agentVersion || "";
+    card.querySelector(".since").textContent = c.connectedSince || "";
+    card.querySelector(".labels").textContent = labelText(c.labels);
+  }
+
+  function upsert(c) {
+    let card = list.querySelector('.card[data-name="' + CSS.escape(c.name) + '"]');
+    if (!card) {
+      card = template.content.firstElementChild.cloneNode(true);
+      const after = Array.from(list.children).find(el => el.dataset.name > c.name);
+      list.insertBefore(card, after || null);
+    }
+    render(card, c);
+    applyFilter();
+  }
+
+  function applyFilter() {
+    const wanted = filter.value.trim().split(/\s+/).filter(Boolean);
+    let shown = 0;
+    for (const card of list.children) {
+      const have = (card.dataset.labels || "").split(" ");
+      const match = wanted.every(w => have.includes(w));
+      card.hidden = !match;
+      if (match) shown++;
+    }
+    count.textContent = shown + " of " + list.children.length + " clusters";
+  }
+
+  filter.addEventListener("input", applyFilter);
+  applyFilter();
+
+  const events = new EventSource(base + "api/events");
+  events.addEventListener("cluster", e => upsert(JSON.parse(e.data)));
+})();
