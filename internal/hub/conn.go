@@ -57,6 +57,10 @@ type agentConn struct {
 	// "Connection: close, Upgrade", which the API server takes for no
 	// upgrade.)
 	upgrades *http.Transport
+	// probes is transport for the status probes, with a short idle
+	// timeout: a probe's connection closes soon after, not 90 s later, so
+	// between probes an idle cluster has no stream open.
+	probes *http.Transport
 
 	writeMu sync.Mutex // guards writes to ctl
 
@@ -77,6 +81,9 @@ func (h *Hub) serveConn(c *agentConn) {
 	defer c.transport.CloseIdleConnections()
 	c.upgrades = c.newTransport()
 	c.upgrades.MaxIdleConnsPerHost = -1 // never keep one
+	c.probes = c.newTransport()
+	c.probes.IdleConnTimeout = time.Second
+	defer c.probes.CloseIdleConnections()
 
 	h.mu.Lock()
 	if h.closed {
@@ -270,7 +277,25 @@ func (c *agentConn) dial(ctx context.Context) (net.Conn, error) {
 		return nil, errors.New(m.Error)
 	}
 	st.SetReadDeadline(time.Time{})
-	return st, nil
+	return &countingConn{Conn: st, m: c.hub.metrics}, nil
+}
+
+// countingConn counts the bytes a stream to an API server carries.
+type countingConn struct {
+	net.Conn
+	m *metrics
+}
+
+func (c *countingConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	c.m.fromCluster.Add(float64(n))
+	return n, err
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.m.toCluster.Add(float64(n))
+	return n, err
 }
 
 // newTransport makes the HTTP transport to the cluster's API server: each
@@ -293,7 +318,7 @@ func (c *agentConn) newTransport() *http.Transport {
 			return tc, nil
 		},
 		MaxIdleConnsPerHost: 32,
-		IdleConnTimeout:     90 * time.Second,
+		IdleConnTimeout:     c.hub.cfg.IdleTimeout,
 		// Redirects are never followed: the transport doesn't, and callers
 		// use no http.Client that would.
 	}

@@ -61,6 +61,9 @@ type Config struct {
 	KubeconfigCA []byte
 	// Audit gets one JSON line per request to a cluster; nil discards them.
 	Audit io.Writer
+	// IdleTimeout is how long a connection to an API server stays open,
+	// unused, for the next request. Zero means 90 s.
+	IdleTimeout time.Duration
 }
 
 // Hub admits agents and keeps the state of every cluster.
@@ -119,6 +122,9 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.Random == nil {
 		cfg.Random = rand.Float64
 	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = 90 * time.Second
+	}
 	cfg.BasePath = "/" + strings.Trim(cfg.BasePath, "/")
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -135,7 +141,7 @@ func New(cfg Config) (*Hub, error) {
 	}
 	h.proxy = h.newProxy()
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tether_streams_open", Help: "Streams open now across every agent's tunnel, the control streams included.",
+		Name: "tether_streams_open", Help: "Streams to API servers open now across every agent's tunnel (control streams not counted).",
 	}, h.streamsOpen)
 	if err := cfg.Registerer.Register(streams); err != nil {
 		return nil, err
@@ -231,13 +237,14 @@ func (h *Hub) WaitRequests(ctx context.Context) error {
 	}
 }
 
-// streamsOpen counts the streams open in every tunnel.
+// streamsOpen counts the streams open in every tunnel but the control
+// streams.
 func (h *Hub) streamsOpen() float64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
 	for _, c := range h.agents {
-		n += c.sess.NumStreams()
+		n += max(c.sess.NumStreams()-1, 0)
 	}
 	return float64(n)
 }

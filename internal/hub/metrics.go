@@ -13,6 +13,8 @@ type metrics struct {
 
 	requests        *prometheus.CounterVec
 	requestDuration *prometheus.HistogramVec
+
+	toCluster, fromCluster prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -41,7 +43,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "tether_request_duration_seconds", Help: "How long people's requests to clusters took, to the end of the answer.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
 	}, []string{"cluster"})
-	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, m.requests, m.requestDuration} {
+	relayed := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tether_relayed_bytes_total", Help: "Bytes relayed through agents' tunnels to and from API servers (TLS included).",
+	}, []string{"direction"})
+	m.toCluster, m.fromCluster = relayed.WithLabelValues("to_cluster"), relayed.WithLabelValues("from_cluster")
+	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, m.requests, m.requestDuration, relayed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -35,7 +35,7 @@ const testUsers = `
 // proxyHub starts a hub with people, the clusters "open" (everyone), "ops"
 // (group ops only) and "far" (no agent), and an agent for "open" and "ops"
 // whose API server is fc.
-func proxyHub(t *testing.T, fc *fakeCluster, groupPrefix string) (*testHub, *syncbuf.Buffer) {
+func proxyHub(t *testing.T, fc *fakeCluster, groupPrefix string, mods ...func(*Config)) (*testHub, *syncbuf.Buffer) {
 	t.Helper()
 	// The auth proxy is trusted from loopback, where the tests run, so a
 	// test can be anyone it names.
@@ -52,7 +52,11 @@ func proxyHub(t *testing.T, fc *fakeCluster, groupPrefix string) (*testHub, *syn
 		{Name: "far", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}, Labels: map[string]string{"env": "dev", "region": "eu"}},
 	})
 	audit := &syncbuf.Buffer{}
-	h := startHub(t, Config{Agents: list, Auth: people, AuthConfig: auth.Config{GroupPrefix: groupPrefix}, Audit: audit, PublicURL: "https://hub.example.com"})
+	cfg := Config{Agents: list, Auth: people, AuthConfig: auth.Config{GroupPrefix: groupPrefix}, Audit: audit, PublicURL: "https://hub.example.com"}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	h := startHub(t, cfg)
 	h.agents = map[string]*runningAgent{}
 	for _, n := range []string{"open", "ops"} {
 		a := startAgent(t, h.url, n, fc)

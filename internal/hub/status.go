@@ -167,7 +167,7 @@ func (h *Hub) get(ctx context.Context, c *agentConn, path string) ([]byte, error
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.serviceAccountToken())
-	resp, err := c.transport.RoundTrip(req)
+	resp, err := c.probes.RoundTrip(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("its API server didn't answer %s within %s", path, h.cfg.ProbeTimeout)

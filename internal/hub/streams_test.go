@@ -231,11 +231,11 @@ func TestStreamErrorEndsOnlyThatStream(t *testing.T) {
 		t.Fatalf("the tunnel closed: %v", c.why)
 	default:
 	}
-	// Once every stream the test opened is closed, only the control stream
-	// is left, as the hub's gauge says.
+	// Once every stream the test opened is closed, the hub's gauge is back
+	// to 0.
 	healthy.Close()
 	echo.Close()
-	eventually(t, 5*time.Second, "streams open back to the control stream", func() bool { return h.streamsOpen() == 1 })
+	eventually(t, 5*time.Second, "streams open back to 0", func() bool { return h.streamsOpen() == 0 })
 }
 
 func TestAgentDialsOnlyItsAPIServer(t *testing.T) {

@@ -1,0 +1,67 @@
+package hub
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestMetricsMove checks that the hub's metrics are there and follow load:
+// requests are counted by cluster and code, bytes and round trips are
+// measured, and streams open go back to 0 once the load is over.
+func TestMetricsMove(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "", func(c *Config) {
+		c.IdleTimeout = 200 * time.Millisecond
+		c.ProbeInterval = time.Hour // one probe per connection, at its start
+	})
+	for range 20 {
+		if code, body, _ := call(t, "GET", h.url+"/clusters/open/api", aliceToken, nil); code != 200 {
+			t.Fatalf("%d %s", code, body)
+		}
+	}
+	call(t, "GET", h.url+"/clusters/ops/api", aliceToken, nil) // a 404
+
+	if got := testutil.ToFloat64(h.metrics.requests.WithLabelValues("open", "200")); got != 20 {
+		t.Errorf("requests{open,200} = %v, want 20", got)
+	}
+	if got := testutil.ToFloat64(h.metrics.requests.WithLabelValues("ops", "404")); got != 1 {
+		t.Errorf("requests{ops,404} = %v, want 1", got)
+	}
+	if testutil.ToFloat64(h.metrics.toCluster) == 0 || testutil.ToFloat64(h.metrics.fromCluster) == 0 {
+		t.Error("no bytes relayed counted")
+	}
+	if got := testutil.ToFloat64(h.metrics.connected); got != 2 {
+		t.Errorf("agents connected = %v, want 2", got)
+	}
+	eventually(t, 5*time.Second, "a heartbeat round trip is measured", func() bool {
+		n, _ := testutil.GatherAndCount(h.reg, "tether_heartbeat_rtt_seconds")
+		return n > 0 && strings.Contains(gathered(t, h), "tether_heartbeat_rtt_seconds_count")
+	})
+	eventually(t, 5*time.Second, "streams open back to 0 once idle connections close", func() bool { return h.streamsOpen() == 0 })
+	for _, name := range []string{"tether_agents_connected", "tether_agent_connects_total", "tether_streams_open", "tether_relayed_bytes_total",
+		"tether_requests_total", "tether_request_duration_seconds", "tether_heartbeat_rtt_seconds"} {
+		if !strings.Contains(gathered(t, h), name) {
+			t.Errorf("metric %s is missing", name)
+		}
+	}
+}
+
+func gathered(t *testing.T, h *testHub) string {
+	t.Helper()
+	families, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, f := range families {
+		b.WriteString(f.GetName())
+		b.WriteString("\n")
+		if f.GetName() == "tether_heartbeat_rtt_seconds" && len(f.Metric) > 0 && f.Metric[0].GetHistogram().GetSampleCount() > 0 {
+			b.WriteString("tether_heartbeat_rtt_seconds_count\n")
+		}
+	}
+	return b.String()
+}
