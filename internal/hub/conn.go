@@ -124,10 +124,10 @@ func (h *Hub) serveConn(c *agentConn) {
 	}
 	h.mu.Unlock()
 	h.metrics.connected.Dec()
+	h.log.Info(fmt.Sprintf("The agent of %q disconnected", c.name), "agent", c.name, "remote", c.remote, "why", c.why)
 	if current {
 		h.setStatus(c.name, c.agentVersion, notConnected())
 	}
-	h.log.Info(fmt.Sprintf("The agent of %q disconnected", c.name), "agent", c.name, "remote", c.remote, "why", c.why)
 }
 
 // end marks the connection as ending, for the reason err. Only the first

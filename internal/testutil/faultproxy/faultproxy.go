@@ -152,6 +152,10 @@ func (p *Proxy) copy(dst, src net.Conn) {
 				return
 			}
 		}
+		if err != nil && !p.waitOpen() {
+			// A close is news too: a blackhole holds it back.
+			return
+		}
 		if errors.Is(err, io.EOF) {
 			if tc, ok := dst.(*net.TCPConn); ok {
 				tc.CloseWrite()

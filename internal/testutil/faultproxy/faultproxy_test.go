@@ -88,3 +88,34 @@ func TestHalfClosePassesThrough(t *testing.T) {
 		t.Fatalf("after half-close: %q, %v", got, err)
 	}
 }
+
+func TestBlackholeHoldsCloses(t *testing.T) {
+	p, err := New(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write([]byte("x"))
+	io.ReadFull(c, make([]byte, 1))
+	p.SetBlackhole(true)
+	c.(*net.TCPConn).CloseWrite() // the echo server must not hear of it yet
+	c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := c.Read(make([]byte, 1)); err == nil || !isTimeout(err) {
+		t.Fatalf("read during the blackhole: %v, want a timeout (the close went through)", err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	p.SetBlackhole(false)
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("after the blackhole: %v, want EOF", err)
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
