@@ -42,7 +42,7 @@ vet:
 	@test -z "$$(gofmt -l cmd internal test)" || { echo "gofmt needed:"; gofmt -l cmd internal test; exit 1; }
 
 unit:
-	$(GO) test -race -timeout 30m ./...
+	$(GO) test -race -count=1 -timeout 30m ./...
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
