@@ -163,6 +163,7 @@ func (h *Hub) Handler() http.Handler {
 		mux.HandleFunc("GET "+base+"/api/clusters/{cluster}", h.serveClusterJSON)
 		mux.HandleFunc("GET "+base+"/api/events", h.serveEvents)
 		mux.HandleFunc("GET "+base+"/{$}", h.servePage)
+		mux.HandleFunc("GET "+base+"/cluster/{cluster}", h.serveClusterPage)
 		mux.HandleFunc("POST "+base+"/login", h.serveLogin)
 		mux.HandleFunc("POST "+base+"/logout", h.serveLogout)
 		mux.Handle("GET "+base+"/static/", http.StripPrefix(base+"/static/", staticFiles()))

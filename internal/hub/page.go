@@ -65,3 +65,29 @@ func (h *Hub) renderLogin(w http.ResponseWriter, r *http.Request, message string
 
 // pageBase is the base path with one trailing slash, as links need it.
 func (h *Hub) pageBase() string { return strings.TrimSuffix(h.cfg.BasePath, "/") + "/" }
+
+// serveClusterPage shows one cluster: its status, labels and status
+// history (its inventory will join them).
+func (h *Hub) serveClusterPage(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
+	p, _, ok, err := h.cookiePerson(r)
+	if err != nil || !ok {
+		h.renderLogin(w, r, "", http.StatusOK)
+		return
+	}
+	name := r.PathValue("cluster")
+	st, known := h.Cluster(name)
+	if _, visible := h.visible(name, p); !known || !visible {
+		http.Error(w, "Tether has no cluster \""+name+"\".", http.StatusNotFound)
+		return
+	}
+	data := struct {
+		Base    string
+		Person  string
+		Cluster ClusterJSON
+		History []StatusChange
+	}{h.pageBase(), p.Name, h.clusterJSON(st), h.History(name)}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	pages.ExecuteTemplate(w, "cluster.html", data)
+}

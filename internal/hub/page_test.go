@@ -74,6 +74,15 @@ func TestFleetPage(t *testing.T) {
 	eventually(t, 5*time.Second, "open's agent is back", again.Connected)
 	step("open turns Ready again", chromedp.Poll[chromedp.Void](`document.querySelector('.card[data-name="open"] .status .text').textContent === "Ready"`, chromedp.WithPollingTimeout(5*time.Second)))
 
+	// The cluster page has the status history: Ready, Unreachable, Ready.
+	step("open the cluster page", chromedp.Click(chromedp.CSS(`.card[data-name="open"] a.name`)), chromedp.WaitVisible(chromedp.CSS("#history")))
+	history := eval(`Array.from(document.querySelectorAll('#history tbody td:nth-child(2)')).map(td => td.textContent).join('|')`)
+	if history != "Ready|Unreachable: Its agent isn't connected.|Ready" {
+		t.Errorf("status history, newest first: %q", history)
+	}
+	browser.Screenshot(t, ctx, "cluster")
+	step("back to the fleet", chromedp.Navigate(h.url+"/"), chromedp.WaitVisible(chromedp.CSS(".card")))
+
 	// The label filter.
 	step("filter", chromedp.SendKeys(chromedp.CSS("#filter"), "env=prod"))
 	if got := eval(`Array.from(document.querySelectorAll('.card')).filter(c => !c.hidden).map(c => c.dataset.name).join(',')`); got != "open" {

@@ -43,6 +43,31 @@ func (s ClusterStatus) String() string {
 // clusterStatus is the hub's record of one cluster, guarded by Hub.mu.
 type clusterStatus struct {
 	ClusterStatus
+	history []StatusChange // oldest first, at most maxHistory
+}
+
+// StatusChange is one entry of a cluster's status history.
+type StatusChange struct {
+	Time   time.Time `json:"time"`
+	Status string    `json:"status"` // as people see it: "Ready" or "Unreachable: <why>"
+}
+
+// maxHistory bounds each cluster's status history.
+const maxHistory = 50
+
+// History returns cluster name's status changes, newest first.
+func (h *Hub) History(name string) []StatusChange {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s, ok := h.status[name]
+	if !ok {
+		return nil
+	}
+	out := make([]StatusChange, len(s.history))
+	for i, c := range s.history {
+		out[len(out)-1-i] = c
+	}
+	return out
 }
 
 type probeResult struct {
@@ -108,9 +133,20 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 	}
 	h.mu.Lock()
 	prev, had := h.status[name]
-	h.status[name] = &clusterStatus{next}
+	cur := &clusterStatus{ClusterStatus: next}
+	if had {
+		cur.history = prev.history
+	}
+	changed := !had || prev.String() != next.String() || prev.KubernetesVersion != next.KubernetesVersion
+	if changed {
+		cur.history = append(cur.history, StatusChange{Time: time.Now().UTC().Truncate(time.Second), Status: next.String()})
+		if len(cur.history) > maxHistory {
+			cur.history = cur.history[len(cur.history)-maxHistory:]
+		}
+	}
+	h.status[name] = cur
 	h.mu.Unlock()
-	if had && prev.Status == next.Status && prev.Message == next.Message && prev.KubernetesVersion == next.KubernetesVersion {
+	if !changed {
 		return
 	}
 	h.events.changed(name)

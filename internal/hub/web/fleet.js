@@ -18,7 +18,7 @@
     card.dataset.labels = labelText(c.labels);
     const link = card.querySelector(".name");
     link.textContent = c.name;
-    link.href = "#" + c.name;
+    link.href = base + "cluster/" + encodeURIComponent(c.name);
     card.querySelector(".icon").textContent = c.status === "Ready" ? "✔" : "✖";
     card.querySelector(".status .text").textContent = c.status + (c.message ? ": " + c.message : "");
     card.querySelector(".k8s").textContent = c.kubernetesVersion || "";
