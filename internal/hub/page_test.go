@@ -53,8 +53,8 @@ func TestFleetPage(t *testing.T) {
 
 	step("open the sign-in page", chromedp.Navigate(h.url+"/"))
 	browser.Screenshot(t, ctx, "sign-in")
-	step("sign in", chromedp.SendKeys(chromedp.CSS("#token"), aliceToken), chromedp.Click(chromedp.CSS("#sign-in")),
-		chromedp.WaitVisible(chromedp.CSS(".card")))
+	// With the keyboard alone: the token field has the focus; Enter submits.
+	step("sign in", chromedp.KeyEvent(aliceToken+"\r"), chromedp.WaitVisible(chromedp.CSS(".card")))
 	if got := eval(`Array.from(document.querySelectorAll('.card')).map(c => c.dataset.name).join(',')`); got != "far,open" {
 		t.Fatalf("alice sees cards %q, want far,open", got)
 	}
@@ -89,6 +89,14 @@ func TestFleetPage(t *testing.T) {
 		t.Errorf("filtered by env=prod, the page shows %q", got)
 	}
 	browser.Screenshot(t, ctx, "filtered")
+
+	// On a phone's screen the page fits its width.
+	step("a phone's viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3)))
+	if got := eval(`String(document.documentElement.scrollWidth <= window.innerWidth)`); got != "true" {
+		t.Errorf("on a 390 px wide screen the page scrolls sideways")
+	}
+	browser.Screenshot(t, ctx, "phone")
+	step("a laptop's viewport", chromedp.EmulateViewport(1280, 800))
 
 	// The kubeconfig the page links to works for the person who got it.
 	kubeconfig := eval(`fetch(document.getElementById('kubeconfig').href).then(r => r.text())`, chromedp.EvalAwaitPromise)
