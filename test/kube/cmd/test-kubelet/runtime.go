@@ -72,6 +72,16 @@ func (k *kubelet) Exec(_ context.Context, id string, argv []string, in io.Reader
 			return err
 		}
 		defer ptm.Close()
+		// The client sends its terminal's size as it starts; wait a moment
+		// for it, so the command starts with the right size instead of 0 0
+		// (`stty size` at once would otherwise race the first resize).
+		select {
+		case size, ok := <-resize:
+			if ok {
+				setPTYSize(ptm, size.Height, size.Width)
+			}
+		case <-time.After(time.Second):
+		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = pts, pts, pts
 		err = cmd.Start()
 		pts.Close()
