@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
 )
 
 // oidcSource checks OIDC ID tokens. It discovers the issuer lazily: once in the background at
@@ -33,6 +34,7 @@ type oidcSource struct {
 
 	mu       sync.Mutex // guards the following
 	verifier *oidc.IDTokenVerifier
+	endpoint oauth2.Endpoint // the issuer's, for browser sign-in
 	inflight chan struct{} // closed when the discovery in flight ends; nil when none is
 	closed   bool
 	failures int
@@ -116,6 +118,7 @@ func (o *oidcSource) discover() {
 		return
 	}
 	o.verifier = p.Verifier(&oidc.Config{ClientID: o.cfg.ClientID, Now: o.now})
+	o.endpoint = p.Endpoint()
 	if o.failures > 0 {
 		o.log.Info("Reached the OIDC issuer", "issuer", o.cfg.Issuer, "after_failures", o.failures)
 	} else {

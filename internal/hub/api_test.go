@@ -118,3 +118,47 @@ func TestEventsStreamChanges(t *testing.T) {
 	for range events {
 	}
 }
+
+func TestSessionCookie(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	h.cfg.PublicURL = h.url
+	post := func(origin, token string) *http.Response {
+		req, _ := http.NewRequest("POST", h.url+"/login", strings.NewReader("token="+token))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", origin)
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	resp := post(h.url, aliceToken)
+	cookie := resp.Header.Get("Set-Cookie")
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(cookie, "tether_session=") ||
+		!strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Lax") || strings.Contains(cookie, aliceToken) {
+		t.Errorf("sign-in: %d, Set-Cookie %q", resp.StatusCode, cookie)
+	}
+	if strings.Contains(cookie, "Secure") {
+		t.Errorf("a plain-http hub set a Secure cookie the browser would drop: %q", cookie)
+	}
+	if resp := post("https://evil.example.com", aliceToken); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a sign-in posted from another site: %d, want 403", resp.StatusCode)
+	}
+	if resp := post(h.url, "not-a-token-0123456789abcdef0123456789"); resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Set-Cookie") != "" {
+		t.Errorf("a wrong token: %d, Set-Cookie %q", resp.StatusCode, resp.Header.Get("Set-Cookie"))
+	}
+	// /clusters/ never takes the cookie.
+	value := strings.TrimPrefix(strings.SplitN(cookie, ";", 2)[0], "tether_session=")
+	req, _ := http.NewRequest("GET", h.url+"/clusters/open/api", nil)
+	req.AddCookie(&http.Cookie{Name: "tether_session", Value: value})
+	r2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Body.Close()
+	if r2.StatusCode != http.StatusUnauthorized {
+		t.Errorf("/clusters/ with only the session cookie: %d, want 401", r2.StatusCode)
+	}
+}

@@ -166,6 +166,10 @@ func (h *Hub) Handler() http.Handler {
 		mux.HandleFunc("GET "+base+"/cluster/{cluster}", h.serveClusterPage)
 		mux.HandleFunc("POST "+base+"/login", h.serveLogin)
 		mux.HandleFunc("POST "+base+"/logout", h.serveLogout)
+		if h.cfg.Auth.OIDCEnabled() {
+			mux.HandleFunc("GET "+base+"/login/oidc", h.serveOIDCLogin)
+			mux.HandleFunc("GET "+base+"/login/oidc/callback", h.serveOIDCCallback)
+		}
 		mux.Handle("GET "+base+"/static/", http.StripPrefix(base+"/static/", staticFiles()))
 	}
 	ok := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) }

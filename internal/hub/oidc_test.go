@@ -2,7 +2,10 @@ package hub
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/cookiejar"
+	"strings"
 	"testing"
 	"time"
 
@@ -81,5 +84,63 @@ func TestOIDCPeople(t *testing.T) {
 		if code, body, _ := call(t, "GET", h.url+"/clusters/open/api", token, nil); code != 401 {
 			t.Errorf("%s: %d %s, want 401", name, code, body)
 		}
+	}
+}
+
+// TestOIDCBrowserSignIn follows a browser's sign-in with the issuer (the
+// authorization-code flow with PKCE) with a cookie jar: the hub sends the
+// browser to the issuer, takes the code back, and starts a session for the
+// person the ID token names.
+func TestOIDCBrowserSignIn(t *testing.T) {
+	issuer := oidctest.Start(t, oidctest.Options{})
+	issuer.SetSignIn(t, map[string]any{"email": "dana@example.com", "email_verified": true, "groups": []string{"dev"}})
+	people, err := auth.New(auth.Config{OIDC: auth.OIDCConfig{Issuer: issuer.URL, ClientID: issuer.ClientID, CAFile: issuer.CAFile(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer people.Close()
+	h := startHub(t, Config{Agents: testAgents("eu-1"), Auth: people})
+	h.cfg.PublicURL = h.url // before any request: the callback address
+
+	jar, _ := cookiejar.New(nil)
+	client := issuer.Client()
+	client.Jar = jar
+	resp, err := client.Get(h.url + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), `href="/login/oidc"`) {
+		t.Fatalf("the sign-in page has no OIDC link:\n%s", page)
+	}
+	resp, err = client.Get(h.url + "/login/oidc") // to the issuer, back to the callback, on to the page
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(page), "Signed in as <strong>dana@example.com</strong>") {
+		t.Fatalf("after the sign-in: %d\n%s", resp.StatusCode, page)
+	}
+	// The session works for the API too.
+	resp, err = client.Get(h.url + "/api/clusters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"eu-1"`) {
+		t.Errorf("/api/clusters with the session: %d %s", resp.StatusCode, body)
+	}
+
+	// A callback this browser didn't start is refused.
+	resp, err = client.Get(h.url + "/login/oidc/callback?code=x&state=forged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a forged callback: %d, want 400", resp.StatusCode)
 	}
 }

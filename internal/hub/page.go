@@ -60,7 +60,10 @@ func (h *Hub) renderLogin(w http.ResponseWriter, r *http.Request, message string
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
-	pages.ExecuteTemplate(w, "login.html", struct{ Base, Error string }{h.pageBase(), message})
+	pages.ExecuteTemplate(w, "login.html", struct {
+		Base, Error string
+		OIDC        bool
+	}{h.pageBase(), message, h.cfg.Auth.OIDCEnabled()})
 }
 
 // pageBase is the base path with one trailing slash, as links need it.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/oauth2"
+
 	"github.com/tetherhq/tether/internal/auth"
 )
 
@@ -49,9 +51,17 @@ func (h *Hub) serveLogin(w http.ResponseWriter, r *http.Request) {
 		h.renderLogin(w, r, "That token isn't one this hub knows.", http.StatusUnauthorized)
 		return
 	}
+	h.startSession(w, r, p, token)
+}
+
+// startSession gives the browser a session cookie holding a hub-issued
+// token for p, and sends it to the fleet page. A person who signed in with
+// a hub-issued token (a kubeconfig's) keeps that token: no token mints a
+// longer-lived one.
+func (h *Hub) startSession(w http.ResponseWriter, r *http.Request, p auth.Person, presented string) {
 	session, expires, err := h.cfg.Auth.IssueToken(p)
-	if errors.Is(err, auth.ErrRenew) {
-		session, expires, err = token, time.Now().Add(time.Hour), nil // a kubeconfig's token signs in as itself
+	if errors.Is(err, auth.ErrRenew) && presented != "" {
+		session, expires, err = presented, time.Now().Add(time.Hour), nil
 	}
 	if err != nil {
 		http.Error(w, "The hub can't sign a session now.", http.StatusInternalServerError)
@@ -71,4 +81,55 @@ func (h *Hub) serveLogout(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: h.pageBase(), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
 	http.Redirect(w, r, h.pageBase(), http.StatusSeeOther)
+}
+
+// oidcCookie carries one browser sign-in's state, nonce and PKCE verifier
+// from /login/oidc to its callback. They are the hub's own random secrets,
+// good for one sign-in and ten minutes.
+const oidcCookie = "tether_oidc"
+
+func (h *Hub) oidcRedirectURL() string {
+	return strings.TrimSuffix(h.cfg.PublicURL, "/") + "/login/oidc/callback"
+}
+
+// serveOIDCLogin sends the browser to the issuer.
+func (h *Hub) serveOIDCLogin(w http.ResponseWriter, r *http.Request) {
+	state, nonce, verifier := newRequestID(), newRequestID(), oauth2.GenerateVerifier()
+	target, err := h.cfg.Auth.OIDCAuthCodeURL(r.Context(), h.oidcRedirectURL(), state, nonce, verifier)
+	if err != nil {
+		h.log.Warn("Can't start an OIDC sign-in", "err", err)
+		h.renderLogin(w, r, "The identity provider can't be reached now; try again in a moment.", http.StatusServiceUnavailable)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{
+		Name: oidcCookie, Value: state + "." + nonce + "." + verifier, Path: h.pageBase(), MaxAge: 600,
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil,
+	})
+	http.Redirect(w, r, target, http.StatusFound)
+}
+
+// serveOIDCCallback finishes a sign-in: the state must be this browser's,
+// and the code is traded, with the verifier, for an ID token.
+func (h *Hub) serveOIDCCallback(w http.ResponseWriter, r *http.Request) {
+	c, err := r.Cookie(oidcCookie)
+	parts := []string{}
+	if err == nil {
+		parts = strings.Split(c.Value, ".")
+	}
+	http.SetCookie(w, &http.Cookie{Name: oidcCookie, Value: "", Path: h.pageBase(), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
+	if len(parts) != 3 || r.URL.Query().Get("state") != parts[0] {
+		h.renderLogin(w, r, "That sign-in didn't start here, or took too long; try again.", http.StatusBadRequest)
+		return
+	}
+	if e := r.URL.Query().Get("error"); e != "" {
+		h.renderLogin(w, r, "The identity provider said: "+e, http.StatusUnauthorized)
+		return
+	}
+	p, err := h.cfg.Auth.OIDCExchange(r.Context(), h.oidcRedirectURL(), r.URL.Query().Get("code"), parts[2], parts[1])
+	if err != nil {
+		h.logAuthFailure(r, err)
+		h.renderLogin(w, r, "The identity provider's answer wasn't accepted; try again.", http.StatusUnauthorized)
+		return
+	}
+	h.startSession(w, r, p, "")
 }

@@ -58,10 +58,13 @@ type Issuer struct {
 	now      func() time.Time
 	issuerID string // what discovery and tokens say the issuer is
 
-	mu       sync.Mutex // guards the following
-	keys     []*Key     // published in /keys; keys[0] signs by default
-	down     bool
-	requests map[string]int // by path
+	mu           sync.Mutex // guards the following
+	keys         []*Key     // published in /keys; keys[0] signs by default
+	codes        map[string]signIn
+	signInT      testing.TB
+	signInClaims map[string]any
+	down         bool
+	requests     map[string]int // by path
 }
 
 // Start runs an issuer until the test ends (or Close).
@@ -82,6 +85,8 @@ func Start(t testing.TB, opts Options) *Issuer {
 	}
 	i.mux.HandleFunc("GET /.well-known/openid-configuration", i.serveDiscovery)
 	i.mux.HandleFunc("GET /keys", i.serveKeys)
+	i.mux.HandleFunc("GET /authorize", i.serveAuthorize)
+	i.mux.HandleFunc("POST /token", i.serveToken)
 	i.srv = httptest.NewUnstartedServer(http.HandlerFunc(i.serve))
 	// Clients that don't trust the certificate are part of the tests, not news.
 	i.srv.Config.ErrorLog = log.New(io.Discard, "", 0)
@@ -136,8 +141,10 @@ func (i *Issuer) serveDiscovery(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, map[string]any{
 		"issuer":                                i.issuerID,
 		"jwks_uri":                              i.URL + "/keys",
+		"authorization_endpoint":                i.URL + "/authorize",
+		"token_endpoint":                        i.URL + "/token",
 		"id_token_signing_alg_values_supported": []string{string(jose.RS256)},
-		"response_types_supported":              []string{"id_token"},
+		"response_types_supported":              []string{"id_token", "code"},
 		"subject_types_supported":               []string{"public"},
 	})
 }
