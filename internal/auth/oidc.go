@@ -35,7 +35,7 @@ type oidcSource struct {
 	mu       sync.Mutex // guards the following
 	verifier *oidc.IDTokenVerifier
 	endpoint oauth2.Endpoint // the issuer's, for browser sign-in
-	inflight chan struct{} // closed when the discovery in flight ends; nil when none is
+	inflight chan struct{}   // closed when the discovery in flight ends; nil when none is
 	closed   bool
 	failures int
 	lastErr  error
