@@ -149,6 +149,15 @@ func TestSessionCookie(t *testing.T) {
 	if resp := post(h.url, "not-a-token-0123456789abcdef0123456789"); resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Set-Cookie") != "" {
 		t.Errorf("a wrong token: %d, Set-Cookie %q", resp.StatusCode, resp.Header.Get("Set-Cookie"))
 	}
+	// The auth proxy's person needs no sign-in; another origin gets no
+	// live events either.
+	if code, body, _ := call(t, "GET", h.url+"/", "", http.Header{"X-Remote-User": {"carol"}}); code != 200 || !strings.Contains(body, "Signed in as <strong>carol</strong>") {
+		t.Errorf("the page through the auth proxy: %d\n%s", code, body)
+	}
+	if code, _, _ := call(t, "GET", h.url+"/api/events", aliceToken, http.Header{"Origin": {"https://evil.example.com"}}); code != http.StatusForbidden {
+		t.Errorf("/api/events from another origin: %d, want 403", code)
+	}
+
 	// /clusters/ never takes the cookie.
 	value := strings.TrimPrefix(strings.SplitN(cookie, ";", 2)[0], "tether_session=")
 	req, _ := http.NewRequest("GET", h.url+"/clusters/open/api", nil)

@@ -79,8 +79,10 @@ func executable(path string) error {
 // If no Chromium is found, New skips t, or fails it when $CI is true, since a CI machine
 // without a browser is a broken CI machine and skipped tests there would pass unseen.
 //
-// The context has no deadline; bound slow steps with context.WithTimeout on it.
-func New(t testing.TB) context.Context {
+// The context has no deadline; bound slow steps with context.WithTimeout on it. Extra
+// options go after the defaults, such as chromedp.IgnoreCertErrors for a server whose test CA
+// the browser can't be told about.
+func New(t testing.TB, extra ...chromedp.ExecAllocatorOption) context.Context {
 	t.Helper()
 	path, err := Find()
 	if err != nil {
@@ -95,7 +97,7 @@ func New(t testing.TB) context.Context {
 	// without them Chromium retries refused connections (updates, sync, QUIC probes) for as
 	// long as it runs. The user data directory is a fresh temporary one that chromedp makes,
 	// and removes after killing any child still using it.
-	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(),
+	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
 		chromedp.Headless,
 		chromedp.NoSandbox,
@@ -113,7 +115,8 @@ func New(t testing.TB) context.Context {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.WindowSize(1280, 800),
 		chromedp.CombinedOutput(&out),
-	)
+	}
+	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), append(opts, extra...)...)
 	ctx, cancel := chromedp.NewContext(allocCtx)
 	t.Cleanup(func() {
 		cctx, ccancel := context.WithTimeout(ctx, closeTimeout)
