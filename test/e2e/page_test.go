@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,5 +54,24 @@ func TestKubeconfigFromThePage(t *testing.T) {
 	}
 	if out, err := kubectl(t, f, "get", "configmaps", "-n", "team-b"); err == nil || !strings.Contains(out, `User "alice" cannot list`) {
 		t.Errorf("the page's kubeconfig is alice's, under her RBAC: %v\n%s", err, out)
+	}
+
+	// Over TLS the session cookie is Secure, HttpOnly and SameSite=Lax.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(hubCA.CertPEM)
+	client := &http.Client{
+		Transport:     &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	req, _ := http.NewRequest("POST", hubURL+"/login", strings.NewReader("token="+aliceToken))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", hubURL)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if c := resp.Header.Get("Set-Cookie"); !strings.Contains(c, "; Secure") || !strings.Contains(c, "HttpOnly") || !strings.Contains(c, "SameSite=Lax") {
+		t.Errorf("the session cookie over TLS: %q", c)
 	}
 }
