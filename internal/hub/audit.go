@@ -28,8 +28,15 @@ type auditRecord struct {
 // audit writes one line for a request to a cluster, and counts it.
 func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter, start time.Time) {
 	d := time.Since(start)
-	h.metrics.requests.WithLabelValues(cluster, strconv.Itoa(w.status)).Inc()
-	h.metrics.requestDuration.WithLabelValues(cluster).Observe(d.Seconds())
+	// The name comes from the request's path: only names in the agents
+	// list become label values, or anyone could grow the metrics without
+	// bound.
+	label := cluster
+	if _, known := h.cfg.Agents.Lookup(cluster); !known {
+		label = "unknown"
+	}
+	h.metrics.requests.WithLabelValues(label, strconv.Itoa(w.status)).Inc()
+	h.metrics.requestDuration.WithLabelValues(label).Observe(d.Seconds())
 	if h.cfg.Audit == nil {
 		return
 	}

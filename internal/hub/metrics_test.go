@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -23,12 +24,18 @@ func TestMetricsMove(t *testing.T) {
 		}
 	}
 	call(t, "GET", h.url+"/clusters/ops/api", aliceToken, nil) // a 404
+	for i := range 5 {                                         // names nobody listed
+		call(t, "GET", fmt.Sprintf("%s/clusters/made-up-%d/api", h.url, i), aliceToken, nil)
+	}
 
 	if got := testutil.ToFloat64(h.metrics.requests.WithLabelValues("open", "200")); got != 20 {
 		t.Errorf("requests{open,200} = %v, want 20", got)
 	}
 	if got := testutil.ToFloat64(h.metrics.requests.WithLabelValues("ops", "404")); got != 1 {
 		t.Errorf("requests{ops,404} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(h.metrics.requests.WithLabelValues("unknown", "404")); got != 5 {
+		t.Errorf("requests{unknown,404} = %v, want 5: unlisted names must not become labels", got)
 	}
 	if testutil.ToFloat64(h.metrics.toCluster) == 0 || testutil.ToFloat64(h.metrics.fromCluster) == 0 {
 		t.Error("no bytes relayed counted")
