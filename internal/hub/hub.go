@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http/httputil"
 
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -76,7 +75,7 @@ type Hub struct {
 	proxy *httputil.ReverseProxy
 
 	conns    sync.WaitGroup // one per served agent connection
-	requests sync.WaitGroup // one per request to a cluster in flight
+	requests *inflight      // requests to clusters in progress, upgraded sessions included
 
 	auditMu sync.Mutex // serializes audit lines
 	events  broker     // tells /api/events streams what changed
@@ -138,6 +137,7 @@ func New(cfg Config) (*Hub, error) {
 		agents:   map[string]*agentConn{},
 		status:   map[string]*clusterStatus{},
 		lastCA:   map[string]string{},
+		requests: newInflight(),
 	}
 	h.proxy = h.newProxy()
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -193,9 +193,6 @@ func (h *Hub) serveReady(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte("ok\n"))
 }
 
-// ErrClosed is what a closed hub answers agents with.
-var ErrClosed = errors.New("hub: closed")
-
 // Close tells every connected agent the hub is going away, with a random
 // delay within the reconnect spread so they don't all come back in the same
 // second, closes their connections, and waits for them to be done. Run it
@@ -229,17 +226,7 @@ func (h *Hub) Close() error {
 // sessions (exec, port-forward) included, or ctx is done. A stopping hub
 // calls it after the HTTP server stopped taking requests, before Close.
 func (h *Hub) WaitRequests(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() {
-		h.requests.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return h.requests.wait(ctx)
 }
 
 // streamsOpen counts the streams open in every tunnel but the control

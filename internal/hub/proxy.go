@@ -42,8 +42,8 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 	// Counted until the answer is done, an upgraded session's whole life
 	// included: the HTTP server's Shutdown doesn't wait for hijacked
 	// connections, and a stopping hub must let exec sessions finish too.
-	h.requests.Add(1)
-	defer h.requests.Done()
+	h.requests.add()
+	defer h.requests.done()
 	start := time.Now()
 	rw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
 	name := r.PathValue("cluster")

@@ -155,11 +155,9 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	log.Info(fmt.Sprintf("Shutting down: open requests have up to %s to finish", opts.ShutdownGrace))
 	graceCtx, cancel := context.WithTimeout(context.Background(), opts.ShutdownGrace)
 	// Shutdown stops taking requests and waits for plain ones, not hijacked
-	// ones; once it has, no request can start, and upgraded sessions still
-	// running get the rest of the grace period.
-	if err := srv.Shutdown(graceCtx); err == nil {
-		err = h.WaitRequests(graceCtx)
-	}
+	// ones: upgraded sessions still running get the rest of the grace period.
+	srv.Shutdown(graceCtx)
+	h.WaitRequests(graceCtx)
 	if graceCtx.Err() != nil {
 		log.Warn(fmt.Sprintf("Requests still open after %s: closing them", opts.ShutdownGrace))
 	}
