@@ -5,15 +5,15 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
+
+	"github.com/tetherhq/tether/internal/pki"
 )
 
 // serviceIP is the first address of the service range the API server gets:
@@ -29,8 +29,8 @@ const (
 // as kubernetes.default.svc (the hub does) work as they do in a cluster.
 var serverNames = []string{"kubernetes.default.svc", "kubernetes.default", "kubernetes", "localhost"}
 
-// pki is the key material one cluster needs; written to files by write.
-type pki struct {
+// keyMaterial is the key material one cluster needs; written to files by write.
+type keyMaterial struct {
 	caPEM                   []byte
 	servingCert, servingKey []byte
 	// The node's kubelet serves with kubeletCert; the API server calls
@@ -45,75 +45,32 @@ type pki struct {
 // certificate for kubelets, the only one the node's kubelet takes.
 const kubeletClientName = "kube-apiserver-kubelet-client"
 
-// newPKI makes a CA, the certificates it signs (the API server's, the
+// newKeyMaterial makes a CA, the certificates it signs (the API server's, the
 // kubelet's, and the API server's client certificate for the kubelet), and
 // the service account signing key: all ECDSA P-256, fast to generate, valid
 // for a day since a cluster lives only as long as a test or a `tether dev`
 // session.
-func newPKI() (*pki, error) {
-	now := time.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+func newKeyMaterial() (*keyMaterial, error) {
+	ca, err := pki.NewCA("localkube CA", 24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
-	caTmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "localkube CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, err
-	}
-	issue := func(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return nil, nil, err
-		}
-		tmpl.SerialNumber = serial()
-		tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Hour), now.Add(24*time.Hour)
-		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			return nil, nil, err
-		}
-		keyDER, err := x509.MarshalECPrivateKey(key)
-		if err != nil {
-			return nil, nil, err
-		}
-		return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-			pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), nil
-	}
-	p := &pki{caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})}
-	if p.servingCert, p.servingKey, err = issue(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: "kube-apiserver"},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:    serverNames,
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.ParseIP(serviceIP)},
+	p := &keyMaterial{caPEM: ca.CertPEM}
+	if p.servingCert, p.servingKey, err = ca.Issue(pki.Leaf{
+		CommonName: "kube-apiserver",
+		Hosts:      append(slices.Clone(serverNames), "127.0.0.1", serviceIP),
 	}); err != nil {
 		return nil, err
 	}
 	// The API server dials the node's InternalIP, 127.0.0.1.
-	if p.kubeletCert, p.kubeletKey, err = issue(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: "system:node:" + NodeName, Organization: []string{"system:nodes"}},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:    []string{NodeName, "localhost"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	if p.kubeletCert, p.kubeletKey, err = ca.Issue(pki.Leaf{
+		CommonName:   "system:node:" + NodeName,
+		Organization: []string{"system:nodes"},
+		Hosts:        []string{NodeName, "localhost", "127.0.0.1"},
 	}); err != nil {
 		return nil, err
 	}
-	if p.kubeletClientCert, p.kubeletClientKey, err = issue(&x509.Certificate{
-		Subject:     pkix.Name{CommonName: kubeletClientName},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}); err != nil {
+	if p.kubeletClientCert, p.kubeletClientKey, err = ca.Issue(pki.Leaf{CommonName: kubeletClientName, Client: true}); err != nil {
 		return nil, err
 	}
 
@@ -138,14 +95,9 @@ func newPKI() (*pki, error) {
 	return p, nil
 }
 
-func serial() *big.Int {
-	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	return n
-}
-
 // write puts the key material into dir under the names the API server's
 // flags use (see apiServerArgs).
-func (p *pki) write(dir string) error {
+func (p *keyMaterial) write(dir string) error {
 	files := map[string][]byte{
 		"ca.crt":        p.caPEM,
 		"apiserver.crt": p.servingCert,

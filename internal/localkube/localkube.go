@@ -179,7 +179,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Cluster, err e
 		}
 	}()
 
-	keys, err := newPKI()
+	keys, err := newKeyMaterial()
 	if err != nil {
 		return nil, fmt.Errorf("localkube: make certificates: %w", err)
 	}

@@ -65,6 +65,9 @@ func (ca *CA) Pool() *x509.CertPool {
 // Leaf describes a certificate to issue.
 type Leaf struct {
 	CommonName string
+	// Organization names the subject's groups, as Kubernetes reads them
+	// from client certificates.
+	Organization []string
 	// Hosts are DNS names and IP addresses the certificate is valid for, as
 	// a server.
 	Hosts []string
@@ -81,7 +84,7 @@ func (ca *CA) Issue(l Leaf) (certPEM, keyPEM []byte, err error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: l.CommonName},
+		Subject:      pkix.Name{CommonName: l.CommonName, Organization: l.Organization},
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(ca.ttl),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
