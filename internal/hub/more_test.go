@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,12 +13,7 @@ import (
 )
 
 func TestUnreachableAPIServerSaysWhy(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := freeAddr(t) // nothing listens there
 	fc := newFakeCluster(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
 	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.APIServer = dead })

@@ -271,16 +271,11 @@ func TestAgentDialsOnlyItsAPIServer(t *testing.T) {
 }
 
 func TestDialErrorReachesTheHub(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := freeAddr(t) // nothing listens there
 	_, c := tunnelTo(t, dead)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err = c.dial(ctx)
+	_, err := c.dial(ctx)
 	if err == nil || !strings.Contains(err.Error(), "the agent can't reach its API server at "+dead) || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("dial = %v, want the agent's reason", err)
 	}
