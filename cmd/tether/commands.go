@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 
+	"k8s.io/klog/v2"
+
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/dev"
 	"github.com/tetherhq/tether/internal/fleet"
@@ -44,7 +46,13 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	a, err := agent.New(agent.Config{Options: opts, Logger: log})
+	// client-go logs through klog; send its lines to the agent's log.
+	klog.SetSlogLogger(log)
+	w, err := agent.NewWatcher(opts, log)
+	if err != nil {
+		return err
+	}
+	a, err := agent.New(agent.Config{Options: opts, Logger: log, Inventory: w})
 	if err != nil {
 		return err
 	}

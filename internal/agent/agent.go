@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/tunnel"
 	"github.com/tetherhq/tether/internal/version"
 )
@@ -44,6 +45,10 @@ type Config struct {
 	Random func() float64
 	// HandshakeTimeout bounds the upgrade and the hello/welcome exchange.
 	HandshakeTimeout time.Duration
+	// Inventory, when set, watches the cluster: the agent runs it and
+	// streams what it sees to the hub on each connection (SPEC section 5).
+	// Nil means no inventory.
+	Inventory *inventory.Watcher
 }
 
 // Agent keeps one connection to the hub up. Create it with New, run it with
@@ -126,6 +131,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Add(2)
 		go func() { defer wg.Done(); srv.Serve(ln) }()
 		go func() { defer wg.Done(); <-ctx.Done(); srv.Close() }()
+	}
+
+	if a.cfg.Inventory != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.cfg.Inventory.Run(ctx) }()
 	}
 
 	attempt := 0

@@ -190,6 +190,10 @@ func (c *conn) serve(parent context.Context) result {
 	go func() { defer wg.Done(); end(c.readControl()) }()
 	go func() { defer wg.Done(); c.acceptStreams(ctx, &wg) }()
 	go func() { defer wg.Done(); c.watch(ctx, end) }()
+	if c.a.cfg.Inventory != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.streamInventory(ctx) }()
+	}
 
 	select {
 	case r := <-ended:

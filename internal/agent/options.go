@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,12 @@ type Options struct {
 	ServiceAccountDir string
 	APIServer         string // host:port
 	HubCAFile         string // "" for the system roots
+	// AllowedNamespaces limits the inventory to these namespaces, each
+	// watched on its own (TETHER_ALLOWED_NAMESPACES); nil means all.
+	AllowedNamespaces []string
+	// GatewayTieBreaker is the Istio Gateway ("namespace/name") that wins
+	// when several serve a host (TETHER_ISTIO_GATEWAY_TIE_BREAKER).
+	GatewayTieBreaker string
 }
 
 // Getenv is os.Getenv's shape, so tests can hand in a map.
@@ -78,6 +85,12 @@ func OptionsFromEnv(getenv Getenv) (Options, error) {
 		if _, err := LoadCertPool(o.HubCAFile); err != nil {
 			return Options{}, fmt.Errorf("TETHER_HUB_CA must be a PEM file of CA certificates: %w", err)
 		}
+	}
+	if o.AllowedNamespaces, err = parseNamespaces(getenv("TETHER_ALLOWED_NAMESPACES")); err != nil {
+		return Options{}, err
+	}
+	if o.GatewayTieBreaker, err = parseTieBreaker(getenv("TETHER_ISTIO_GATEWAY_TIE_BREAKER")); err != nil {
+		return Options{}, err
 	}
 	// Read the pod's credentials now, so a pod without them fails at once
 	// with a message that says what is missing.
@@ -140,6 +153,38 @@ func LoadCertPool(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("%s holds no PEM certificate", path)
 	}
 	return pool, nil
+}
+
+// parseNamespaces reads TETHER_ALLOWED_NAMESPACES: namespace names,
+// separated by commas, spaces around them ignored.
+func parseNamespaces(v string) ([]string, error) {
+	var out []string
+	for _, ns := range strings.Split(v, ",") {
+		ns = strings.TrimSpace(ns)
+		if ns == "" {
+			continue
+		}
+		if fleet.CheckName(ns) != nil {
+			return nil, fmt.Errorf("TETHER_ALLOWED_NAMESPACES must be namespace names separated by commas, like team-a,team-b; %q is not a namespace name", ns)
+		}
+		if !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	return out, nil
+}
+
+// parseTieBreaker reads TETHER_ISTIO_GATEWAY_TIE_BREAKER: namespace/name.
+func parseTieBreaker(v string) (string, error) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return "", nil
+	}
+	ns, name, ok := strings.Cut(v, "/")
+	if !ok || fleet.CheckName(ns) != nil || name == "" || strings.ContainsAny(name, "/ ") {
+		return "", fmt.Errorf("TETHER_ISTIO_GATEWAY_TIE_BREAKER must name an Istio Gateway as namespace/name, like istio-system/public, not %q", v)
+	}
+	return v, nil
 }
 
 func orDefault(v, def string) string {

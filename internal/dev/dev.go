@@ -79,6 +79,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := bindAdmins(ctx, cluster); err != nil {
 		return err
 	}
+	// The agent's service account reads the inventory kinds, as the Helm
+	// chart lets it.
+	if err := cluster.GrantInventory(ctx, localkube.Namespace, localkube.ServiceAccount); err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("the hub can't listen on %s: %w (is another tether dev running? choose another with --addr)", cfg.Addr, err)
@@ -117,17 +122,24 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := writeKubeconfig(kubeconfig, hubURL.String()+"/clusters/"+ClusterName, adminToken, ca.CertPEM); err != nil {
 		return err
 	}
+	agentOpts := agent.Options{
+		HubURL:            hubURL,
+		Name:              ClusterName,
+		Token:             token,
+		TokenReread:       time.Minute,
+		ServiceAccountDir: cluster.ServiceAccountDir,
+		APIServer:         net.JoinHostPort(cluster.Host, cluster.Port),
+	}
+	agentLog := log.With("component", "agent")
+	watcher, err := agent.NewWatcher(agentOpts, agentLog)
+	if err != nil {
+		return err
+	}
 	ag, err := agent.New(agent.Config{
-		Options: agent.Options{
-			HubURL:            hubURL,
-			Name:              ClusterName,
-			Token:             token,
-			TokenReread:       time.Minute,
-			ServiceAccountDir: cluster.ServiceAccountDir,
-			APIServer:         net.JoinHostPort(cluster.Host, cluster.Port),
-		},
-		Logger:    log.With("component", "agent"),
+		Options:   agentOpts,
+		Logger:    agentLog,
 		TLSConfig: &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12},
+		Inventory: watcher,
 	})
 	if err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/inventory"
 )
 
 // ClusterJSON is a cluster as /api/clusters shows it (SPEC section 4).
@@ -24,6 +25,10 @@ type ClusterJSON struct {
 	AgentVersion      string            `json:"agentVersion,omitempty"`
 	ConnectedSince    *time.Time        `json:"connectedSince,omitempty"`
 	LastSeen          *time.Time        `json:"lastSeen,omitempty"`
+	// Summary and Inventory are absent until the agent's first inventory
+	// snapshot arrives.
+	Summary   *inventory.Summary `json:"summary,omitempty"`
+	Inventory *InventoryJSON     `json:"inventory,omitempty"`
 }
 
 func (h *Hub) clusterJSON(st ClusterStatus) ClusterJSON {
@@ -48,6 +53,7 @@ func (h *Hub) clusterJSON(st ClusterStatus) ClusterJSON {
 	if st.Status == Ready {
 		c.Message = ""
 	}
+	h.addInventory(&c)
 	return c
 }
 
@@ -189,8 +195,13 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
+	writeJSONStatus(w, http.StatusOK, v)
+}
+
+func writeJSONStatus(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(v)
 }
 

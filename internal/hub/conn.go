@@ -49,6 +49,8 @@ type agentConn struct {
 	caPool       *x509.CertPool
 	since        time.Time
 	lastHeard    atomic.Int64 // unix nanoseconds of the last message from the agent
+	// inventoryOpen is true while the agent's inventory stream is open.
+	inventoryOpen atomic.Bool
 
 	transport *http.Transport // to the API server, through the tunnel, TLS checked against caPool
 	// upgrades is transport without a pool, for upgrade requests: each gets
@@ -188,15 +190,28 @@ func (c *agentConn) readControl() error {
 	}
 }
 
-// acceptStreams takes streams the agent opens, until the session ends. None
-// are defined yet (the inventory will be), so each is closed at once.
+// acceptStreams takes the streams the agent opens, until the session ends.
+// The only one defined is the inventory stream; the agent opens it once per
+// connection, and any other is closed at once.
 func (c *agentConn) acceptStreams(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		st, err := c.sess.Accept(ctx)
 		if err != nil {
 			return
 		}
-		st.Close()
+		if !c.inventoryOpen.CompareAndSwap(false, true) {
+			st.Close()
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.inventoryOpen.Store(false)
+			defer st.Close()
+			c.hub.receiveInventory(c, st)
+		}()
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/tunnel"
 )
 
@@ -80,6 +81,9 @@ type Hub struct {
 	auditMu sync.Mutex // serializes audit lines
 	events  broker     // tells /api/events streams what changed
 
+	inventory *inventory.Store // every cluster's inventory
+	access    accessCache      // what people may list, per cluster (SPEC section 5)
+
 	mu     sync.Mutex // guards the following
 	closed bool
 	agents map[string]*agentConn // the connected agent of each cluster
@@ -130,18 +134,19 @@ func New(cfg Config) (*Hub, error) {
 		return nil, err
 	}
 	h := &Hub{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		metrics:  m,
-		refusals: newLimiter(10 * time.Second),
-		agents:   map[string]*agentConn{},
-		status:   map[string]*clusterStatus{},
-		lastCA:   map[string]string{},
-		requests: newInflight(),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		metrics:   m,
+		refusals:  newLimiter(10 * time.Second),
+		agents:    map[string]*agentConn{},
+		status:    map[string]*clusterStatus{},
+		lastCA:    map[string]string{},
+		requests:  newInflight(),
+		inventory: inventory.NewStore(),
 	}
 	h.proxy = h.newProxy()
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "tether_streams_open", Help: "Streams to API servers open now across every agent's tunnel (control streams not counted).",
+		Name: "tether_streams_open", Help: "Streams to API servers open now across every agent's tunnel (control and inventory streams not counted).",
 	}, h.streamsOpen)
 	if err := cfg.Registerer.Register(streams); err != nil {
 		return nil, err
@@ -161,6 +166,9 @@ func (h *Hub) Handler() http.Handler {
 		mux.HandleFunc("GET "+base+"/api/kubeconfig", h.serveKubeconfig)
 		mux.HandleFunc("GET "+base+"/api/clusters", h.serveClusters)
 		mux.HandleFunc("GET "+base+"/api/clusters/{cluster}", h.serveClusterJSON)
+		mux.HandleFunc("GET "+base+"/api/clusters/{cluster}/resources", h.serveResources)
+		mux.HandleFunc("GET "+base+"/api/clusters/{cluster}/gateways", h.serveGateways)
+		mux.HandleFunc("GET "+base+"/api/resources", h.serveFleetResources)
 		mux.HandleFunc("GET "+base+"/api/events", h.serveEvents)
 		mux.HandleFunc("GET "+base+"/{$}", h.servePage)
 		mux.HandleFunc("GET "+base+"/cluster/{cluster}", h.serveClusterPage)
@@ -236,7 +244,11 @@ func (h *Hub) streamsOpen() float64 {
 	defer h.mu.Unlock()
 	n := 0
 	for _, c := range h.agents {
-		n += max(c.sess.NumStreams()-1, 0)
+		own := 1 // the control stream
+		if c.inventoryOpen.Load() {
+			own++
+		}
+		n += max(c.sess.NumStreams()-own, 0)
 	}
 	return float64(n)
 }
@@ -252,6 +264,9 @@ func (h *Hub) connected(name string) *agentConn {
 // whose token it revoked. They connect again and are refused if they should
 // be.
 func (h *Hub) AgentsChanged(c fleet.Change) {
+	for _, name := range c.Removed {
+		h.inventory.Forget(name)
+	}
 	for _, name := range append(c.Removed, c.TokensRevoked...) {
 		if conn := h.connected(name); conn != nil {
 			h.log.Info(fmt.Sprintf("The agents list changed for %q: disconnecting its agent", name), "agent", name)

@@ -56,6 +56,9 @@ func (c *Cluster) do(ctx context.Context, token, method, path string, in, out an
 	req.Header.Set("Accept", "application/json")
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
+		if method == http.MethodPatch {
+			req.Header.Set("Content-Type", "application/merge-patch+json")
+		}
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)

@@ -123,39 +123,15 @@ func (m *Message) Validate() error {
 // Write sends m as one frame: its JSON length as 4 bytes, big-endian, then
 // the JSON. The frame goes out in a single Write.
 func Write(w io.Writer, m Message) error {
-	body, err := json.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("protocol: encode %s: %w", m.Type, err)
-	}
-	if len(body) > MaxMessageSize {
-		return fmt.Errorf("protocol: encode %s of %d bytes: %w", m.Type, len(body), ErrTooLarge)
-	}
-	frame := make([]byte, 4+len(body))
-	binary.BigEndian.PutUint32(frame, uint32(len(body)))
-	copy(frame[4:], body)
-	if _, err := w.Write(frame); err != nil {
-		return fmt.Errorf("protocol: send %s: %w", m.Type, err)
-	}
-	return nil
+	return writeFrame(w, m.Type, m)
 }
 
 // Read reads one frame written by Write and checks it with Validate. It never
 // allocates more than MaxMessageSize, whatever the length prefix claims.
 func Read(r io.Reader) (Message, error) {
-	var prefix [4]byte
-	if _, err := io.ReadFull(r, prefix[:]); err != nil {
+	body, err := readFrame(r)
+	if err != nil {
 		return Message{}, err
-	}
-	n := binary.BigEndian.Uint32(prefix[:])
-	if n > MaxMessageSize {
-		return Message{}, fmt.Errorf("protocol: a message of %d bytes: %w", n, ErrTooLarge)
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return Message{}, fmt.Errorf("protocol: read message: %w", err)
 	}
 	return Decode(body)
 }
@@ -170,4 +146,44 @@ func Decode(body []byte) (Message, error) {
 		return Message{}, err
 	}
 	return m, nil
+}
+
+// writeFrame sends v's JSON as one frame in a single Write; what names the
+// message in errors.
+func writeFrame(w io.Writer, what string, v any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("protocol: encode %s: %w", what, err)
+	}
+	if len(body) > MaxMessageSize {
+		return fmt.Errorf("protocol: encode %s of %d bytes: %w", what, len(body), ErrTooLarge)
+	}
+	frame := make([]byte, 4+len(body))
+	binary.BigEndian.PutUint32(frame, uint32(len(body)))
+	copy(frame[4:], body)
+	if _, err := w.Write(frame); err != nil {
+		return fmt.Errorf("protocol: send %s: %w", what, err)
+	}
+	return nil
+}
+
+// readFrame reads one frame's body, refusing one over MaxMessageSize before
+// allocating it.
+func readFrame(r io.Reader) ([]byte, error) {
+	var prefix [4]byte
+	if _, err := io.ReadFull(r, prefix[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(prefix[:])
+	if n > MaxMessageSize {
+		return nil, fmt.Errorf("protocol: a message of %d bytes: %w", n, ErrTooLarge)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fmt.Errorf("protocol: read message: %w", err)
+	}
+	return body, nil
 }

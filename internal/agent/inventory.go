@@ -1,0 +1,81 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/version"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	"k8s.io/client-go/rest"
+)
+
+// NewWatcher returns the inventory watcher for the cluster the options
+// describe, as the pod's service account: list and watch only. Its token is
+// read again from the file as it rotates.
+func NewWatcher(o Options, log *slog.Logger) (*inventory.Watcher, error) {
+	cfg := &rest.Config{
+		Host:            "https://" + o.APIServer,
+		BearerTokenFile: filepath.Join(o.ServiceAccountDir, "token"),
+		TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(o.ServiceAccountDir, "ca.crt")},
+		UserAgent:       "tether-agent/" + version.Version,
+		QPS:             20,
+		Burst:           40,
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("inventory client: %w", err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("inventory client: %w", err)
+	}
+	authz, err := authorizationclient.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("inventory client: %w", err)
+	}
+	return inventory.NewWatcher(inventory.WatcherConfig{
+		Dynamic:    dyn,
+		Discovery:  disc,
+		Access:     authz.SelfSubjectAccessReviews(),
+		Namespaces: o.AllowedNamespaces,
+		Logger:     log,
+	}), nil
+}
+
+// inventoryRetry is how long the agent waits before it opens the inventory
+// stream again after it broke while the connection lived on.
+const inventoryRetry = 5 * time.Second
+
+// streamInventory keeps the inventory stream to the hub open for the
+// connection's life: a snapshot, then changes.
+func (c *conn) streamInventory(ctx context.Context) {
+	for {
+		err := c.streamInventoryOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		c.a.log.Warn("The inventory stream to the hub broke; opening it again", "err", err)
+		if c.a.cfg.Sleep(ctx, inventoryRetry) != nil {
+			return
+		}
+	}
+}
+
+func (c *conn) streamInventoryOnce(ctx context.Context) error {
+	st, err := c.sess.Open(ctx)
+	if err != nil {
+		return fmt.Errorf("open the inventory stream: %w", err)
+	}
+	defer st.Close()
+	// A hub that stops reading must not hold the stream forever; the
+	// session's close (when the connection ends) unblocks a write too.
+	stop := context.AfterFunc(ctx, func() { st.Close() })
+	defer stop()
+	return c.a.cfg.Inventory.Stream(ctx, st, inventory.StreamOptions{GatewayTieBreaker: c.a.cfg.GatewayTieBreaker})
+}

@@ -1,0 +1,38 @@
+package hub
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/tetherhq/tether/internal/protocol"
+)
+
+// receiveInventory reads the agent's inventory stream into the hub's store
+// until the stream or the connection ends. Who closes st: the caller.
+func (h *Hub) receiveInventory(c *agentConn, st net.Conn) {
+	rcv := h.inventory.Receiver(c.name)
+	for {
+		u, err := protocol.ReadUpdate(st)
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				select {
+				case <-c.done:
+				default:
+					h.log.Warn(fmt.Sprintf("The inventory stream of %q broke; the hub keeps what it had", c.name), "agent", c.name, "err", err)
+				}
+			}
+			return
+		}
+		// An agent taken over may still be talking: only the cluster's
+		// current agent writes its inventory.
+		if h.connected(c.name) != c {
+			return
+		}
+		if rcv.Apply(u, time.Now()) {
+			h.events.changed(c.name)
+		}
+	}
+}

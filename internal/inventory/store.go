@@ -1,0 +1,311 @@
+package inventory
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/internal/protocol"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Store is the hub's copy of every cluster's inventory, in memory. Each
+// cluster's state is replaced as a whole by each complete snapshot, so a
+// reconnected agent leaves no ghosts of objects deleted while it was away.
+type Store struct {
+	mu       sync.RWMutex // guards clusters and everything in them
+	clusters map[string]*state
+}
+
+// state is one cluster's inventory.
+type state struct {
+	objects    map[string]map[string]*protocol.Resource // kind → "namespace/name" → summary
+	kinds      []protocol.KindState
+	tieBreaker string
+	updated    time.Time
+}
+
+// NewStore returns an empty Store.
+func NewStore() *Store {
+	return &Store{clusters: map[string]*state{}}
+}
+
+// Receiver applies one connection's Updates to the store's state of one
+// cluster. It is not safe for concurrent use: each connection has its own.
+type Receiver struct {
+	store   *Store
+	cluster string
+	pending *state // a snapshot being received
+	live    bool   // a snapshot completed: Updates now change the store
+}
+
+// Receiver returns a Receiver for a new connection of cluster.
+func (s *Store) Receiver(cluster string) *Receiver {
+	return &Receiver{store: s, cluster: cluster}
+}
+
+// Apply takes one Update. It reports whether the store changed.
+func (r *Receiver) Apply(u *protocol.Update, now time.Time) bool {
+	if u.Snapshot {
+		r.pending = &state{objects: map[string]map[string]*protocol.Resource{}, tieBreaker: u.GatewayTieBreaker}
+		r.live = false
+	}
+	if r.pending != nil {
+		r.pending.apply(u)
+		if !u.Complete {
+			return false
+		}
+		r.pending.updated = now
+		r.store.mu.Lock()
+		r.store.clusters[r.cluster] = r.pending
+		r.store.mu.Unlock()
+		r.pending, r.live = nil, true
+		return true
+	}
+	if !r.live {
+		return false // changes before any snapshot: the agent broke the protocol; ignore them
+	}
+	r.store.mu.Lock()
+	defer r.store.mu.Unlock()
+	st := r.store.clusters[r.cluster]
+	if st == nil {
+		return false // forgotten meanwhile
+	}
+	st.apply(u)
+	st.updated = now
+	return true
+}
+
+func (st *state) apply(u *protocol.Update) {
+	if u.Kinds != nil {
+		st.kinds = u.Kinds
+	}
+	for i := range u.Upserts {
+		res := u.Upserts[i]
+		byKey := st.objects[res.Kind]
+		if byKey == nil {
+			byKey = map[string]*protocol.Resource{}
+			st.objects[res.Kind] = byKey
+		}
+		byKey[key(res.Namespace, res.Name)] = &res
+	}
+	for _, ref := range u.Deletes {
+		delete(st.objects[ref.Kind], key(ref.Namespace, ref.Name))
+	}
+}
+
+func key(namespace, name string) string { return namespace + "/" + name }
+
+// Forget drops a cluster's state: it left the agents list.
+func (s *Store) Forget(cluster string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.clusters, cluster)
+}
+
+// Query selects resources. Kind is required; the rest narrow it.
+type Query struct {
+	Kind      string
+	Namespace string          // "" for every namespace
+	Selector  labels.Selector // nil for everything
+	Ready     *bool           // nil for either
+}
+
+// Allow says whether the person asking may list kind in namespace ("" for a
+// cluster-scoped kind). It is asked once per namespace that has matches.
+type Allow func(kind, namespace string) bool
+
+// Item is one resource in an answer, with its cluster.
+type Item struct {
+	Cluster string `json:"cluster"`
+	protocol.Resource
+}
+
+// Select returns the resources of cluster matching q that allow lets
+// through, sorted by namespace and name, and whether the store has any
+// inventory for cluster. allow is asked without the store's lock held: it
+// may ask the cluster.
+func (s *Store) Select(cluster string, q Query, allow Allow) ([]Item, bool) {
+	s.mu.RLock()
+	st := s.clusters[cluster]
+	if st == nil {
+		s.mu.RUnlock()
+		return nil, false
+	}
+	var out []Item
+	for _, res := range st.objects[q.Kind] {
+		if q.Namespace != "" && res.Namespace != q.Namespace {
+			continue
+		}
+		if q.Ready != nil && res.Ready != *q.Ready {
+			continue
+		}
+		if q.Selector != nil && !q.Selector.Matches(labels.Set(res.Labels)) {
+			continue
+		}
+		out = append(out, Item{Cluster: cluster, Resource: *res})
+	}
+	s.mu.RUnlock()
+
+	allowed := map[string]bool{}
+	kept := out[:0]
+	for _, it := range out {
+		ok, asked := allowed[it.Namespace]
+		if !asked {
+			ok = allow(q.Kind, it.Namespace)
+			allowed[it.Namespace] = ok
+		}
+		if ok {
+			kept = append(kept, it)
+		}
+	}
+	out = kept
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, true
+}
+
+// Summary is a cluster's inventory in numbers (SPEC section 4). A count is
+// nil when the agent doesn't watch its kind.
+type Summary struct {
+	NodesReady    *int `json:"nodesReady,omitempty"`
+	NodesTotal    *int `json:"nodesTotal,omitempty"`
+	PodsNotReady  *int `json:"podsNotReady,omitempty"`
+	AppsOutOfSync *int `json:"appsOutOfSync,omitempty"`
+}
+
+// Info is what the store knows of a cluster's inventory as a whole.
+type Info struct {
+	Summary           Summary
+	Kinds             []protocol.KindState
+	GatewayTieBreaker string
+	Updated           time.Time
+}
+
+// Info returns cluster's summary and kind states, and whether there is any
+// inventory for it.
+func (s *Store) Info(cluster string) (Info, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	st := s.clusters[cluster]
+	if st == nil {
+		return Info{}, false
+	}
+	info := Info{Kinds: st.kinds, GatewayTieBreaker: st.tieBreaker, Updated: st.updated}
+	count := func(kind string, match func(*protocol.Resource) bool) *int {
+		if !st.watches(kind) {
+			return nil
+		}
+		n := 0
+		for _, r := range st.objects[kind] {
+			if match(r) {
+				n++
+			}
+		}
+		return &n
+	}
+	info.Summary.NodesTotal = count("nodes", func(*protocol.Resource) bool { return true })
+	info.Summary.NodesReady = count("nodes", func(r *protocol.Resource) bool { return r.Ready })
+	info.Summary.PodsNotReady = count("pods", func(r *protocol.Resource) bool { return !r.Ready })
+	info.Summary.AppsOutOfSync = count("applications", func(r *protocol.Resource) bool {
+		return r.Sync != "Synced" || r.Health == "Degraded"
+	})
+	return info, true
+}
+
+// watches reports whether the agent watches kind in at least one scope.
+func (st *state) watches(kind string) bool {
+	for _, k := range st.kinds {
+		if k.Kind == kind && k.Error == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrNoGateway is returned when no gateway serves a host.
+var ErrNoGateway = errors.New("no gateway serves this host")
+
+// AmbiguousError is returned when several gateways serve a host and no
+// tie-breaker picks one of them.
+type AmbiguousError struct {
+	Host       string
+	Candidates []string // namespace/name, sorted
+	TieBreaker string   // set when it names none of the candidates
+}
+
+func (e *AmbiguousError) Error() string {
+	msg := fmt.Sprintf("%d gateways serve %q: %s", len(e.Candidates), e.Host, strings.Join(e.Candidates, ", "))
+	if e.TieBreaker != "" {
+		return msg + fmt.Sprintf("; the tie-breaker %s is none of them", e.TieBreaker)
+	}
+	return msg + "; set the agent's TETHER_ISTIO_GATEWAY_TIE_BREAKER to the one that should win"
+}
+
+// Gateway names the Istio Gateway ("namespace/name") of cluster that serves
+// host, among those allow lets the person see. An exact host and a wildcard
+// count alike; when several match, the agent's tie-breaker decides.
+func (s *Store) Gateway(cluster, host string, allow Allow) (string, []string, error) {
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	s.mu.RLock()
+	st := s.clusters[cluster]
+	var candidates []string
+	var tieBreaker string
+	if st != nil {
+		tieBreaker = st.tieBreaker
+		for _, gw := range st.objects["gateways"] {
+			for _, h := range gw.Hosts {
+				if hostMatches(h, host) {
+					candidates = append(candidates, gw.Namespace+"/"+gw.Name)
+					break
+				}
+			}
+		}
+	}
+	s.mu.RUnlock()
+	// Ask outside the lock: allow may ask the cluster.
+	visible := candidates[:0]
+	for _, c := range candidates {
+		ns, _, _ := strings.Cut(c, "/")
+		if allow("gateways", ns) {
+			visible = append(visible, c)
+		}
+	}
+	sort.Strings(visible)
+	switch {
+	case len(visible) == 0:
+		return "", nil, ErrNoGateway
+	case len(visible) == 1:
+		return visible[0], visible, nil
+	}
+	for _, c := range visible {
+		if c == tieBreaker {
+			return c, visible, nil
+		}
+	}
+	e := &AmbiguousError{Host: host, Candidates: visible}
+	if tieBreaker != "" {
+		e.TieBreaker = tieBreaker
+	}
+	return "", visible, e
+}
+
+// hostMatches reports whether a Gateway's host pattern serves host: "*"
+// serves every host, "*.example.com" every name below example.com.
+func hostMatches(pattern, host string) bool {
+	pattern = strings.ToLower(pattern)
+	if pattern == "*" {
+		return true
+	}
+	if suffix, ok := strings.CutPrefix(pattern, "*"); ok {
+		return strings.HasSuffix(host, suffix) && len(host) > len(suffix)
+	}
+	return pattern == host
+}

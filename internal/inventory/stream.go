@@ -1,0 +1,231 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/tetherhq/tether/internal/protocol"
+	"k8s.io/client-go/tools/cache"
+)
+
+// StreamOptions shape what Stream sends.
+type StreamOptions struct {
+	// GatewayTieBreaker is TETHER_ISTIO_GATEWAY_TIE_BREAKER.
+	GatewayTieBreaker string
+	// Batch is how long changes gather before they go out together. Zero
+	// means 250 ms.
+	Batch time.Duration
+	// SyncWait bounds the wait for the informers' first lists before the
+	// snapshot goes out; what arrives later follows as changes. Zero means
+	// 30 s.
+	SyncWait time.Duration
+}
+
+// snapshotChunk is how many objects go in one Update of a snapshot.
+const snapshotChunk = 500
+
+// Stream sends the inventory to out: a full snapshot, then batched changes,
+// until ctx ends or a write fails. One Stream runs at a time, as the agent
+// has one hub connection; a second returns ErrBusy.
+func (w *Watcher) Stream(ctx context.Context, out io.Writer, opts StreamOptions) error {
+	if opts.Batch == 0 {
+		opts.Batch = 250 * time.Millisecond
+	}
+	if opts.SyncWait == 0 {
+		opts.SyncWait = 30 * time.Second
+	}
+	w.mu.Lock()
+	if w.sub {
+		w.mu.Unlock()
+		return ErrBusy
+	}
+	w.sub = true
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.sub = false
+		clear(w.dirty)
+		w.mu.Unlock()
+	}()
+
+	w.waitSynced(ctx, opts.SyncWait)
+	// Changes from here on are marked dirty, so nothing falls between the
+	// snapshot and the first batch; an object in both is sent twice, which
+	// is harmless.
+	w.mu.Lock()
+	clear(w.dirty)
+	epoch := w.epoch
+	kinds := w.kindStatesLocked()
+	stores := w.storesLocked()
+	w.mu.Unlock()
+
+	var all []protocol.Resource
+	for _, s := range stores {
+		for _, obj := range s.List() {
+			if r := obj.(*item).res; w.shows(r.ResourceRef) {
+				all = append(all, r)
+			}
+		}
+	}
+	first := &protocol.Update{Snapshot: true, Kinds: kinds, GatewayTieBreaker: opts.GatewayTieBreaker}
+	if err := sendChunks(out, first, all, nil, true); err != nil {
+		return err
+	}
+	all = nil
+
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w.wake:
+		}
+		// Let a burst of changes gather into one message.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(opts.Batch):
+		}
+		w.mu.Lock()
+		refs := make([]protocol.ResourceRef, 0, len(w.dirty))
+		for ref := range w.dirty {
+			refs = append(refs, ref)
+		}
+		clear(w.dirty)
+		u := &protocol.Update{}
+		if w.epoch != epoch {
+			epoch = w.epoch
+			u.Kinds = w.kindStatesLocked()
+		}
+		w.mu.Unlock()
+
+		var ups []protocol.Resource
+		var dels []protocol.ResourceRef
+		for _, ref := range refs {
+			if !w.shows(ref) {
+				continue
+			}
+			if r, ok := w.lookup(ref); ok {
+				ups = append(ups, r)
+			} else {
+				dels = append(dels, ref)
+			}
+		}
+		if len(ups) == 0 && len(dels) == 0 && u.Kinds == nil {
+			continue
+		}
+		if err := sendChunks(out, u, ups, dels, false); err != nil {
+			return err
+		}
+	}
+}
+
+// ErrBusy is returned by a second Stream while one runs.
+var ErrBusy = errors.New("inventory: a stream is already running")
+
+// shows reports whether ref may leave the cluster: with
+// TETHER_ALLOWED_NAMESPACES, only those namespaces exist for the hub.
+func (w *Watcher) shows(ref protocol.ResourceRef) bool {
+	if len(w.cfg.Namespaces) == 0 {
+		return true
+	}
+	if ref.Kind == "namespaces" {
+		return slices.Contains(w.cfg.Namespaces, ref.Name)
+	}
+	return ref.Namespace == "" || slices.Contains(w.cfg.Namespaces, ref.Namespace)
+}
+
+// lookup returns the current summary of ref, if it exists.
+func (w *Watcher) lookup(ref protocol.ResourceRef) (protocol.Resource, bool) {
+	k, ok := LookupKind(ref.Kind)
+	if !ok {
+		return protocol.Resource{}, false
+	}
+	sc := scope{kind: ref.Kind}
+	if k.Namespaced && len(w.cfg.Namespaces) > 0 {
+		sc.namespace = ref.Namespace
+	}
+	w.mu.Lock()
+	r := w.scopes[sc]
+	w.mu.Unlock()
+	if r == nil {
+		return protocol.Resource{}, false
+	}
+	key := ref.Name
+	if ref.Namespace != "" {
+		key = ref.Namespace + "/" + ref.Name
+	}
+	obj, ok, err := r.informer.GetStore().GetByKey(key)
+	if err != nil || !ok {
+		return protocol.Resource{}, false
+	}
+	return obj.(*item).res, true
+}
+
+func (w *Watcher) storesLocked() []cache.Store {
+	var out []cache.Store
+	for _, r := range w.scopes {
+		out = append(out, r.informer.GetStore())
+	}
+	return out
+}
+
+// waitSynced waits until the watcher has looked at the cluster and every
+// informer it started has listed once, or max has passed.
+func (w *Watcher) waitSynced(ctx context.Context, max time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	select {
+	case <-w.reconciled:
+	case <-ctx.Done():
+		return
+	}
+	w.mu.Lock()
+	var synced []cache.InformerSynced
+	for _, r := range w.scopes {
+		synced = append(synced, r.informer.HasSynced)
+	}
+	w.mu.Unlock()
+	cache.WaitForCacheSync(ctx.Done(), synced...)
+}
+
+// sendChunks sends head with ups and dels spread over as many Updates as
+// the size limits need. For a snapshot, the last one says Complete.
+func sendChunks(out io.Writer, head *protocol.Update, ups []protocol.Resource, dels []protocol.ResourceRef, snapshot bool) error {
+	u := head
+	for {
+		n := min(len(ups), snapshotChunk)
+		u.Upserts, ups = ups[:n:n], ups[n:]
+		m := min(len(dels), snapshotChunk-n)
+		u.Deletes, dels = dels[:m:m], dels[m:]
+		last := len(ups) == 0 && len(dels) == 0
+		u.Complete = snapshot && last
+		if err := writeSplitting(out, u); err != nil {
+			return err
+		}
+		if last {
+			return nil
+		}
+		u = &protocol.Update{}
+	}
+}
+
+// writeSplitting writes u, halving its objects over two Updates (the first
+// keeping u's head) while it is over the message size limit.
+func writeSplitting(out io.Writer, u *protocol.Update) error {
+	err := protocol.WriteUpdate(out, u)
+	if !errors.Is(err, protocol.ErrTooLarge) || len(u.Upserts)+len(u.Deletes) < 2 {
+		return err
+	}
+	a, b := *u, protocol.Update{Complete: u.Complete}
+	a.Complete = false
+	hu, hd := len(u.Upserts)/2, len(u.Deletes)/2
+	a.Upserts, b.Upserts = u.Upserts[:hu], u.Upserts[hu:]
+	a.Deletes, b.Deletes = u.Deletes[:hd], u.Deletes[hd:]
+	if err := writeSplitting(out, &a); err != nil {
+		return err
+	}
+	return writeSplitting(out, &b)
+}

@@ -1,0 +1,291 @@
+package inventory_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/localkube"
+	"github.com/tetherhq/tether/internal/protocol"
+	"go.uber.org/goleak"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	"k8s.io/client-go/rest"
+)
+
+var cluster *localkube.Cluster // a real API server, shared: it takes seconds to start
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	var err error
+	cluster, err = localkube.Start(ctx, localkube.Config{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "start the test API server:", err)
+		return 1
+	}
+	code := m.Run()
+	cluster.Close()
+	if code == 0 {
+		if err := goleak.Find(goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1")); err != nil {
+			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
+			return 1
+		}
+	}
+	return code
+}
+
+// newTestWatcher returns a inventory.Watcher acting as the service account whose
+// pod directory is saDir.
+func newTestWatcher(t *testing.T, saDir string, namespaces ...string) *inventory.Watcher {
+	t.Helper()
+	cfg := &rest.Config{
+		Host:            cluster.URL,
+		BearerTokenFile: filepath.Join(saDir, "token"),
+		TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(saDir, "ca.crt")},
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authz, err := authorizationclient.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inventory.NewWatcher(inventory.WatcherConfig{Dynamic: dyn, Discovery: disc, Access: authz.SelfSubjectAccessReviews(), Namespaces: namespaces, Rediscover: time.Second})
+}
+
+// feed runs w and streams it into a Receiver of store, as the agent and the
+// hub do over the tunnel, until stop is called.
+type feed struct {
+	stop func()
+	done chan struct{}
+}
+
+func runWatcher(t *testing.T, w *inventory.Watcher) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func stream(t *testing.T, w *inventory.Watcher, store *inventory.Store, cluster, tieBreaker string) *feed {
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	f := &feed{done: make(chan struct{})}
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		w.Stream(ctx, pw, inventory.StreamOptions{Batch: 50 * time.Millisecond, GatewayTieBreaker: tieBreaker})
+		pw.Close()
+	}()
+	go func() {
+		defer close(f.done)
+		rcv := store.Receiver(cluster)
+		for {
+			u, err := protocol.ReadUpdate(pr)
+			if err != nil {
+				return
+			}
+			rcv.Apply(u, time.Now())
+		}
+	}()
+	f.stop = func() { cancel(); pr.Close(); <-sent; <-f.done }
+	t.Cleanup(f.stop)
+	return f
+}
+
+func allow(string, string) bool { return true }
+
+// names lists "namespace/name" of kind in store, sorted.
+func names(store *inventory.Store, cluster, kind string) []string {
+	items, _ := store.Select(cluster, inventory.Query{Kind: kind}, allow)
+	var out []string
+	for _, it := range items {
+		out = append(out, it.Namespace+"/"+it.Name)
+	}
+	return out
+}
+
+// eventually polls cond every 20 ms for up to within.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func pod(ns, name string, labels map[string]string) map[string]any {
+	return map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": ns, "labels": labels},
+		"spec":     map[string]any{"containers": []any{map[string]any{"name": "main", "image": "registry.example/app:1"}}},
+	}
+}
+
+func mustDo(t *testing.T, method, path string, in any) {
+	t.Helper()
+	if err := cluster.Do(t.Context(), method, path, in, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestChangesArriveAndNoGhostsAfterReconnect(t *testing.T) {
+	ctx := t.Context()
+	if err := cluster.GrantInventory(ctx, localkube.Namespace, localkube.ServiceAccount); err != nil {
+		t.Fatal(err)
+	}
+	mustDo(t, "POST", "/api/v1/namespaces", map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "inv-changes"}})
+	w := newTestWatcher(t, cluster.ServiceAccountDir)
+	runWatcher(t, w)
+	store := inventory.NewStore()
+	f := stream(t, w, store, "c1", "")
+
+	pods := "/api/v1/namespaces/inv-changes/pods"
+	eventually(t, 10*time.Second, "the snapshot", func() bool { _, ok := store.Info("c1"); return ok })
+
+	// Created, changed, deleted: each within 2 s.
+	mustDo(t, "POST", pods, pod("inv-changes", "web-1", map[string]string{"app": "web"}))
+	start := time.Now()
+	eventually(t, 2*time.Second, "a created pod", func() bool { return slices.Contains(names(store, "c1", "pods"), "inv-changes/web-1") })
+	t.Logf("created pod seen after %s", time.Since(start).Round(time.Millisecond))
+
+	mustDo(t, "PATCH", pods+"/web-1", map[string]any{"metadata": map[string]any{"labels": map[string]string{"app": "web", "tier": "front"}}})
+	sel := mustSelector(t, "tier=front")
+	eventually(t, 2*time.Second, "a changed label", func() bool {
+		items, _ := store.Select("c1", inventory.Query{Kind: "pods", Selector: sel}, allow)
+		return len(items) == 1
+	})
+	mustDo(t, "DELETE", pods+"/web-1", nil)
+	eventually(t, 2*time.Second, "a deleted pod", func() bool { return !slices.Contains(names(store, "c1", "pods"), "inv-changes/web-1") })
+
+	// The agent goes away; meanwhile one pod is deleted and one created.
+	mustDo(t, "POST", pods, pod("inv-changes", "old", nil))
+	eventually(t, 2*time.Second, "pod old", func() bool { return slices.Contains(names(store, "c1", "pods"), "inv-changes/old") })
+	f.stop()
+	mustDo(t, "DELETE", pods+"/old", nil)
+	mustDo(t, "POST", pods, pod("inv-changes", "new", nil))
+	time.Sleep(200 * time.Millisecond) // the watcher sees both while nothing streams
+	if !slices.Contains(names(store, "c1", "pods"), "inv-changes/old") {
+		t.Fatal("the store changed with no stream open")
+	}
+	stream(t, w, store, "c1", "")
+	want := apiServerPods(t, "inv-changes")
+	eventually(t, 5*time.Second, "the store to equal the API server after a reconnect", func() bool {
+		return slices.Equal(namespaceOnly(names(store, "c1", "pods"), "inv-changes"), want)
+	})
+	if !slices.Equal(want, []string{"inv-changes/new"}) {
+		t.Fatalf("API server has %v", want)
+	}
+}
+
+func mustSelector(t *testing.T, s string) labels.Selector {
+	t.Helper()
+	sel, err := labels.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sel
+}
+
+func apiServerPods(t *testing.T, ns string) []string {
+	t.Helper()
+	var list struct {
+		Items []struct {
+			Metadata struct{ Name, Namespace string }
+		}
+	}
+	if err := cluster.Do(t.Context(), "GET", "/api/v1/namespaces/"+ns+"/pods", nil, &list); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range list.Items {
+		out = append(out, p.Metadata.Namespace+"/"+p.Metadata.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func namespaceOnly(list []string, ns string) []string {
+	var out []string
+	for _, s := range list {
+		if strings.HasPrefix(s, ns+"/") {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func TestAllowedNamespacesLimitWhatIsSeen(t *testing.T) {
+	ctx := t.Context()
+	// A service account with Roles in team-a and team-b only: no
+	// cluster-wide list of anything.
+	saDir, err := cluster.NewServiceAccountDir(ctx, "inv-limited", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.GrantInventory(ctx, "inv-limited", "agent", "lim-a", "lim-b"); err != nil {
+		t.Fatal(err)
+	}
+	mustDo(t, "POST", "/api/v1/namespaces", map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "lim-c"}})
+	for _, ns := range []string{"lim-a", "lim-b", "lim-c"} {
+		mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, "app", nil))
+	}
+	w := newTestWatcher(t, saDir, "lim-a", "lim-b")
+	runWatcher(t, w)
+	store := inventory.NewStore()
+	stream(t, w, store, "c2", "")
+	eventually(t, 10*time.Second, "pods of lim-a and lim-b", func() bool {
+		return slices.Equal(names(store, "c2", "pods"), []string{"lim-a/app", "lim-b/app"})
+	})
+	// A pod made later in lim-c never arrives; one in lim-b does.
+	mustDo(t, "POST", "/api/v1/namespaces/lim-c/pods", pod("lim-c", "later", nil))
+	mustDo(t, "POST", "/api/v1/namespaces/lim-b/pods", pod("lim-b", "later", nil))
+	eventually(t, 2*time.Second, "the later pod of lim-b", func() bool {
+		return slices.Contains(names(store, "c2", "pods"), "lim-b/later")
+	})
+	for _, kind := range inventory.KindNames() {
+		for _, n := range names(store, "c2", kind) {
+			if strings.HasPrefix(n, "lim-c/") || n == "/lim-c" {
+				t.Errorf("%s %s reached the hub", kind, n)
+			}
+		}
+	}
+	// Nodes are cluster-scoped and not permitted: reported, not watched.
+	info, _ := store.Info("c2")
+	var nodeErr string
+	for _, k := range info.Kinds {
+		if k.Kind == "nodes" {
+			nodeErr = k.Error
+		}
+	}
+	if !strings.Contains(nodeErr, "may not list nodes") {
+		t.Errorf("nodes state: %q", nodeErr)
+	}
+	if info.Summary.NodesTotal != nil || info.Summary.PodsNotReady == nil || *info.Summary.PodsNotReady != 3 {
+		t.Errorf("summary: nodes %v, pods not ready %v; want no node count and 3 pods not ready", info.Summary.NodesTotal, info.Summary.PodsNotReady)
+	}
+}
