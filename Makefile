@@ -10,6 +10,7 @@ FUZZTIME ?= 100000x
 # Every native fuzz target, as package:Target. CI runs each briefly.
 FUZZ_TARGETS = \
 	./internal/protocol:FuzzRead \
+	./internal/protocol:FuzzReadUpdate \
 	./internal/fleet:FuzzParseAgents \
 	./internal/auth:FuzzParseUsers \
 	./internal/auth:FuzzAuthenticate

@@ -3,8 +3,11 @@ package protocol
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -109,6 +112,63 @@ func FuzzRead(f *testing.F) {
 		again, err := Read(&buf)
 		if err != nil || again != m {
 			t.Fatalf("round trip: %+v, %v; want %+v", again, err, m)
+		}
+	})
+}
+
+func TestUpdateRoundTripAndLimits(t *testing.T) {
+	var buf bytes.Buffer
+	in := &Update{Snapshot: true, Complete: true, GatewayTieBreaker: "istio-system/public",
+		Kinds:   []KindState{{Kind: "pods"}, {Kind: "nodes", Error: "forbidden"}},
+		Upserts: []Resource{{ResourceRef: ResourceRef{Kind: "pods", Namespace: "a", Name: "p"}, Ready: true, Labels: map[string]string{"app": "x"}}},
+		Deletes: []ResourceRef{{Kind: "pods", Namespace: "a", Name: "q"}},
+	}
+	if err := WriteUpdate(&buf, in); err != nil {
+		t.Fatal(err)
+	}
+	out, err := ReadUpdate(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(in, out) {
+		t.Errorf("round trip: %+v, want %+v", out, in)
+	}
+	for name, body := range map[string]string{
+		"unnamed object": `{"upserts":[{"kind":"pods","namespace":"a"}]}`,
+		"no kind":        `{"deletes":[{"name":"x"}]}`,
+		"empty kind":     `{"kinds":[{"kind":""}]}`,
+		"not json":       `{"upserts":`,
+	} {
+		if _, err := DecodeUpdate([]byte(body)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	many := &Update{}
+	for i := range MaxUpdateItems + 1 {
+		many.Deletes = append(many.Deletes, ResourceRef{Kind: "pods", Name: fmt.Sprint(i)})
+	}
+	b, _ := json.Marshal(many)
+	if _, err := DecodeUpdate(b); err == nil {
+		t.Error("an update over MaxUpdateItems was accepted")
+	}
+}
+
+// FuzzReadUpdate feeds the hub's inventory reader what an agent could send:
+// it must return an error or a valid update, never panic or over-allocate.
+func FuzzReadUpdate(f *testing.F) {
+	var buf bytes.Buffer
+	WriteUpdate(&buf, &Update{Snapshot: true, Complete: true, Upserts: []Resource{{ResourceRef: ResourceRef{Kind: "pods", Name: "p"}}}})
+	f.Add(buf.Bytes())
+	f.Add([]byte("\x00\x00\x00\x02{}"))
+	f.Add([]byte("\xff\xff\xff\xff"))
+	f.Add([]byte("\x00\x00\x00\x10{\"deletes\":[{}]}"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		u, err := ReadUpdate(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		if err := u.Validate(); err != nil {
+			t.Fatalf("ReadUpdate returned an invalid update: %v", err)
 		}
 	})
 }

@@ -1,0 +1,222 @@
+package inventory
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/protocol"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+func res(kind, ns, name string, ready bool, lbl map[string]string) protocol.Resource {
+	return protocol.Resource{ResourceRef: protocol.ResourceRef{Kind: kind, Namespace: ns, Name: name}, Ready: ready, Labels: lbl}
+}
+
+func watched(kinds ...string) []protocol.KindState {
+	var out []protocol.KindState
+	for _, k := range kinds {
+		out = append(out, protocol.KindState{Kind: k})
+	}
+	return out
+}
+
+func everyone(string, string) bool { return true }
+
+func selectNames(t *testing.T, s *Store, cluster string, q Query, allow Allow) string {
+	t.Helper()
+	items, ok := s.Select(cluster, q, allow)
+	if !ok {
+		t.Fatalf("no inventory for %s", cluster)
+	}
+	var out []string
+	for _, it := range items {
+		if it.Cluster != cluster {
+			t.Errorf("item %s has cluster %q", it.Name, it.Cluster)
+		}
+		out = append(out, it.Namespace+"/"+it.Name)
+	}
+	return strings.Join(out, " ")
+}
+
+func TestSnapshotReplacesStateOnlyWhenComplete(t *testing.T) {
+	s := NewStore()
+	now := time.Now()
+	r := s.Receiver("c")
+	r.Apply(&protocol.Update{Snapshot: true, Kinds: watched("pods"), Upserts: []protocol.Resource{res("pods", "a", "ghost", true, nil)}, Complete: true}, now)
+	// A new connection's snapshot arrives in two parts; until the last,
+	// the old state stands.
+	r2 := s.Receiver("c")
+	if r2.Apply(&protocol.Update{Snapshot: true, Kinds: watched("pods"), Upserts: []protocol.Resource{res("pods", "a", "one", true, nil)}}, now) {
+		t.Error("an incomplete snapshot changed the store")
+	}
+	if got := selectNames(t, s, "c", Query{Kind: "pods"}, everyone); got != "a/ghost" {
+		t.Errorf("during a snapshot: %q", got)
+	}
+	if !r2.Apply(&protocol.Update{Upserts: []protocol.Resource{res("pods", "b", "two", false, nil)}, Complete: true}, now) {
+		t.Error("a complete snapshot didn't change the store")
+	}
+	if got := selectNames(t, s, "c", Query{Kind: "pods"}, everyone); got != "a/one b/two" {
+		t.Errorf("after the snapshot: %q, want the ghost gone", got)
+	}
+	// Then changes.
+	r2.Apply(&protocol.Update{Deletes: []protocol.ResourceRef{{Kind: "pods", Namespace: "a", Name: "one"}}, Upserts: []protocol.Resource{res("pods", "b", "three", true, nil)}}, now)
+	if got := selectNames(t, s, "c", Query{Kind: "pods"}, everyone); got != "b/three b/two" {
+		t.Errorf("after changes: %q", got)
+	}
+	// Changes from a receiver that never completed a snapshot are ignored.
+	r3 := s.Receiver("c")
+	if r3.Apply(&protocol.Update{Deletes: []protocol.ResourceRef{{Kind: "pods", Namespace: "b", Name: "two"}}}, now) {
+		t.Error("a change before any snapshot was applied")
+	}
+	s.Forget("c")
+	if _, ok := s.Info("c"); ok {
+		t.Error("Forget kept the cluster")
+	}
+}
+
+func TestSelect(t *testing.T) {
+	s := NewStore()
+	s.Receiver("c").Apply(&protocol.Update{Snapshot: true, Complete: true, Kinds: watched("pods", "nodes"), Upserts: []protocol.Resource{
+		res("pods", "team-a", "web-1", true, map[string]string{"app": "web", "tier": "front"}),
+		res("pods", "team-a", "web-2", false, map[string]string{"app": "web"}),
+		res("pods", "team-b", "db-0", false, map[string]string{"app": "db"}),
+		res("nodes", "", "node-1", true, nil),
+	}}, time.Now())
+	f, tr := false, true
+	sel := func(s string) labels.Selector {
+		l, err := labels.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	onlyA := func(kind, ns string) bool { return ns == "team-a" }
+	for _, tc := range []struct {
+		name  string
+		q     Query
+		allow Allow
+		want  string
+	}{
+		{"kind", Query{Kind: "pods"}, everyone, "team-a/web-1 team-a/web-2 team-b/db-0"},
+		{"cluster-scoped", Query{Kind: "nodes"}, everyone, "/node-1"},
+		{"namespace", Query{Kind: "pods", Namespace: "team-b"}, everyone, "team-b/db-0"},
+		{"not ready", Query{Kind: "pods", Ready: &f}, everyone, "team-a/web-2 team-b/db-0"},
+		{"ready", Query{Kind: "pods", Ready: &tr}, everyone, "team-a/web-1"},
+		{"selector", Query{Kind: "pods", Selector: sel("app=web,tier!=front")}, everyone, "team-a/web-2"},
+		{"set selector", Query{Kind: "pods", Selector: sel("app in (db)")}, everyone, "team-b/db-0"},
+		{"RBAC", Query{Kind: "pods"}, onlyA, "team-a/web-1 team-a/web-2"},
+		{"nothing allowed", Query{Kind: "pods"}, func(string, string) bool { return false }, ""},
+		{"unknown kind", Query{Kind: "secrets"}, everyone, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := selectNames(t, s, "c", tc.q, tc.allow); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+	asked := map[string]int{}
+	s.Select("c", Query{Kind: "pods"}, func(kind, ns string) bool { asked[ns]++; return true })
+	if asked["team-a"] != 1 || asked["team-b"] != 1 {
+		t.Errorf("allow asked %v; want once per namespace", asked)
+	}
+	if _, ok := s.Select("other", Query{Kind: "pods"}, everyone); ok {
+		t.Error("a cluster with no inventory answered")
+	}
+}
+
+func TestSummary(t *testing.T) {
+	s := NewStore()
+	app := func(name, sync, health string) protocol.Resource {
+		r := res("applications", "argocd", name, sync == "Synced" && health == "Healthy", nil)
+		r.Sync, r.Health = sync, health
+		return r
+	}
+	s.Receiver("c").Apply(&protocol.Update{Snapshot: true, Complete: true,
+		Kinds: append(watched("nodes", "pods", "applications"), protocol.KindState{Kind: "gateways", Missing: true, Error: "not served"}),
+		Upserts: []protocol.Resource{
+			res("nodes", "", "n1", true, nil), res("nodes", "", "n2", false, nil), res("nodes", "", "n3", true, nil),
+			res("pods", "a", "p1", false, nil), res("pods", "a", "p2", true, nil),
+			app("ok", "Synced", "Healthy"), app("drift", "OutOfSync", "Healthy"), app("sick", "Synced", "Degraded"), app("slow", "Synced", "Progressing"),
+		}}, time.Now())
+	info, ok := s.Info("c")
+	if !ok {
+		t.Fatal("no info")
+	}
+	got := info.Summary
+	if *got.NodesReady != 2 || *got.NodesTotal != 3 || *got.PodsNotReady != 1 || *got.AppsOutOfSync != 2 {
+		t.Errorf("summary: nodes %d/%d, pods not ready %d, apps out of sync %d; want 2/3, 1, 2", *got.NodesReady, *got.NodesTotal, *got.PodsNotReady, *got.AppsOutOfSync)
+	}
+	// A kind the agent doesn't watch has no count, not zero.
+	s.Receiver("d").Apply(&protocol.Update{Snapshot: true, Complete: true, Kinds: append(watched("pods"), protocol.KindState{Kind: "nodes", Error: "forbidden"})}, time.Now())
+	info, _ = s.Info("d")
+	if info.Summary.NodesTotal != nil || info.Summary.AppsOutOfSync != nil || info.Summary.PodsNotReady == nil || *info.Summary.PodsNotReady != 0 {
+		t.Errorf("summary without nodes or applications: %+v", info.Summary)
+	}
+}
+
+func TestGateway(t *testing.T) {
+	gw := func(ns, name string, hosts ...string) protocol.Resource {
+		r := res("gateways", ns, name, true, nil)
+		r.Hosts = hosts
+		return r
+	}
+	load := func(tieBreaker string) *Store {
+		s := NewStore()
+		s.Receiver("c").Apply(&protocol.Update{Snapshot: true, Complete: true, GatewayTieBreaker: tieBreaker, Kinds: watched("gateways"), Upserts: []protocol.Resource{
+			gw("istio-system", "exact", "example.domain1.com"),
+			gw("istio-system", "wild", "*.domain1.com"),
+			gw("shop", "shop", "shop.domain2.com", "www.shop.domain2.com"),
+			gw("edge", "catchall", "*.domain3.com", "*.domain1.com"),
+		}}, time.Now())
+		return s
+	}
+	s := load("")
+	for host, want := range map[string]string{
+		"shop.domain2.com":     "shop/shop",
+		"WWW.Shop.domain2.com": "shop/shop",
+		"x.domain3.com":        "edge/catchall",
+	} {
+		got, _, err := s.Gateway("c", host, everyone)
+		if err != nil || got != want {
+			t.Errorf("%s: %q, %v; want %s", host, got, err, want)
+		}
+	}
+	// Exact and wildcard count alike: without a tie-breaker, an error that
+	// names them all; a deeper name matches a wildcard too.
+	_, cands, err := s.Gateway("c", "example.domain1.com", everyone)
+	var amb *AmbiguousError
+	if !errors.As(err, &amb) || !strings.Contains(err.Error(), "istio-system/exact") || !strings.Contains(err.Error(), "istio-system/wild") || len(cands) != 3 {
+		t.Errorf("ambiguous host: %v, candidates %v", err, cands)
+	}
+	_, cands, err = s.Gateway("c", "a.b.domain1.com", everyone)
+	if !errors.As(err, &amb) || strings.Join(cands, " ") != "edge/catchall istio-system/wild" {
+		t.Errorf("ambiguous host: %v, candidates %v", err, cands)
+	}
+	// The tie-breaker decides.
+	got, _, err := load("istio-system/wild").Gateway("c", "example.domain1.com", everyone)
+	if err != nil || got != "istio-system/wild" {
+		t.Errorf("with a tie-breaker: %q, %v", got, err)
+	}
+	// A tie-breaker that is none of the candidates decides nothing.
+	_, _, err = load("shop/shop").Gateway("c", "example.domain1.com", everyone)
+	if !errors.As(err, &amb) || !strings.Contains(err.Error(), "tie-breaker shop/shop is none of them") {
+		t.Errorf("with an unrelated tie-breaker: %v", err)
+	}
+	// Gateways the person may not list don't count.
+	got, _, err = s.Gateway("c", "example.domain1.com", func(kind, ns string) bool { return ns == "istio-system" && kind == "gateways" })
+	if !errors.As(err, &amb) || got != "" || len(amb.Candidates) != 2 {
+		t.Errorf("two visible: %q, %v", got, err)
+	}
+	if _, _, err := s.Gateway("c", "anything.example", everyone); !errors.Is(err, ErrNoGateway) {
+		t.Errorf("a host no gateway serves: %v", err)
+	}
+	got, _, err = s.Gateway("c", "example.domain1.com", func(kind, ns string) bool { return ns == "edge" })
+	if err != nil || got != "edge/catchall" {
+		t.Errorf("only edge visible: %q, %v", got, err)
+	}
+	if _, _, err := s.Gateway("c", "nothing.here", func(string, string) bool { return false }); !errors.Is(err, ErrNoGateway) {
+		t.Errorf("no gateway: %v", err)
+	}
+}
