@@ -15,7 +15,7 @@ FUZZ_TARGETS = \
 	./internal/auth:FuzzParseUsers \
 	./internal/auth:FuzzAuthenticate
 
-.PHONY: dev test kube chromium vet unit fuzz build
+.PHONY: dev test kube chromium vet unit fuzz build bench-inventory
 
 ## dev: run a local API server, a hub and an agent (tether dev).
 dev:
@@ -27,6 +27,10 @@ build:
 
 ## test: everything CI runs: the Kubernetes build (cached), vet, the tests with -race, and a short fuzz of every target.
 test: kube chromium vet unit fuzz
+
+## bench-inventory: 10,000 pods in a real API server: the agent's RSS, the hub's memory for the cluster, the snapshot's time.
+bench-inventory: kube
+	$(GO) run ./bench/inventory -out bench/inventory-results.json
 
 ## kube: build (once, then cached) the kube-apiserver, etcd and kubectl the tests run.
 kube:

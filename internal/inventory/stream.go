@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"slices"
 	"time"
@@ -51,7 +52,9 @@ func (w *Watcher) Stream(ctx context.Context, out io.Writer, opts StreamOptions)
 		w.mu.Unlock()
 	}()
 
+	began := time.Now()
 	w.waitSynced(ctx, opts.SyncWait)
+	listed := time.Since(began)
 	// Changes from here on are marked dirty, so nothing falls between the
 	// snapshot and the first batch; an object in both is sent twice, which
 	// is harmless.
@@ -74,6 +77,7 @@ func (w *Watcher) Stream(ctx context.Context, out io.Writer, opts StreamOptions)
 	if err := sendChunks(out, first, all, nil, true); err != nil {
 		return err
 	}
+	w.log.Info(fmt.Sprintf("Sent the hub the inventory: %d objects", len(all)), "waitedForLists", listed.Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond))
 	all = nil
 
 	for {

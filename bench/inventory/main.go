@@ -1,0 +1,388 @@
+// Command inventory measures the inventory at scale (issue budgets): with
+// N pods in a real API server, the real agent's resident memory, the memory
+// the hub's state of the cluster takes, and how long the first snapshot
+// takes to reach the hub.
+//
+// The hub runs in this process, so its heap can be read before and after
+// the snapshot; the agent is the real tether binary, a process of its own,
+// whose RSS is read from /proc. Run it with `make bench-inventory`.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/localkube"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+)
+
+// Result is what one run measured; the JSON goes to -out.
+type Result struct {
+	Date              string  `json:"date"`
+	GoVersion         string  `json:"goVersion"`
+	Pods              int     `json:"pods"`
+	PodBytes          int     `json:"podBytes"` // JSON size of one pod as created
+	SnapshotSeconds   float64 `json:"snapshotSeconds"`
+	DirectListSeconds float64 `json:"directListSeconds"` // one client-go List of the same pods, for scale
+	// ReconnectSnapshotSeconds is the snapshot after a hub restart: the
+	// agent's informers are warm, as for any agent running for a while.
+	ReconnectSnapshotSeconds float64 `json:"reconnectSnapshotSeconds"`
+	AgentPeakRSSMiB          float64 `json:"agentPeakRssMiB"`
+	AgentRSSMiB              float64 `json:"agentRssMiB"` // after the snapshot, settled
+	HubClusterHeapMiB        float64 `json:"hubClusterHeapMiB"`
+	Budgets                  struct {
+		SnapshotSeconds, AgentRSSMiB, HubClusterHeapMiB float64
+	} `json:"budgets"`
+	Pass bool `json:"pass"`
+}
+
+func main() {
+	pods := flag.Int("pods", 10000, "pods to create in the test API server")
+	out := flag.String("out", "bench/inventory-results.json", "where the JSON results go")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	res, err := run(context.Background(), log, *pods)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench inventory:", err)
+		os.Exit(1)
+	}
+	b, _ := json.MarshalIndent(res, "", "  ")
+	if err := os.WriteFile(*out, append(b, '\n'), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Printf("%s\n", b)
+	if !res.Pass {
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, log *slog.Logger, n int) (*Result, error) {
+	res := &Result{Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), Pods: n}
+	res.Budgets.SnapshotSeconds, res.Budgets.AgentRSSMiB, res.Budgets.HubClusterHeapMiB = 10, 100, 40
+
+	dir, err := os.MkdirTemp("", "tether-bench-inventory-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "tether")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/tether")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		return nil, fmt.Errorf("build tether: %w", err)
+	}
+
+	log.Info("starting the test API server")
+	cluster, err := localkube.Start(ctx, localkube.Config{Logger: log.With("component", "localkube")})
+	if err != nil {
+		return nil, err
+	}
+	defer cluster.Close()
+	if err := cluster.GrantInventory(ctx, localkube.Namespace, localkube.ServiceAccount); err != nil {
+		return nil, err
+	}
+	log.Info("creating pods", "pods", n)
+	start := time.Now()
+	if res.PodBytes, err = createPods(ctx, cluster, n); err != nil {
+		return nil, err
+	}
+	log.Info("created pods", "pods", n, "in", time.Since(start).Round(time.Second))
+
+	// The baseline: the same pods listed straight, by one client-go List.
+	if res.DirectListSeconds, err = directList(ctx, cluster); err != nil {
+		return nil, err
+	}
+	log.Info("listed the pods straight", "seconds", res.DirectListSeconds)
+
+	// The hub, in this process, with a person to ask it.
+	const token = "bench-agent-token-0123456789abcdef0123456789abcdef"
+	const person = "bench-person-token-0123456789abcdef0123456789ab"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := ln.Addr().String()
+	hubURL := "http://" + addr
+	stopHub := serveHub(ctx, ln, token, person)
+	defer func() { stopHub() }()
+	time.Sleep(200 * time.Millisecond)
+	before := heapInUse()
+
+	agent := exec.Command(bin, "agent")
+	agent.Env = []string{
+		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
+		"TETHER_HUB_URL=" + hubURL, "TETHER_AGENT_NAME=bench", "TETHER_AGENT_TOKEN=" + token,
+		"TETHER_HEALTH_ADDR=0", "TETHER_SERVICEACCOUNT_DIR=" + cluster.ServiceAccountDir,
+		"KUBERNETES_SERVICE_HOST=" + cluster.Host, "KUBERNETES_SERVICE_PORT=" + cluster.Port,
+	}
+	agentLog := &lineWatcher{}
+	agent.Stdout, agent.Stderr = agentLog, agentLog
+	agent.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := agent.Start(); err != nil {
+		return nil, err
+	}
+	defer func() { agent.Process.Signal(syscall.SIGTERM); agent.Wait() }()
+
+	// The snapshot's time runs from the agent's connection to the moment
+	// the hub counts every pod. The first time, the agent lists the
+	// cluster meanwhile; after a hub restart, it has it all already.
+	snapshot := func(connections int) (float64, error) {
+		connected, err := agentLog.waitConnected(connections, 30*time.Second)
+		if err != nil {
+			return 0, fmt.Errorf("%w:\n%s", err, agentLog)
+		}
+		for {
+			got, err := podsNotReady(hubURL, person)
+			if err == nil && got == n {
+				return round(time.Since(connected).Seconds()), nil
+			}
+			if time.Since(connected) > 2*time.Minute {
+				return 0, fmt.Errorf("the hub counts %d pods not ready after 2 minutes (%v); want %d", got, err, n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if res.SnapshotSeconds, err = snapshot(1); err != nil {
+		return nil, err
+	}
+	time.Sleep(3 * time.Second) // let the agent settle
+	res.AgentRSSMiB = round(procStatusMiB(agent.Process.Pid, "VmRSS"))
+	res.AgentPeakRSSMiB = round(procStatusMiB(agent.Process.Pid, "VmHWM"))
+	res.HubClusterHeapMiB = round(float64(heapInUse()-before) / (1 << 20))
+
+	stopHub()
+	if ln, err = net.Listen("tcp", addr); err != nil {
+		return nil, fmt.Errorf("listen again on %s: %w", addr, err)
+	}
+	stopHub = serveHub(ctx, ln, token, person)
+	if res.ReconnectSnapshotSeconds, err = snapshot(2); err != nil {
+		return nil, err
+	}
+	log.Info("done", "agentLog", agentLog.String())
+	res.Pass = res.ReconnectSnapshotSeconds < res.Budgets.SnapshotSeconds && res.AgentPeakRSSMiB < res.Budgets.AgentRSSMiB && res.HubClusterHeapMiB < res.Budgets.HubClusterHeapMiB
+	return res, nil
+}
+
+// serveHub runs a hub on ln, admitting the agent "bench" with agentToken
+// and the person with personToken, until the returned func is called.
+func serveHub(ctx context.Context, ln net.Listener, agentToken, personToken string) (stop func()) {
+	pub, _ := url.Parse("http://" + ln.Addr().String())
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hub.Serve(ctx, hub.Options{
+			Listener: ln, Addr: ln.Addr().String(), PublicURL: pub, BasePath: "/",
+			Heartbeat: 30 * time.Second, ReconnectSpread: time.Second, ShutdownGrace: time.Second,
+			AuditFile: os.DevNull,
+			Fleet:     fleet.Config{Agents: fleet.AgentsEntry("bench", fleet.TokenSHA256(agentToken))},
+			Auth:      auth.Config{Users: fmt.Sprintf("- name: bench\n  token: %s\n  groups: [bench]\n", personToken)},
+		}, slog.New(slog.DiscardHandler), nil)
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }
+}
+
+// createPods creates n pods over 20 namespaces, each like a small real
+// pod: labels, an owner, two containers with env, ports, probes and
+// resources. It returns one pod's JSON size.
+func createPods(ctx context.Context, c *localkube.Cluster, n int) (int, error) {
+	const namespaces = 20
+	for i := range namespaces {
+		ns := map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": fmt.Sprintf("bench-%02d", i)}}
+		if err := c.Do(ctx, "POST", "/api/v1/namespaces", ns, nil); err != nil && !isConflict(err) {
+			return 0, err
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 32)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				ns := fmt.Sprintf("bench-%02d", i%namespaces)
+				if err := c.Do(ctx, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, i), nil); err != nil && !isConflict(err) {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	b, _ := json.Marshal(pod("bench-00", 0))
+	return len(b), nil
+}
+
+func isConflict(err error) bool {
+	var apiErr *localkube.APIError
+	return errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusConflict
+}
+
+func pod(ns string, i int) map[string]any {
+	app := fmt.Sprintf("app-%d", i/50)
+	container := func(name, image string, port int) map[string]any {
+		return map[string]any{
+			"name": name, "image": image,
+			"ports": []any{map[string]any{"name": "http", "containerPort": port}},
+			"env": []any{
+				map[string]any{"name": "APP", "value": app},
+				map[string]any{"name": "LOG_LEVEL", "value": "info"},
+				map[string]any{"name": "POD_NAME", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "metadata.name"}}},
+			},
+			"resources":      map[string]any{"requests": map[string]any{"cpu": "100m", "memory": "128Mi"}, "limits": map[string]any{"memory": "256Mi"}},
+			"readinessProbe": map[string]any{"httpGet": map[string]any{"path": "/readyz", "port": port}, "periodSeconds": 10},
+		}
+	}
+	return map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{
+			"name": fmt.Sprintf("%s-%06d", app, i), "namespace": ns,
+			"labels":      map[string]any{"app": app, "tier": "backend", "pod-template-hash": strconv.Itoa(i % 97)},
+			"annotations": map[string]any{"example.com/owner": "team-" + strconv.Itoa(i%7), "example.com/note": strings.Repeat("x", 200)},
+		},
+		"spec": map[string]any{
+			"containers": []any{container("app", "registry.example.com/"+app+":1.2.3", 8080), container("sidecar", "registry.example.com/proxy:4.5.6", 15090)},
+		},
+	}
+}
+
+// directList times one List of every pod with client-go's dynamic client,
+// as the admin.
+func directList(ctx context.Context, c *localkube.Cluster) (float64, error) {
+	cfg := &rest.Config{Host: c.URL, BearerToken: c.AdminToken, TLSClientConfig: rest.TLSClientConfig{CAData: c.CAPEM}}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	list, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	_ = len(list.Items)
+	return round(time.Since(start).Seconds()), nil
+}
+
+// podsNotReady reads the cluster's summary from the hub's API.
+func podsNotReady(hubURL, token string) (int, error) {
+	req, _ := http.NewRequest("GET", hubURL+"/api/clusters/bench", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var c struct {
+		Summary struct{ PodsNotReady *int }
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
+		return 0, err
+	}
+	if c.Summary.PodsNotReady == nil {
+		return 0, errors.New("no summary yet")
+	}
+	return *c.Summary.PodsNotReady, nil
+}
+
+// heapInUse returns the live heap after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	debug.FreeOSMemory()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+// procStatusMiB reads a kB field of /proc/<pid>/status.
+func procStatusMiB(pid int, field string) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			return kb / 1024
+		}
+	}
+	return -1
+}
+
+func round(f float64) float64 { return float64(int(f*10+0.5)) / 10 }
+
+// lineWatcher keeps the agent's output and notes when it connects.
+type lineWatcher struct {
+	mu        sync.Mutex
+	buf       strings.Builder
+	connected []time.Time
+}
+
+func (l *lineWatcher) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	for range strings.Count(string(p), "Connected to ") {
+		l.connected = append(l.connected, time.Now())
+	}
+	return len(p), nil
+}
+
+// waitConnected waits for the agent's nth connection and returns its time.
+func (l *lineWatcher) waitConnected(nth int, within time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		l.mu.Lock()
+		if len(l.connected) >= nth {
+			t := l.connected[nth-1]
+			l.mu.Unlock()
+			return t, nil
+		}
+		l.mu.Unlock()
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Time{}, fmt.Errorf("the agent did not connect a %d. time within %s", nth, within)
+}
+
+func (l *lineWatcher) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+var _ io.Writer = (*lineWatcher)(nil)
