@@ -170,6 +170,9 @@ type InventoryJSON struct {
 	Updated           time.Time     `json:"updated"`
 	GatewayTieBreaker string        `json:"gatewayTieBreaker,omitempty"`
 	Problems          []KindProblem `json:"problems,omitempty"`
+	// Truncated says the cluster sent more objects than the hub keeps of
+	// one cluster (a million), and some are left out.
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // KindProblem is one kind the agent doesn't watch. Missing means the
@@ -192,7 +195,7 @@ func (h *Hub) addInventory(c *ClusterJSON) {
 	if s != (inventory.Summary{}) {
 		c.Summary = &s
 	}
-	inv := &InventoryJSON{Updated: info.Updated.UTC(), GatewayTieBreaker: info.GatewayTieBreaker}
+	inv := &InventoryJSON{Updated: info.Updated.UTC(), GatewayTieBreaker: info.GatewayTieBreaker, Truncated: info.Truncated}
 	for _, k := range info.Kinds {
 		if k.Error != "" {
 			inv.Problems = append(inv.Problems, KindProblem{Kind: k.Kind, Namespace: k.Namespace, Error: k.Error, Missing: k.Missing})

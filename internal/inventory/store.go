@@ -20,9 +20,17 @@ type Store struct {
 	clusters map[string]*state
 }
 
+// MaxObjects bounds the objects the hub keeps of one cluster, so an agent
+// can't make the hub hold more than a very large cluster's worth. Past it,
+// new objects are left out (changes to those kept still apply) and the
+// cluster's state says so.
+const MaxObjects = 1_000_000
+
 // state is one cluster's inventory.
 type state struct {
 	objects    map[string]map[string]*protocol.Resource // kind → "namespace/name" → summary
+	count      int                                      // objects in all kinds
+	truncated  bool                                     // some were left out: over MaxObjects
 	kinds      []protocol.KindState
 	tieBreaker string
 	updated    time.Time
@@ -90,10 +98,22 @@ func (st *state) apply(u *protocol.Update) {
 			byKey = map[string]*protocol.Resource{}
 			st.objects[res.Kind] = byKey
 		}
-		byKey[key(res.Namespace, res.Name)] = &res
+		k := key(res.Namespace, res.Name)
+		if _, ok := byKey[k]; !ok {
+			if st.count >= MaxObjects {
+				st.truncated = true
+				continue
+			}
+			st.count++
+		}
+		byKey[k] = &res
 	}
 	for _, ref := range u.Deletes {
-		delete(st.objects[ref.Kind], key(ref.Namespace, ref.Name))
+		k := key(ref.Namespace, ref.Name)
+		if _, ok := st.objects[ref.Kind][k]; ok {
+			delete(st.objects[ref.Kind], k)
+			st.count--
+		}
 	}
 }
 
@@ -187,6 +207,9 @@ type Info struct {
 	Kinds             []protocol.KindState
 	GatewayTieBreaker string
 	Updated           time.Time
+	// Truncated is true when the cluster sent more than MaxObjects objects
+	// and the hub left some out.
+	Truncated bool
 }
 
 // Info returns cluster's summary and kind states, and whether there is any
@@ -198,7 +221,7 @@ func (s *Store) Info(cluster string) (Info, bool) {
 	if st == nil {
 		return Info{}, false
 	}
-	info := Info{Kinds: st.kinds, GatewayTieBreaker: st.tieBreaker, Updated: st.updated}
+	info := Info{Kinds: st.kinds, GatewayTieBreaker: st.tieBreaker, Updated: st.updated, Truncated: st.truncated}
 	count := func(kind string, match func(*protocol.Resource) bool) *int {
 		if !st.watches(kind) {
 			return nil

@@ -220,3 +220,16 @@ func TestGateway(t *testing.T) {
 		t.Errorf("no gateway: %v", err)
 	}
 }
+
+func TestObjectsPerClusterAreBounded(t *testing.T) {
+	st := &state{objects: map[string]map[string]*protocol.Resource{}, count: MaxObjects - 1}
+	st.apply(&protocol.Update{Upserts: []protocol.Resource{res("pods", "a", "one", true, nil), res("pods", "a", "two", true, nil)}})
+	if st.count != MaxObjects || !st.truncated || len(st.objects["pods"]) != 1 {
+		t.Fatalf("count %d, truncated %v, pods %d; want the second left out", st.count, st.truncated, len(st.objects["pods"]))
+	}
+	// A change to a kept object still applies; a delete makes room.
+	st.apply(&protocol.Update{Upserts: []protocol.Resource{res("pods", "a", "one", false, nil)}, Deletes: []protocol.ResourceRef{{Kind: "pods", Namespace: "a", Name: "one"}, {Kind: "pods", Namespace: "a", Name: "never"}}})
+	if st.count != MaxObjects-1 {
+		t.Errorf("count after a delete: %d", st.count)
+	}
+}
