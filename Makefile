@@ -15,7 +15,20 @@ FUZZ_TARGETS = \
 	./internal/auth:FuzzParseUsers \
 	./internal/auth:FuzzAuthenticate
 
-.PHONY: dev test kube chromium vet unit fuzz build bench-inventory
+# The helm the chart tests run (test/chart, test/e2e), installed once into
+# the user's cache directory, where internal/testutil/helmtest looks for it.
+# Keep HELM_VERSION in step with helmtest.Version (a test checks).
+HELM_VERSION = v3.22.0
+CACHE_DIR   ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/tether
+HELM         = $(CACHE_DIR)/helm-$(HELM_VERSION)/helm
+
+# What the image runs (see Dockerfile): a static binary, no cgo, no local
+# paths, stamped with VERSION.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.1.0-dev)
+OUT     ?= bin/tether-static
+STATIC_LDFLAGS = -s -w -X github.com/tetherhq/tether/internal/version.Version=$(VERSION)
+
+.PHONY: dev test kube helm chromium vet unit fuzz build static bench-inventory
 
 ## dev: run a local API server, a hub and an agent (tether dev).
 dev:
@@ -26,7 +39,7 @@ build:
 	$(GO) build -o bin/tether ./cmd/tether
 
 ## test: everything CI runs: the Kubernetes build (cached), vet, the tests with -race, and a short fuzz of every target.
-test: kube chromium vet unit fuzz
+test: kube helm chromium vet unit fuzz
 
 ## bench-inventory: 10,000 pods in a real API server: the agent's RSS, the hub's memory for the cluster, the snapshot's time.
 bench-inventory: kube
@@ -35,6 +48,16 @@ bench-inventory: kube
 ## kube: build (once, then cached) the kube-apiserver, etcd and kubectl the tests run.
 kube:
 	$(GO) run ./test/prepare
+
+## helm: install (once, then cached) the helm the chart tests run.
+helm: $(HELM)
+
+$(HELM):
+	GOBIN=$(dir $(HELM)) CGO_ENABLED=0 $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+## static: build the image's binary into OUT, exactly as the Dockerfile does.
+static:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(STATIC_LDFLAGS)" -o $(OUT) ./cmd/tether
 
 ## chromium: install Debian's Chromium for the browser tests when it is missing (as root: apt-get).
 chromium:

@@ -1,0 +1,153 @@
+package chart
+
+// chartCase is one way to install the chart: the values, and the
+// namespaces that must exist first besides the release's own.
+type chartCase struct {
+	name       string // also the release's name
+	values     string
+	namespaces []string
+}
+
+const (
+	agentValues = `
+mode: agent
+agent:
+  hubUrl: https://tether.example.com
+  tokenSecret: agent-token
+`
+	hubValues = `
+mode: hub
+hub:
+  publicUrl: https://tether.example.com
+  usersSecret: tether-users
+`
+)
+
+// cases are the option combinations every test runs: both modes, and each
+// option that changes what is rendered.
+var cases = []chartCase{
+	{name: "agent", values: agentValues},
+	{name: "agent-no-rbac", values: agentValues + `
+rbac:
+  create: false
+`},
+	{name: "agent-pinned", values: agentValues + `
+rbac:
+  impersonate:
+    groups: [dev, ops]
+    users: [alice, bob]
+`},
+	{name: "agent-namespaces", namespaces: []string{"team-a", "team-b"}, values: agentValues + `
+allowedNamespaces: [team-a, team-b]
+`},
+	{name: "agent-options", values: `
+mode: agent
+clusterName: edge-1
+replicaCount: 5
+agent:
+  hubUrl: https://tether.example.com/base
+  tokenSecret: agent-token
+  hubCAConfigMap: hub-ca
+  resources:
+    requests: {cpu: 20m, memory: 48Mi}
+    limits: {memory: 256Mi}
+image:
+  repository: registry.example.com/tether
+  digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+  pullPolicy: Always
+imagePullSecrets: [{name: registry}]
+logFormat: json
+extraEnv:
+  - name: HTTPS_PROXY
+    value: http://proxy.example.com:3128
+  - name: TETHER_TOKEN_REREAD_SECONDS
+    valueFrom:
+      configMapKeyRef: {name: agent-settings, key: reread, optional: true}
+podAnnotations: {example.com/owner: platform}
+podLabels: {team: platform}
+serviceAccount:
+  name: edge-agent
+  annotations: {example.com/role: tether}
+podSecurityContext:
+  runAsNonRoot: true
+  runAsUser: 10001
+  seccompProfile: {type: RuntimeDefault}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities: {drop: [ALL]}
+nodeSelector: {kubernetes.io/os: linux}
+tolerations:
+  - {key: dedicated, operator: Equal, value: infra, effect: NoSchedule}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - {key: kubernetes.io/arch, operator: In, values: [amd64, arm64]}
+priorityClassName: system-cluster-critical
+`},
+	{name: "hub", values: hubValues},
+	{name: "hub-full", values: `
+mode: hub
+hub:
+  publicUrl: https://tether.example.com/tether
+  basePath: /tether
+  tls:
+    secretName: hub-tls
+  usersSecret: tether-users
+  oidc:
+    issuer: https://login.example.com
+    clientId: tether
+    usernameClaim: preferred_username
+    groupsClaim: roles
+    caConfigMap: oidc-ca
+  authProxy:
+    userHeader: X-Forwarded-User
+    groupsHeader: X-Forwarded-Groups
+    trustedCIDRs: [10.0.0.0/8, 192.168.1.1]
+  signingKeySecret: hub-signing-key
+  kubeconfigTTL: 8h
+  impersonateUserPrefix: "tether:"
+  impersonateGroupPrefix: "tether:"
+  shutdownGraceSeconds: 60
+fleet:
+  agentsSecret: tether-agents
+service:
+  type: LoadBalancer
+  annotations: {example.com/lb: internal}
+ingress:
+  enabled: true
+  className: nginx
+  host: tether.example.com
+  annotations:
+    nginx.ingress.kubernetes.io/proxy-read-timeout: "3600"
+    nginx.ingress.kubernetes.io/proxy-send-timeout: "3600"
+    nginx.ingress.kubernetes.io/backend-protocol: HTTPS
+  tls:
+    - secretName: tether-example-com
+      hosts: [tether.example.com]
+networkPolicy:
+  enabled: true
+  from:
+    - namespaceSelector:
+        matchLabels: {kubernetes.io/metadata.name: ingress-nginx}
+  metricsFrom:
+    - namespaceSelector:
+        matchLabels: {kubernetes.io/metadata.name: monitoring}
+`},
+	{name: "hub-plain", values: hubValues + `
+replicaCount: 2
+hub:
+  publicUrl: http://tether.internal
+  usersSecret: tether-users
+  metrics:
+    enabled: false
+service:
+  port: 8080
+ingress:
+  enabled: true
+networkPolicy:
+  enabled: true
+`},
+}

@@ -1,0 +1,298 @@
+package chart
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tetherhq/tether/internal/testutil/helmtest"
+)
+
+func TestLintAndRender(t *testing.T) {
+	h := helmtest.New(t)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			vf := helmtest.ValuesFile(t, c.values)
+			out, err := h.Run("lint", "--strict", h.Chart, "-f", vf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out, "0 chart(s) failed") {
+				t.Errorf("helm lint:\n%s", out)
+			}
+			objs := render(t, h, c.name, "ns-"+c.name, c.values)
+			if len(objs) == 0 {
+				t.Fatal("rendered nothing")
+			}
+			for _, o := range objs {
+				if o.Name() == "" || o.Kind() == "" {
+					t.Errorf("an object without kind or name: %v", o)
+				}
+			}
+		})
+	}
+}
+
+// The schema refuses unknown keys, at any depth, and values of the wrong
+// type, naming where.
+func TestSchemaRefuses(t *testing.T) {
+	h := helmtest.New(t)
+	for _, tc := range []struct {
+		name, values, want string
+	}{
+		{"misspelled key", agentValues + "rbac:\n  creat: false\n", `at '/rbac': additional properties 'creat' not allowed`},
+		{"misspelled nested key", "mode: agent\nagent:\n  hubURL: https://tether.example.com\n", `at '/agent': additional properties 'hubURL' not allowed`},
+		{"unknown top-level key", agentValues + "replicas: 2\n", `additional properties 'replicas' not allowed`},
+		{"misspelled key in a list", agentValues + "tolerations:\n  - {key: a, operatr: Exists}\n", `at '/tolerations/0': additional properties 'operatr' not allowed`},
+		{"misspelled key in a security context", agentValues + "securityContext:\n  readOnlyRootFilesytem: true\n", `additional properties 'readOnlyRootFilesytem' not allowed`},
+		{"text for a boolean", agentValues + "rbac:\n  create: \"yes\"\n", `at '/rbac/create': got string, want boolean`},
+		{"text for a number", agentValues + "replicaCount: \"3\"\n", `at '/replicaCount': got string, want integer`},
+		{"a string for a list", agentValues + "allowedNamespaces: team-a\n", `at '/allowedNamespaces': got string, want array`},
+		{"a number for a user id", agentValues + "podSecurityContext:\n  runAsUser: root\n", `at '/podSecurityContext/runAsUser': got string, want integer`},
+		{"unknown mode", "mode: relay\n", `at '/mode'`},
+		{"cluster name not a DNS label", agentValues + "clusterName: Private_EU\n", `at '/clusterName'`},
+		{"hub URL without a scheme", "mode: agent\nagent:\n  hubUrl: tether.example.com\n  tokenSecret: t\n", `at '/agent/hubUrl'`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.Template("t", "default", tc.values)
+			if err == nil {
+				t.Fatalf("helm template accepted:\n%s", tc.values)
+			}
+			if !strings.Contains(err.Error(), "values don't meet the specifications of the schema") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v\nwant the schema's error with %q", err, tc.want)
+			}
+			// helm lint checks the schema too.
+			if _, err := h.Run("lint", h.Chart, "-f", helmtest.ValuesFile(t, tc.values)); err == nil {
+				t.Errorf("helm lint accepted:\n%s", tc.values)
+			}
+		})
+	}
+}
+
+// What the schema can't say (this depends on that) the templates check,
+// with a message that says what to set.
+func TestRequiredValues(t *testing.T) {
+	h := helmtest.New(t)
+	for _, tc := range []struct {
+		name, values, want string
+	}{
+		{"agent without a hub", "mode: agent\nagent:\n  tokenSecret: t\n", "agent.hubUrl must be set to the hub's address"},
+		{"agent without a token", "mode: agent\nagent:\n  hubUrl: https://tether.example.com\n", "agent.tokenSecret must name a Secret whose key `token`"},
+		{"hub without its address", "mode: hub\nhub:\n  usersSecret: u\n", "hub.publicUrl must be set"},
+		{"hub without sign-in", "mode: hub\nhub:\n  publicUrl: https://tether.example.com\n", "hub mode needs a way for people to sign in"},
+		{"OIDC without a client", hubValues + "  oidc:\n    issuer: https://login.example.com\n", "hub.oidc.clientId must be set with hub.oidc.issuer"},
+		{"auth proxy trusted from nowhere", "mode: hub\nhub:\n  publicUrl: https://tether.example.com\n  authProxy:\n    userHeader: X-User\n", "hub.authProxy.trustedCIDRs must list"},
+		{"no ServiceAccount", agentValues + "serviceAccount:\n  create: false\n", "serviceAccount.name must name an existing ServiceAccount"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.Template("t", "default", tc.values)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestAgentDeployment(t *testing.T) {
+	h := helmtest.New(t)
+	for _, c := range cases {
+		if !strings.HasPrefix(c.name, "agent") {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			// Whatever replicaCount says, the agent runs one replica.
+			objs := render(t, h, c.name, "tether", c.values+"\nreplicaCount: 3\n")
+			for _, o := range objs {
+				if o.Kind() == "Service" || o.Kind() == "Ingress" {
+					t.Errorf("agent mode renders a %s %q; the agent has none", o.Kind(), o.Name())
+				}
+			}
+			var d deployment
+			decode(t, only(t, objs, "Deployment"), &d)
+			if d.Metadata.Name != c.name+"-agent" {
+				t.Errorf("Deployment %q, want %q", d.Metadata.Name, c.name+"-agent")
+			}
+			if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
+				t.Errorf("replicas %s, want 1", js(d.Spec.Replicas))
+			}
+			if d.Spec.Strategy.Type != "Recreate" {
+				t.Errorf("strategy %q, want Recreate", d.Spec.Strategy.Type)
+			}
+			pod := d.Spec.Template.Spec
+			if len(pod.Containers) != 1 {
+				t.Fatalf("%d containers, want 1", len(pod.Containers))
+			}
+			ctr := pod.Containers[0]
+			if !slices.Equal(ctr.Args, []string{"agent"}) {
+				t.Errorf("args %q, want [agent]", ctr.Args)
+			}
+			if p := ctr.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Port != 8081 || p.HTTPGet.Path != "/healthz" {
+				t.Errorf("readiness probe %s, want GET /healthz on 8081", js(p))
+			}
+			if p := ctr.LivenessProbe; p == nil || p.TCPSocket == nil || p.TCPSocket.Port != 8081 {
+				t.Errorf("liveness probe %s, want port 8081", js(p))
+			}
+			if env(ctr, "TETHER_HEALTH_ADDR") != ":8081" {
+				t.Errorf("TETHER_HEALTH_ADDR %q, want :8081", env(ctr, "TETHER_HEALTH_ADDR"))
+			}
+			if pod.AutomountServiceAccountToken == nil || !*pod.AutomountServiceAccountToken {
+				t.Error("the agent's pod doesn't mount its service account token, which it relays with")
+			}
+			ref := ctr.envVar("TETHER_AGENT_TOKEN")
+			if ref == nil || ref.ValueFrom == nil || ref.ValueFrom.SecretKeyRef == nil || ref.ValueFrom.SecretKeyRef.Key != "token" || ref.ValueFrom.SecretKeyRef.Name != "agent-token" {
+				t.Errorf("TETHER_AGENT_TOKEN %s, want the key token of Secret agent-token", js(ref))
+			}
+			if c.name == "agent-options" {
+				// Values that change the resources replace the defaults.
+				checkResources(t, ctr, "20m", "48Mi", "256Mi")
+				if env(ctr, "TETHER_AGENT_NAME") != "edge-1" || env(ctr, "TETHER_HUB_CA") != "/etc/tether/hub-ca/ca.crt" || env(ctr, "HTTPS_PROXY") == "" {
+					t.Errorf("env %s", js(ctr.Env))
+				}
+				if pod.PriorityClassName != "system-cluster-critical" || pod.ServiceAccountName != "edge-agent" || len(pod.Tolerations) != 1 || pod.NodeSelector["kubernetes.io/os"] != "linux" {
+					t.Errorf("pod spec %s", js(pod))
+				}
+				if ctr.Image != "registry.example.com/tether@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" {
+					t.Errorf("image %q", ctr.Image)
+				}
+				return
+			}
+			checkResources(t, ctr, "10m", "32Mi", "128Mi")
+			if env(ctr, "TETHER_AGENT_NAME") != "in-cluster" || env(ctr, "TETHER_HUB_URL") != "https://tether.example.com" {
+				t.Errorf("env %s", js(ctr.Env))
+			}
+			if ctr.Image != "ghcr.io/tetherhq/tether:"+appVersion(t, h) {
+				t.Errorf("image %q, want ghcr.io/tetherhq/tether at the chart's appVersion", ctr.Image)
+			}
+			want := ""
+			if c.name == "agent-namespaces" {
+				want = "team-a,team-b"
+			}
+			if got := env(ctr, "TETHER_ALLOWED_NAMESPACES"); got != want {
+				t.Errorf("TETHER_ALLOWED_NAMESPACES %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+func checkResources(t *testing.T, c container, cpu, memory, limit string) {
+	t.Helper()
+	r := c.Resources
+	if r.Requests["cpu"] != cpu || r.Requests["memory"] != memory || r.Limits["memory"] != limit {
+		t.Errorf("resources %s, want requests %s CPU and %s, limit %s", js(r), cpu, memory, limit)
+	}
+}
+
+func TestHubDeployment(t *testing.T) {
+	h := helmtest.New(t)
+	objs := render(t, h, "hub-full", "tether", caseValues(t, "hub-full"))
+	var d deployment
+	decode(t, only(t, objs, "Deployment"), &d)
+	pod := d.Spec.Template.Spec
+	ctr := pod.Containers[0]
+	if !slices.Equal(ctr.Args, []string{"hub"}) {
+		t.Errorf("args %q, want [hub]", ctr.Args)
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
+		t.Errorf("replicas %s, want 1 by default", js(d.Spec.Replicas))
+	}
+	// Each file the hub reloads is in a directory mounted from its Secret,
+	// never through subPath, which would freeze it: Kubernetes updates a
+	// Secret's files by swapping the directory's ..data symlink.
+	for setting, volume := range map[string]string{
+		"TETHER_FLEET_AGENTS_FILE": "tether-agents",
+		"TETHER_TLS_CERT_FILE":     "hub-tls",
+		"TETHER_TLS_KEY_FILE":      "hub-tls",
+		"TETHER_USERS_FILE":        "tether-users",
+	} {
+		path := env(ctr, setting)
+		m := mountOf(ctr, path)
+		if m == nil {
+			t.Errorf("%s=%q is in no mounted volume", setting, path)
+			continue
+		}
+		if m.SubPath != "" {
+			t.Errorf("%s is mounted with subPath %q: it would never see updates", setting, m.SubPath)
+		}
+		v := pod.volume(m.Name)
+		if v == nil || v.Secret == nil || v.Secret.SecretName != volume {
+			t.Errorf("%s's volume %s, want Secret %s", setting, js(v), volume)
+		}
+	}
+	for k, want := range map[string]string{
+		"TETHER_PUBLIC_URL":               "https://tether.example.com/tether",
+		"TETHER_BASE_PATH":                "/tether",
+		"TETHER_OIDC_ISSUER":              "https://login.example.com",
+		"TETHER_OIDC_CLIENT_ID":           "tether",
+		"TETHER_AUTH_PROXY_TRUSTED_CIDRS": "10.0.0.0/8,192.168.1.1",
+		"TETHER_TOKEN_SIGNING_KEY_FILE":   "/etc/tether/signing-key/signing-key.pem",
+		"TETHER_SHUTDOWN_GRACE_SECONDS":   "60",
+		"TETHER_METRICS_ADDR":             ":9090",
+	} {
+		if got := env(ctr, k); got != want {
+			t.Errorf("%s %q, want %q", k, got, want)
+		}
+	}
+	if ctr.ReadinessProbe == nil || ctr.ReadinessProbe.HTTPGet == nil || ctr.ReadinessProbe.HTTPGet.Scheme != "HTTPS" || ctr.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("readiness probe %s, want GET /readyz over HTTPS", js(ctr.ReadinessProbe))
+	}
+	if pod.TerminationGracePeriodSeconds == nil || *pod.TerminationGracePeriodSeconds <= 60 {
+		t.Errorf("terminationGracePeriodSeconds %s, want more than the 60 s the hub lets requests finish in", js(pod.TerminationGracePeriodSeconds))
+	}
+	kinds := map[string]bool{}
+	for _, o := range objs {
+		kinds[o.Kind()] = true
+	}
+	for _, k := range []string{"Service", "Ingress", "NetworkPolicy", "ServiceAccount"} {
+		if !kinds[k] {
+			t.Errorf("hub mode with its options renders no %s", k)
+		}
+	}
+	for _, k := range []string{"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"} {
+		if kinds[k] {
+			t.Errorf("hub mode renders a %s: the hub needs no RBAC in its own cluster", k)
+		}
+	}
+
+	// Without TLS and with metrics off, the ports follow.
+	objs = render(t, h, "hub-plain", "tether", caseValues(t, "hub-plain"))
+	decode(t, only(t, objs, "Deployment"), &d)
+	ctr = d.Spec.Template.Spec.Containers[0]
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("hub replicas %s, want replicaCount's 2", js(d.Spec.Replicas))
+	}
+	if env(ctr, "TETHER_METRICS_ADDR") != "0" || env(ctr, "TETHER_TLS_CERT_FILE") != "" || ctr.ReadinessProbe.HTTPGet.Scheme != "HTTP" {
+		t.Errorf("hub-plain: env %s, probe %s", js(ctr.Env), js(ctr.ReadinessProbe))
+	}
+	svc := only(t, objs, "Service")
+	if b, _ := json.Marshal(svc["spec"]); !strings.Contains(string(b), `"port":8080`) {
+		t.Errorf("Service %s, want port 8080", b)
+	}
+}
+
+// appVersion reads the chart's appVersion, the image's default tag.
+func appVersion(t *testing.T, h *helmtest.Helm) string {
+	t.Helper()
+	out, err := h.Run("show", "chart", h.Chart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(out) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "appVersion:"); ok {
+			return strings.Trim(strings.TrimSpace(v), `"`)
+		}
+	}
+	t.Fatalf("no appVersion in:\n%s", out)
+	return ""
+}
+
+func caseValues(t *testing.T, name string) string {
+	t.Helper()
+	for _, c := range cases {
+		if c.name == name {
+			return c.values
+		}
+	}
+	t.Fatalf("no case %q", name)
+	return ""
+}
