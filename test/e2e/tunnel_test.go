@@ -77,13 +77,20 @@ func hubCAFile(t *testing.T) string {
 // agent starts `tether agent` for the test cluster.
 func agent(t *testing.T, name, hubURL, token string) *proc {
 	t.Helper()
+	return agentAs(t, name, hubURL, token, cluster.ServiceAccountDir)
+}
+
+// agentAs starts `tether agent` with the service account token and CA in
+// saDir, laid out as in a pod.
+func agentAs(t *testing.T, name, hubURL, token, saDir string) *proc {
+	t.Helper()
 	return start(t, "agent "+name, map[string]string{
 		"TETHER_HUB_URL":            hubURL,
 		"TETHER_AGENT_NAME":         name,
 		"TETHER_AGENT_TOKEN":        token,
 		"TETHER_HEALTH_ADDR":        "0",
 		"TETHER_HUB_CA":             hubCAFile(t),
-		"TETHER_SERVICEACCOUNT_DIR": cluster.ServiceAccountDir,
+		"TETHER_SERVICEACCOUNT_DIR": saDir,
 		"KUBERNETES_SERVICE_HOST":   cluster.Host,
 		"KUBERNETES_SERVICE_PORT":   cluster.Port,
 	}, "agent")
