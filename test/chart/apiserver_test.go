@@ -64,7 +64,7 @@ func TestTheAPIServerAcceptsTheChart(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			k := kube{t, k.c}
-			ns := "ns-" + c.name
+			ns := c.namespace()
 			for _, n := range append([]string{ns}, c.namespaces...) {
 				k.must("create", "namespace", n)
 			}
@@ -107,10 +107,7 @@ func TestTheAPIServerAcceptsTheChart(t *testing.T) {
 // checkAgentRBAC asks the API server what the release's ServiceAccount may
 // do: impersonate, read the inventory, and nothing else.
 func checkAgentRBAC(t *testing.T, k kube, c chartCase, ns string) {
-	saName := c.name + "-agent"
-	if c.name == "agent-options" {
-		saName = "edge-agent"
-	}
+	saName := c.serviceAccount()
 	sa := "system:serviceaccount:" + ns + ":" + saName
 	k.must("get", "serviceaccount", saName, "-n", ns)
 	impersonates := c.name != "agent-no-rbac"
@@ -165,20 +162,20 @@ func checkAgentRBAC(t *testing.T, k kube, c chartCase, ns string) {
 		if k.canI(sa, "list", "pods", "-A") {
 			t.Errorf("rbac.create false, and %s may list pods", sa)
 		}
-	case "agent-namespaces":
+	case "agent-namespaces", "no":
 		// Only Roles, and only in the allowed namespaces.
 		roles := k.must("get", "roles,rolebindings,clusterroles,clusterrolebindings", "-A", "-l", "app.kubernetes.io/instance="+c.name,
 			"-o", "jsonpath={range .items[*]}{.kind} {.metadata.namespace} {.metadata.name}{\"\\n\"}{end}")
-		want := "ClusterRole  agent-namespaces-impersonate\n" +
-			"ClusterRoleBinding  agent-namespaces-impersonate\n" +
-			"Role team-a agent-namespaces-inventory\n" +
-			"Role team-b agent-namespaces-inventory\n" +
-			"RoleBinding team-a agent-namespaces-inventory\n" +
-			"RoleBinding team-b agent-namespaces-inventory\n"
+		want := "ClusterRole - " + c.name + "-impersonate\n" +
+			"ClusterRoleBinding - " + c.name + "-impersonate\n"
+		for _, n := range c.namespaces {
+			want += "Role " + n + " " + c.name + "-inventory\n" +
+				"RoleBinding " + n + " " + c.name + "-inventory\n"
+		}
 		if sorted(roles) != sorted(want) {
 			t.Errorf("RBAC objects of the release:\n%s\nwant:\n%s", roles, want)
 		}
-		for _, n := range []string{"team-a", "team-b"} {
+		for _, n := range c.namespaces {
 			for _, a := range inventory {
 				a.namespace = n
 				if a.resource == "nodes" || a.resource == "namespaces" {
@@ -248,7 +245,11 @@ func checkPinned(t *testing.T, k kube, ns, saName, sa string) {
 func sorted(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	for i := range lines {
-		lines[i] = strings.Join(strings.Fields(lines[i]), " ")
+		f := strings.Fields(lines[i])
+		if len(f) == 2 { // cluster-scoped: no namespace
+			f = []string{f[0], "-", f[1]}
+		}
+		lines[i] = strings.Join(f, " ")
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")

@@ -5,7 +5,22 @@ package chart
 type chartCase struct {
 	name       string // also the release's name
 	values     string
-	namespaces []string
+	namespaces []string // allowedNamespaces, made first
+	ns, sa     string   // the release's namespace and the agent's ServiceAccount, if not the usual
+}
+
+func (c chartCase) namespace() string {
+	if c.ns != "" {
+		return c.ns
+	}
+	return "ns-" + c.name
+}
+
+func (c chartCase) serviceAccount() string {
+	if c.sa != "" {
+		return c.sa
+	}
+	return c.name + "-agent"
 }
 
 const (
@@ -40,7 +55,20 @@ rbac:
 	{name: "agent-namespaces", namespaces: []string{"team-a", "team-b"}, values: agentValues + `
 allowedNamespaces: [team-a, team-b]
 `},
-	{name: "agent-options", values: `
+	// Names YAML 1.1 reads as booleans (as Kubernetes' YAML does) stay
+	// text: the chart quotes every name it is given.
+	{name: "no", ns: "on", sa: "yes", namespaces: []string{"y", "off"}, values: `
+mode: agent
+clusterName: "true"
+agent:
+  hubUrl: https://tether.example.com
+  tokenSecret: "n"
+  hubCAConfigMap: "no"
+allowedNamespaces: ["y", "off"]
+serviceAccount:
+  name: "yes"
+`},
+	{name: "agent-options", sa: "edge-agent", values: `
 mode: agent
 clusterName: edge-1
 replicaCount: 5

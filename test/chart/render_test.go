@@ -21,7 +21,7 @@ func TestLintAndRender(t *testing.T) {
 			if !strings.Contains(out, "0 chart(s) failed") {
 				t.Errorf("helm lint:\n%s", out)
 			}
-			objs := render(t, h, c.name, "ns-"+c.name, c.values)
+			objs := render(t, h, c.name, c.namespace(), c.values)
 			if len(objs) == 0 {
 				t.Fatal("rendered nothing")
 			}

@@ -9,7 +9,7 @@ named so.
 
 {{- define "tether.selectorLabels" -}}
 app.kubernetes.io/name: tether
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/component: {{ .Values.mode }}
 {{- end -}}
 
@@ -44,7 +44,7 @@ tether.podCommon is what the agent's and the hub's pod specs share: the
 service account, pull secrets, security context and scheduling.
 */}}
 {{- define "tether.podCommon" -}}
-serviceAccountName: {{ include "tether.serviceAccountName" . }}
+serviceAccountName: {{ include "tether.serviceAccountName" . | quote }}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
@@ -54,7 +54,7 @@ securityContext:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- with .Values.priorityClassName }}
-priorityClassName: {{ . }}
+priorityClassName: {{ . | quote }}
 {{- end }}
 {{- with .Values.nodeSelector }}
 nodeSelector:
