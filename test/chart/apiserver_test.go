@@ -176,7 +176,7 @@ func checkAgentRBAC(t *testing.T, k kube, c chartCase, ns string) {
 			t.Errorf("RBAC objects of the release:\n%s\nwant:\n%s", roles, want)
 		}
 		for _, n := range c.namespaces {
-			for _, a := range inventory {
+			for _, a := range specKinds {
 				a.namespace = n
 				if a.resource == "nodes" || a.resource == "namespaces" {
 					if k.allowed(sa, a) {
@@ -195,7 +195,7 @@ func checkAgentRBAC(t *testing.T, k kube, c chartCase, ns string) {
 			}
 		}
 	default:
-		for _, a := range inventory {
+		for _, a := range specKinds {
 			for _, verb := range []string{"get", "list", "watch"} {
 				a.verb = verb
 				if !k.allowed(sa, a) {
@@ -271,8 +271,8 @@ func (a access) String() string {
 	return s
 }
 
-// inventory are the kinds the agent watches (SPEC section 5).
-var inventory = []access{
+// specKinds are the kinds SPEC section 5 says the agent watches.
+var specKinds = []access{
 	{verb: "watch", resource: "nodes"},
 	{verb: "watch", resource: "namespaces"},
 	{verb: "watch", resource: "pods"},

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/testutil/helmtest"
 )
 
@@ -295,4 +296,63 @@ func caseValues(t *testing.T, name string) string {
 	}
 	t.Fatalf("no case %q", name)
 	return ""
+}
+
+// The chart grants read access to exactly the kinds the agent watches
+// (internal/inventory), no more and no fewer: cluster-wide, or in each
+// allowed namespace for the namespaced ones.
+func TestInventoryRulesMatchTheAgent(t *testing.T) {
+	h := helmtest.New(t)
+	type rule struct {
+		APIGroups, Resources, Verbs, ResourceNames []string
+	}
+	granted := func(o helmtest.Object) []string {
+		var r struct{ Rules []rule }
+		decode(t, o, &r)
+		var out []string
+		for _, ru := range r.Rules {
+			if !slices.Equal(ru.Verbs, []string{"get", "list", "watch"}) || len(ru.ResourceNames) > 0 {
+				t.Errorf("%s %s: rule %+v, want get, list and watch, on every name", o.Kind(), o.Name(), ru)
+			}
+			for _, g := range ru.APIGroups {
+				for _, res := range ru.Resources {
+					out = append(out, res+"."+g)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	var all, namespaced []string
+	for _, k := range inventory.Kinds {
+		all = append(all, k.Name+"."+k.Group)
+		if k.Namespaced {
+			namespaced = append(namespaced, k.Name+"."+k.Group)
+		}
+	}
+	slices.Sort(all)
+	slices.Sort(namespaced)
+
+	for _, o := range render(t, h, "t", "tether", agentValues) {
+		if o.Kind() == "ClusterRole" && o.Name() == "t-inventory" {
+			if got := granted(o); !slices.Equal(got, all) {
+				t.Errorf("the inventory ClusterRole grants %q, the agent watches %q", got, all)
+			}
+		}
+	}
+	roles := 0
+	for _, o := range render(t, h, "t", "tether", agentValues+"allowedNamespaces: [a, b]\n") {
+		if o.Kind() == "ClusterRole" && o.Name() != "t-impersonate" {
+			t.Errorf("with allowedNamespaces, ClusterRole %s", o.Name())
+		}
+		if o.Kind() == "Role" {
+			roles++
+			if got := granted(o); !slices.Equal(got, namespaced) {
+				t.Errorf("Role %s in %s grants %q, the agent watches %q there", o.Name(), o.Namespace(), got, namespaced)
+			}
+		}
+	}
+	if roles != 2 {
+		t.Errorf("%d Roles for two allowed namespaces", roles)
+	}
 }

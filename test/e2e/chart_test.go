@@ -1,6 +1,10 @@
 package e2e
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,6 +92,23 @@ func TestAgentWithTheChartsRBAC(t *testing.T) {
 		t.Errorf("the admin person lists secrets: %v\n%s", err, out)
 	}
 
+	// The inventory streams with the chart's read-only RBAC: the hub knows
+	// the namespaces and the pods of the cluster.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		status, body := hubGet(t, hubURL+"/api/clusters/"+name+"/resources?kind=namespaces", adminToken)
+		if status == 200 && strings.Contains(body, `"name":"chart-b"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hub's inventory of %q has no namespace chart-b: %d %s", name, status, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if status, body := hubGet(t, hubURL+"/api/clusters/"+name+"/resources?kind=pods", adminToken); status != 200 {
+		t.Errorf("the hub's inventory of pods: %d %s", status, body)
+	}
+
 	// Every one of those went to the API server as the chart's account,
 	// impersonating the person, with the hub's request id as the one extra
 	// the chart's role allows.
@@ -104,4 +125,25 @@ func TestAgentWithTheChartsRBAC(t *testing.T) {
 			t.Errorf("%s printed a token", p.name)
 		}
 	}
+}
+
+// hubGet GETs url from the hub as the person with token.
+func hubGet(t *testing.T, url, token string) (int, string) {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(hubCA.CertPEM)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer client.CloseIdleConnections()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
