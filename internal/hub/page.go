@@ -2,14 +2,17 @@ package hub
 
 import (
 	"embed"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"net/http"
 	"sort"
 	"strings"
+
+	"github.com/tetherhq/tether/internal/inventory"
 )
 
-// web holds the fleet page: server-rendered HTML with a little plain
+// web holds the fleet and cluster pages: server-rendered HTML with a little plain
 // JavaScript that keeps it live. Nothing to build, nothing from a CDN.
 //
 //go:embed web
@@ -28,7 +31,54 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		}
 		return strings.Join(parts, " ")
 	},
+	"nodes":        nodesFact,
+	"podsNotReady": podsFact,
+	"apps":         appsFact,
 }).ParseFS(web, "web/*.html"))
+
+// fact is one number of a card's summary as the page shows it: an icon, so
+// that status reads by more than colour, and a text. fleet.js renders the
+// same for live updates.
+type fact struct {
+	Icon, Text string
+	Absent     bool // the agent doesn't watch the kind, or sent no inventory
+}
+
+// absent is how a card shows a number it doesn't have.
+var absent = fact{Text: "—", Absent: true}
+
+func nodesFact(s *inventory.Summary) fact {
+	if s == nil || s.NodesTotal == nil || s.NodesReady == nil {
+		return absent
+	}
+	f := fact{Icon: "✔", Text: fmt.Sprintf("%d / %d ready", *s.NodesReady, *s.NodesTotal)}
+	if *s.NodesReady < *s.NodesTotal {
+		f.Icon = "⚠"
+	}
+	return f
+}
+
+func podsFact(s *inventory.Summary) fact {
+	if s == nil || s.PodsNotReady == nil {
+		return absent
+	}
+	return countFact(*s.PodsNotReady)
+}
+
+func appsFact(s *inventory.Summary) fact {
+	if s == nil || s.AppsOutOfSync == nil {
+		return absent
+	}
+	return countFact(*s.AppsOutOfSync)
+}
+
+// countFact shows a count of things that are wrong.
+func countFact(n int) fact {
+	if n == 0 {
+		return fact{Icon: "✔", Text: "0"}
+	}
+	return fact{Icon: "⚠", Text: fmt.Sprint(n)}
+}
 
 // staticFiles serves the page's CSS and JavaScript.
 func staticFiles() http.Handler {
@@ -70,7 +120,8 @@ func (h *Hub) renderLogin(w http.ResponseWriter, r *http.Request, message string
 func (h *Hub) pageBase() string { return strings.TrimSuffix(h.cfg.BasePath, "/") + "/" }
 
 // serveClusterPage shows one cluster: its status, labels and status
-// history (its inventory will join them).
+// history, and its inventory, which cluster.js fetches from the resources
+// API (so the person's RBAC applies) and keeps live.
 func (h *Hub) serveClusterPage(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")

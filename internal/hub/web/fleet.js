@@ -12,6 +12,24 @@
     return Object.keys(labels || {}).sort().map(k => k + "=" + labels[k]).join(" ");
   }
 
+  // fact mirrors the hub's card template (page.go): one number of the
+  // summary as an icon and a text, or a dash when the cluster hasn't sent it.
+  function fact(dd, present, bad, text) {
+    dd.querySelector(".icon").textContent = present ? (bad ? "⚠" : "✔") : "";
+    dd.querySelector(".text").textContent = present ? text : "—";
+  }
+
+  function renderSummary(card, s) {
+    s = s || {};
+    const num = v => typeof v === "number";
+    const nodes = num(s.nodesReady) && num(s.nodesTotal);
+    fact(card.querySelector("dd.nodes"), nodes, s.nodesReady < s.nodesTotal, s.nodesReady + " / " + s.nodesTotal + " ready");
+    fact(card.querySelector("dd.pods"), num(s.podsNotReady), s.podsNotReady > 0, String(s.podsNotReady));
+    const apps = num(s.appsOutOfSync);
+    fact(card.querySelector("dd.apps"), apps, s.appsOutOfSync > 0, String(s.appsOutOfSync));
+    for (const el of card.querySelectorAll(".apps")) el.hidden = !apps;
+  }
+
   function render(card, c) {
     card.dataset.name = c.name;
     card.dataset.status = c.status;
@@ -19,12 +37,13 @@
     const link = card.querySelector(".name");
     link.textContent = c.name;
     link.href = base + "cluster/" + encodeURIComponent(c.name);
-    card.querySelector(".icon").textContent = c.status === "Ready" ? "✔" : "✖";
+    card.querySelector(".status .icon").textContent = c.status === "Ready" ? "✔" : "✖";
     card.querySelector(".status .text").textContent = c.status + (c.message ? ": " + c.message : "");
     card.querySelector(".k8s").textContent = c.kubernetesVersion || "";
     card.querySelector(".agent").textContent = c.agentVersion || "";
     card.querySelector(".since").textContent = c.connectedSince || "";
     card.querySelector(".labels").textContent = labelText(c.labels);
+    renderSummary(card, c.summary);
   }
 
   function upsert(c) {

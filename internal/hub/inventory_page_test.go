@@ -1,0 +1,328 @@
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+	authorizationv1 "k8s.io/api/authorization/v1"
+
+	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/pki"
+	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/testutil/browser"
+)
+
+// answerAccessReviews makes fc answer the SelfSubjectAccessReviews the hub
+// sends as a person: may decides whether the impersonated user may list
+// resource in namespace ("" for every namespace). Everything else goes to
+// fc as before. Call it before any agent of fc starts.
+func answerAccessReviews(t *testing.T, fc *fakeCluster, may func(user, resource, namespace string) bool) {
+	t.Helper()
+	cert, err := fc.ca.IssueTLS(pki.Leaf{CommonName: "kube-apiserver", Hosts: []string{"kubernetes.default.svc", "127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews", func(w http.ResponseWriter, r *http.Request) {
+		fc.note(r)
+		var review authorizationv1.SelfSubjectAccessReview
+		if err := json.NewDecoder(r.Body).Decode(&review); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		a := review.Spec.ResourceAttributes
+		review.Status.Allowed = a != nil && a.Verb == "list" && may(r.Header.Get("Impersonate-User"), a.Resource, a.Namespace)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(review)
+	})
+	mux.Handle("/", fc.srv.Config.Handler)
+	srv := httptest.NewUnstartedServer(mux)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	fc.srv = srv
+}
+
+// feed applies u to cluster's inventory as the hub does with what an agent
+// sends, and tells the event streams.
+func feed(t *testing.T, h *testHub, rcv *inventory.Receiver, cluster string, u *protocol.Update) {
+	t.Helper()
+	if err := u.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if rcv.Apply(u, time.Now()) {
+		h.events.changed(cluster)
+	}
+}
+
+func res(kind, namespace, name string, ready bool) protocol.Resource {
+	return protocol.Resource{ResourceRef: protocol.ResourceRef{Kind: kind, Namespace: namespace, Name: name}, Ready: ready}
+}
+
+func notReadyPod(namespace, name, phase string, restarts int32) protocol.Resource {
+	r := res("pods", namespace, name, false)
+	r.Phase, r.Restarts = phase, restarts
+	return r
+}
+
+// driver drives one browser tab for a test.
+type driver struct {
+	t   *testing.T
+	ctx context.Context
+}
+
+func (d driver) do(what string, actions ...chromedp.Action[chromedp.Void]) {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(d.ctx, 15*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		browser.Screenshot(d.t, d.ctx, "failed")
+		d.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func (d driver) eval(js string, opts ...chromedp.EvaluateOption) string {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(d.ctx, 15*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](js, opts...))
+	if err != nil {
+		browser.Screenshot(d.t, d.ctx, "failed")
+		d.t.Fatalf("%s: %v", js, err)
+	}
+	return s
+}
+
+// poll waits until the JavaScript condition js holds.
+func (d driver) poll(what, js string, within time.Duration) {
+	d.t.Helper()
+	d.do(what, chromedp.Poll[chromedp.Void](js, chromedp.WithPollingTimeout(within)))
+}
+
+// column lists the text of column n (from 1) of section id's table rows.
+func (d driver) column(id string, n int) string {
+	d.t.Helper()
+	return d.eval(fmt.Sprintf(`Array.from(document.querySelectorAll('#%s tbody tr td:nth-child(%d)')).map(td => td.textContent).join('|')`, id, n))
+}
+
+// TestClusterInventoryPage shows a cluster's inventory on the fleet card and
+// the cluster page in a real Chromium: the numbers, the sections, the kinds
+// the agent can't watch, bounded tables, live updates without a reload, and
+// each person seeing only the pods their RBAC lets them list.
+func TestClusterInventoryPage(t *testing.T) {
+	fc := newFakeCluster(t)
+	// bob may list everything; alice may list everything but pods, and
+	// pods only in team-a.
+	answerAccessReviews(t, fc, func(user, resource, namespace string) bool {
+		switch user {
+		case "bob":
+			return true
+		case "alice":
+			return resource != "pods" || namespace == "team-a"
+		}
+		return false
+	})
+	h, _ := proxyHub(t, fc, "")
+	h.cfg.PublicURL = h.url
+	rcv := h.inventory.Receiver("open")
+
+	// The snapshot an agent would send: three nodes (one not ready), some
+	// workloads, 250 pods not ready in team-a and 2 in team-b, a gateway, no
+	// Argo CD, and ingresses the agent may not list.
+	var objs []protocol.Resource
+	for i, ready := range []bool{true, true, false} {
+		n := res("nodes", "", fmt.Sprintf("node-%d", i+1), ready)
+		n.Version = "v1.36.3"
+		if !ready {
+			n.Conditions = []protocol.Condition{{Type: "Ready", Status: "False", Reason: "KubeletNotReady"}, {Type: "MemoryPressure", Status: "True", Reason: "KubeletHasInsufficientMemory"}}
+		}
+		objs = append(objs, n)
+	}
+	web, api := res("deployments", "team-a", "web", true), res("deployments", "team-a", "api", false)
+	web.Replicas, api.Replicas = "3/3", "1/2"
+	db := res("statefulsets", "team-b", "db", true)
+	db.Replicas = "1/1"
+	logs := res("daemonsets", "kube-system", "logs", true)
+	logs.Replicas = "3/3"
+	job := res("jobs", "team-a", "migrate", true)
+	job.Phase = "Complete"
+	cron := res("cronjobs", "team-a", "nightly", true)
+	gw := res("gateways", "istio-system", "public", true)
+	gw.Hosts = []string{"*.example.com", "shop.example.org"}
+	objs = append(objs, web, api, db, logs, job, cron, gw, res("pods", "team-a", "ready-one", true))
+	for i := range 250 {
+		objs = append(objs, notReadyPod("team-a", fmt.Sprintf("pod-%03d", i), "Pending", 0))
+	}
+	// A name with markup: the page must show it as text.
+	objs = append(objs, notReadyPod("team-b", "crash", "CrashLoopBackOff", 7), notReadyPod("team-b", `<img src=x onerror="window.injected=1">`, "Pending", 0))
+	kinds := []protocol.KindState{
+		{Kind: "nodes"}, {Kind: "namespaces"}, {Kind: "pods"}, {Kind: "services"}, {Kind: "deployments"}, {Kind: "statefulsets"},
+		{Kind: "daemonsets"}, {Kind: "jobs"}, {Kind: "cronjobs"}, {Kind: "gateways"},
+		{Kind: "ingresses", Error: `ingresses.networking.k8s.io is forbidden: User "system:serviceaccount:tether:tether" cannot list resource "ingresses"`},
+		{Kind: "applications", Error: "the cluster doesn't serve applications.argoproj.io", Missing: true},
+	}
+	feed(t, h, rcv, "open", &protocol.Update{Snapshot: true, Complete: true, Kinds: kinds, Upserts: objs})
+
+	d := driver{t, browser.New(t)}
+	d.do("sign in as bob", chromedp.Navigate(h.url+"/"), chromedp.SendKeys(chromedp.CSS("#token"), bobToken+"\r"), chromedp.WaitVisible(chromedp.CSS(".card")))
+
+	// The card's numbers come from the summary; a cluster without an
+	// inventory shows dashes, never "undefined".
+	card := func(cluster, what string) string {
+		return d.eval(fmt.Sprintf(`document.querySelector('.card[data-name="%s"] dd.%s').textContent.trim()`, cluster, what))
+	}
+	if got := card("open", "nodes"); got != "⚠ 2 / 3 ready" {
+		t.Errorf("open's nodes: %q", got)
+	}
+	if got := card("open", "pods"); got != "⚠ 252" {
+		t.Errorf("open's pods not ready: %q", got)
+	}
+	for _, c := range []string{"ops", "far"} {
+		if got := card(c, "nodes") + " " + card(c, "pods"); got != "— —" {
+			t.Errorf("%s has no inventory, and its card says %q", c, got)
+		}
+	}
+	if got := d.eval(`String(Array.from(document.querySelectorAll('.card .apps')).every(el => el.hidden))`); got != "true" {
+		t.Errorf("no cluster has Argo CD, yet a card shows applications out of sync")
+	}
+	if strings.Contains(d.eval(`document.getElementById('clusters').textContent`), "undefined") {
+		t.Errorf("a card says undefined")
+	}
+	browser.Screenshot(t, d.ctx, "fleet")
+
+	// The third node turns ready: the card follows without a reload.
+	node3 := res("nodes", "", "node-3", true)
+	node3.Version = "v1.36.3"
+	feed(t, h, rcv, "open", &protocol.Update{Upserts: []protocol.Resource{node3}})
+	d.poll("the card shows 3 / 3 nodes ready", `document.querySelector('.card[data-name="open"] dd.nodes').textContent.trim() === "✔ 3 / 3 ready"`, 5*time.Second)
+	node3.Ready = false
+	node3.Conditions = []protocol.Condition{{Type: "Ready", Status: "False", Reason: "KubeletNotReady"}}
+	feed(t, h, rcv, "open", &protocol.Update{Upserts: []protocol.Resource{node3}})
+
+	// The cluster page, reached with the keyboard from the card.
+	d.do("open the cluster page", chromedp.Focus(chromedp.CSS(`.card[data-name="open"] a.name`)), chromedp.KeyEvent("\r"), chromedp.WaitVisible(chromedp.CSS("#pods tbody tr")))
+	d.poll("the pods are all there", `document.querySelector('#pods .count').textContent === "(252)"`, 5*time.Second)
+	if got := d.column("nodes", 2); got != "✔ Ready|✔ Ready|✖ Not ready · KubeletNotReady" {
+		t.Errorf("nodes' status: %q", got)
+	}
+	if got := d.column("nodes", 3); got != "v1.36.3|v1.36.3|v1.36.3" {
+		t.Errorf("nodes' versions: %q", got)
+	}
+	// Workloads: what isn't ready first.
+	if got := d.column("workloads", 3) + " / " + d.column("workloads", 4) + " / " + d.column("workloads", 5); got !=
+		"api|logs|migrate|nightly|web|db / ✖ Not ready|✔ Ready|✔ Complete|✔ Scheduled|✔ Ready|✔ Ready / 1/2|3/3|—|—|3/3|1/1" {
+		t.Errorf("workloads: %q", got)
+	}
+	// 252 pods not ready, of which the page draws 200.
+	if got := d.eval(`String(document.querySelectorAll('#pods tbody tr').length)`); got != "200" {
+		t.Errorf("the page draws %s pods, want the first 200", got)
+	}
+	if got := d.eval(`document.querySelector('#pods .more .text').textContent`); !strings.HasPrefix(got, "and 52 more") {
+		t.Errorf("below the pods: %q", got)
+	}
+	if got := d.column("gateways", 3); got != "*.example.com, shop.example.org" {
+		t.Errorf("gateway hosts: %q", got)
+	}
+	if got := d.eval(`document.getElementById('problems').textContent`); !strings.Contains(got, `Tether can't watch ingresses: ingresses.networking.k8s.io is forbidden`) {
+		t.Errorf("problems: %q", got)
+	}
+	if got := d.eval(`document.getElementById('missing').textContent`); got != "Not watched: Argo CD isn't installed." {
+		t.Errorf("missing kinds: %q", got)
+	}
+	if got := d.eval(`String(document.getElementById('applications').hidden)`); got != "true" {
+		t.Errorf("Argo CD isn't installed, yet its section shows")
+	}
+	if got := d.eval(`document.querySelector('#updated time').dateTime`); got == "" {
+		t.Errorf("the page doesn't say when the inventory was updated")
+	}
+	browser.Screenshot(t, d.ctx, "cluster")
+
+	// The namespace filter, with the keyboard: team-b has two pods.
+	if got := d.eval(`Array.from(document.getElementById('namespace').options).map(o => o.value).join(',')`); got != ",istio-system,kube-system,team-a,team-b" {
+		t.Fatalf("the namespace filter offers %q", got)
+	}
+	d.do("choose team-b", chromedp.Focus(chromedp.CSS("#namespace")), chromedp.KeyEvent(kb.ArrowDown+kb.ArrowDown+kb.ArrowDown+kb.ArrowDown))
+	d.poll("team-b is chosen", `document.getElementById('namespace').value === "team-b"`, 2*time.Second)
+	if got := d.column("pods", 2); got != `<img src=x onerror="window.injected=1">|crash` {
+		t.Errorf("team-b's pods: %q", got)
+	}
+	if got := d.column("pods", 3) + " " + d.column("pods", 4); got != "✖ Pending|✖ CrashLoopBackOff 0|7" {
+		t.Errorf("team-b's pods' status and restarts: %q", got)
+	}
+	if got := d.eval(`String(document.querySelectorAll('#pods img').length + (window.injected === undefined ? 0 : 100))`); got != "0" {
+		t.Errorf("a pod's name became markup in the page")
+	}
+	browser.Screenshot(t, d.ctx, "team-b")
+	d.do("back to every namespace", chromedp.Focus(chromedp.CSS("#namespace")), chromedp.KeyEvent(kb.Home))
+	d.poll("every namespace is chosen", `document.getElementById('namespace').value === ""`, 2*time.Second)
+	d.do("show more, with the keyboard", chromedp.Focus(chromedp.CSS("#pods .more button")), chromedp.KeyEvent("\r"))
+	if got := d.eval(`String(document.querySelectorAll('#pods tbody tr').length) + String(document.querySelector('#pods .more').hidden)`); got != "252true" {
+		t.Errorf("after Show more: %s rows", got)
+	}
+
+	// A pod turns not ready, another gets ready: the page follows within
+	// seconds, without a reload.
+	loads := `String(performance.getEntriesByType('resource').filter(e => e.name.includes('kind=pods')).length)`
+	before := d.eval(loads)
+	start := time.Now()
+	late := notReadyPod("team-a", "late", "ImagePullBackOff", 2)
+	ok := res("pods", "team-a", "pod-000", true)
+	feed(t, h, rcv, "open", &protocol.Update{Upserts: []protocol.Resource{late, ok}})
+	d.poll("late shows", `Array.from(document.querySelectorAll('#pods tbody tr')).some(tr => tr.dataset.name === "late" && tr.textContent.includes("ImagePullBackOff"))`, 5*time.Second)
+	t.Logf("a pod turned not ready and showed on the page after %s", time.Since(start).Round(time.Millisecond))
+	if got := d.eval(`String(Array.from(document.querySelectorAll('#pods tbody tr')).some(tr => tr.dataset.name === "pod-000"))`); got != "false" {
+		t.Errorf("pod-000 is ready, yet still listed")
+	}
+	browser.Screenshot(t, d.ctx, "live")
+
+	// A burst of 20 changes over 2 s makes a few loads, not one each: loads
+	// are at least a second apart.
+	before = d.eval(loads)
+	for i := range 20 {
+		p := notReadyPod("team-a", "burst", "Pending", int32(i))
+		feed(t, h, rcv, "open", &protocol.Update{Upserts: []protocol.Resource{p}})
+		time.Sleep(100 * time.Millisecond)
+	}
+	d.poll("the burst's last change shows", `Array.from(document.querySelectorAll('#pods tbody tr')).some(tr => tr.dataset.name === "burst" && tr.textContent.endsWith("19"))`, 5*time.Second)
+	time.Sleep(1500 * time.Millisecond) // any load still due
+	var b, a int
+	fmt.Sscan(before, &b)
+	fmt.Sscan(d.eval(loads), &a)
+	t.Logf("20 changes in 2 s made %d loads of the pods", a-b)
+	if a-b < 1 || a-b > 5 {
+		t.Errorf("20 changes in 2 s made %d loads of the pods; want 1 to 5", a-b)
+	}
+
+	// On a phone's screen the page fits its width.
+	d.do("a phone's viewport", chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(3)))
+	if got := d.eval(`String(document.documentElement.scrollWidth <= window.innerWidth)`); got != "true" {
+		t.Errorf("on a 390 px wide screen the cluster page scrolls sideways")
+	}
+	browser.Screenshot(t, d.ctx, "phone")
+	d.do("a laptop's viewport", chromedp.EmulateViewport(1280, 800))
+
+	// alice may list pods only in team-a: team-b's never reach her page.
+	d.do("sign out", chromedp.Navigate(h.url+"/"), chromedp.Click(chromedp.CSS(`form[action$="logout"] button`)), chromedp.WaitVisible(chromedp.CSS("#token")))
+	d.do("sign in as alice", chromedp.SendKeys(chromedp.CSS("#token"), aliceToken+"\r"), chromedp.WaitVisible(chromedp.CSS(".card")),
+		chromedp.Navigate(h.url+"/cluster/open"), chromedp.WaitVisible(chromedp.CSS("#pods tbody tr")))
+	if got := d.eval(`Array.from(new Set(Array.from(document.querySelectorAll('#pods tbody tr')).map(tr => tr.dataset.namespace))).join(',')`); got != "team-a" {
+		t.Errorf("alice's page lists pods of namespaces %q, want team-a alone", got)
+	}
+	if got := d.eval(`document.body.textContent`); strings.Contains(got, "crash") || strings.Contains(got, "CrashLoopBackOff") {
+		t.Errorf("alice's page shows team-b's pod crash")
+	}
+	if got := d.eval(`document.querySelector('#pods .count').textContent`); got != "(251)" {
+		t.Errorf("alice's pods not ready: %q, want team-a's 251", got)
+	}
+	browser.Screenshot(t, d.ctx, "alice")
+}

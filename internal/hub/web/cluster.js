@@ -1,0 +1,316 @@
+// The cluster page: the cluster's inventory, fetched from the resources API
+// (so the person's RBAC applies), shown in bounded tables, and fetched again
+// when /api/events says the inventory changed. Everything from the cluster
+// goes into the page as text, never as HTML.
+"use strict";
+(function () {
+  const main = document.getElementById("cluster");
+  const base = main.dataset.base;
+  const name = main.dataset.name;
+  const api = base + "api/clusters/" + encodeURIComponent(name);
+
+  // PAGE is how many rows a table shows, and how many more each "Show more"
+  // adds: a cluster may have 10,000 pods not ready, and a page that draws
+  // them all is a page nobody can use.
+  const PAGE = 200;
+  // Loads of the inventory are at least MIN_GAP ms apart, and at least twice
+  // as far apart as the last one took, so a busy cluster doesn't turn the
+  // page into a stream of requests. Events within DEBOUNCE ms make one load.
+  const MIN_GAP = 1000;
+  const DEBOUNCE = 250;
+
+  // The queries the page makes, one per kind.
+  const queries = [
+    { kind: "nodes", params: "" },
+    { kind: "deployments", params: "" },
+    { kind: "statefulsets", params: "" },
+    { kind: "daemonsets", params: "" },
+    { kind: "jobs", params: "" },
+    { kind: "cronjobs", params: "" },
+    { kind: "pods", params: "&ready=false" },
+    { kind: "applications", params: "" },
+    { kind: "gateways", params: "" },
+  ];
+  const workloadKinds = { deployments: "Deployment", statefulsets: "StatefulSet", daemonsets: "DaemonSet", jobs: "Job", cronjobs: "CronJob" };
+  // What people call a kind the cluster doesn't serve.
+  const missingText = { applications: "Argo CD isn't installed", gateways: "Istio isn't installed" };
+
+  const namespace = document.getElementById("namespace");
+  const errorLine = document.getElementById("error");
+  let lists = {};        // kind → the items last fetched
+  let missing = new Set(); // kinds the cluster doesn't serve
+  let lastKey = null;    // the inventory's "updated" when last fetched
+  const limit = {};      // section id → rows shown
+
+  // ---- loading, debounced ----
+  let timer = null, inflight = false, again = false, lastStart = 0, lastTook = 0;
+
+  function schedule() {
+    if (inflight) {
+      again = true;
+      return;
+    }
+    if (timer !== null) return;
+    const gap = Math.max(MIN_GAP, 2 * lastTook);
+    const wait = Math.max(DEBOUNCE, lastStart + gap - Date.now());
+    timer = setTimeout(() => {
+      timer = null;
+      if (document.hidden) {
+        again = true; // load when the page is seen again
+        return;
+      }
+      load();
+    }, wait);
+  }
+
+  document.addEventListener("visibilitychange", () => {
+    if (!document.hidden && again && !inflight) {
+      again = false;
+      schedule();
+    }
+  });
+
+  class HubError extends Error {}
+
+  async function getJSON(url) {
+    const r = await fetch(url, { headers: { Accept: "application/json" } });
+    if (!r.ok) throw new HubError((await r.text()).trim() || r.statusText);
+    return r.json();
+  }
+
+  async function load() {
+    inflight = true;
+    lastStart = Date.now();
+    try {
+      const c = await getJSON(api);
+      renderCluster(c);
+      if (!c.inventory) {
+        lists = {};
+        renderInventory();
+        return;
+      }
+      const wanted = queries.filter(q => !missing.has(q.kind));
+      const results = await Promise.all(wanted.map(q =>
+        getJSON(api + "/resources?kind=" + encodeURIComponent(q.kind) + q.params)));
+      lists = {};
+      wanted.forEach((q, i) => { lists[q.kind] = results[i]; });
+      renderInventory();
+      errorLine.hidden = true;
+    } catch (e) {
+      errorLine.textContent = e instanceof HubError ? e.message : "Tether's hub can't be reached: " + e.message;
+      errorLine.hidden = false;
+    } finally {
+      inflight = false;
+      lastTook = Date.now() - lastStart;
+      if (again) {
+        again = false;
+        schedule();
+      }
+    }
+  }
+
+  // ---- the cluster's status and inventory state ----
+  function inventoryKey(c) {
+    return c.inventory ? c.inventory.updated : "";
+  }
+
+  function renderCluster(c) {
+    lastKey = inventoryKey(c);
+    document.querySelector("#status .icon").textContent = c.status === "Ready" ? "✔" : "✖";
+    document.querySelector("#status .text").textContent = c.status + (c.message ? ": " + c.message : "");
+    document.getElementById("k8s").textContent = c.kubernetesVersion || "";
+    document.getElementById("agent").textContent = c.agentVersion || "";
+    document.getElementById("since").textContent = c.connectedSince || "";
+
+    const inv = c.inventory;
+    const updated = document.getElementById("updated");
+    updated.replaceChildren();
+    if (!inv) {
+      updated.textContent = "Waiting for the cluster's inventory…";
+    } else {
+      const t = document.createElement("time");
+      t.dateTime = inv.updated;
+      t.textContent = new Date(inv.updated).toLocaleString();
+      updated.append("Inventory updated ", t);
+    }
+
+    const problems = document.getElementById("problems");
+    const items = [];
+    missing = new Set();
+    for (const p of (inv && inv.problems) || []) {
+      if (p.missing) {
+        missing.add(p.kind);
+        continue;
+      }
+      const li = document.createElement("li");
+      const icon = document.createElement("span");
+      icon.className = "icon";
+      icon.setAttribute("aria-hidden", "true");
+      icon.textContent = "⚠";
+      li.dataset.kind = p.kind;
+      li.append(icon, " Tether can't watch " + p.kind + (p.namespace ? " in " + p.namespace : "") + ": " + p.error);
+      items.push(li);
+    }
+    problems.replaceChildren(...items);
+    const notes = Array.from(missing).sort().map(k => missingText[k] || "The cluster doesn't serve " + k);
+    const missingLine = document.getElementById("missing");
+    missingLine.textContent = notes.length ? "Not watched: " + notes.join("; ") + "." : "";
+    missingLine.hidden = notes.length === 0;
+  }
+
+  // ---- tables ----
+  function cell(label, text, icon) {
+    const td = document.createElement("td");
+    td.dataset.label = label;
+    if (icon) {
+      const span = document.createElement("span");
+      span.className = "icon";
+      span.setAttribute("aria-hidden", "true");
+      span.textContent = icon;
+      td.append(span, " ");
+    }
+    td.append(text);
+    return td;
+  }
+
+  // renderSection fills section id with rows (already in their order), at
+  // most limit[id] of those in the chosen namespace.
+  function renderSection(id, rows, cells, namespaced) {
+    const section = document.getElementById(id);
+    const ns = namespace.value;
+    const filtered = ns && namespaced ? rows.filter(r => r.namespace === ns) : rows;
+    const n = limit[id] || PAGE;
+    section.querySelector(".count").textContent =
+      "(" + (filtered.length === rows.length ? rows.length : filtered.length + " of " + rows.length) + ")";
+    const body = document.createDocumentFragment();
+    for (const r of filtered.slice(0, n)) {
+      const tr = document.createElement("tr");
+      tr.dataset.namespace = r.namespace || "";
+      tr.dataset.name = r.name;
+      tr.append(...cells(r));
+      body.append(tr);
+    }
+    section.querySelector("tbody").replaceChildren(body);
+    section.querySelector("table").hidden = filtered.length === 0;
+    section.querySelector(".empty").hidden = filtered.length > 0;
+    const more = section.querySelector(".more");
+    more.hidden = filtered.length <= n;
+    more.querySelector(".text").textContent = "and " + (filtered.length - n) + " more" + (ns ? "" : " (choose a namespace to narrow the list)");
+  }
+
+  const ok = (good, text) => [good ? "✔" : "✖", text];
+
+  function statusCell(label, [icon, text]) {
+    return cell(label, text, icon);
+  }
+
+  // reasons lists why an object isn't well: its abnormal conditions (the
+  // agent sends only those), by reason.
+  function reasons(r) {
+    const out = [];
+    for (const c of r.conditions || []) {
+      const why = c.reason || c.type;
+      if (why && !out.includes(why)) out.push(why);
+    }
+    return out.length ? " · " + out.slice(0, 3).join(", ") : "";
+  }
+
+  function workloadStatus(r) {
+    switch (r.kind) {
+      case "jobs":
+        return [r.phase === "Complete" ? "✔" : r.ready ? "⟳" : "✖", r.phase || "Running"];
+      case "cronjobs":
+        return r.phase === "Suspended" ? ["⏸", "Suspended"] : ["✔", "Scheduled"];
+    }
+    return ok(r.ready, r.ready ? "Ready" : "Not ready");
+  }
+
+  function appStatus(value, good, bad) {
+    if (!value) return ["?", "Unknown"];
+    if (value === good) return ["✔", value];
+    if (bad.includes(value)) return ["✖", value];
+    return ["⟳", value];
+  }
+
+  function byReadyThenName(a, b) {
+    if (a.ready !== b.ready) return a.ready ? 1 : -1;
+    return (a.namespace || "").localeCompare(b.namespace || "") || a.name.localeCompare(b.name) || a.kind.localeCompare(b.kind);
+  }
+
+  function renderInventory() {
+    // Namespaces with anything in them, for the filter.
+    const seen = new Set();
+    for (const [kind, items] of Object.entries(lists)) {
+      if (kind === "nodes") continue;
+      for (const r of items) if (r.namespace) seen.add(r.namespace);
+    }
+    if (namespace.value) seen.add(namespace.value);
+    const chosen = namespace.value;
+    const options = [new Option("All namespaces", "")];
+    for (const ns of Array.from(seen).sort()) options.push(new Option(ns, ns));
+    namespace.replaceChildren(...options);
+    namespace.value = chosen;
+
+    renderSection("nodes", lists.nodes || [], r => [
+      cell("Name", r.name),
+      statusCell("Status", ok(r.ready, (r.ready ? "Ready" : "Not ready") + reasons(r))),
+      cell("Version", r.version || "—"),
+    ], false);
+
+    const workloads = [];
+    for (const k of Object.keys(workloadKinds)) workloads.push(...(lists[k] || []));
+    workloads.sort(byReadyThenName);
+    renderSection("workloads", workloads, r => [
+      cell("Kind", workloadKinds[r.kind]),
+      cell("Namespace", r.namespace),
+      cell("Name", r.name),
+      statusCell("Status", workloadStatus(r)),
+      cell("Ready", r.replicas || "—"),
+    ], true);
+
+    renderSection("pods", lists.pods || [], r => [
+      cell("Namespace", r.namespace),
+      cell("Name", r.name),
+      cell("Status", (r.phase || "Unknown") + reasons(r), "✖"),
+      cell("Restarts", String(r.restarts || 0)),
+    ], true);
+
+    renderSection("applications", lists.applications || [], r => [
+      cell("Namespace", r.namespace),
+      cell("Name", r.name),
+      statusCell("Sync", appStatus(r.sync, "Synced", ["OutOfSync"])),
+      statusCell("Health", appStatus(r.health, "Healthy", ["Degraded", "Missing"])),
+    ], true);
+
+    renderSection("gateways", lists.gateways || [], r => [
+      cell("Namespace", r.namespace),
+      cell("Name", r.name),
+      cell("Hosts", (r.hosts || []).join(", ") || "—"),
+    ], true);
+
+    // A kind the cluster doesn't serve has no section; "Not watched" says why.
+    document.getElementById("applications").hidden = missing.has("applications");
+    document.getElementById("gateways").hidden = missing.has("gateways");
+  }
+
+  namespace.addEventListener("change", () => {
+    for (const id of Object.keys(limit)) delete limit[id];
+    renderInventory();
+  });
+  for (const section of document.querySelectorAll("section.inventory")) {
+    section.querySelector(".more button").addEventListener("click", () => {
+      limit[section.id] = (limit[section.id] || PAGE) + PAGE;
+      renderInventory();
+    });
+  }
+
+  load();
+  const events = new EventSource(base + "api/events");
+  events.addEventListener("cluster", e => {
+    const c = JSON.parse(e.data);
+    if (c.name !== name) return;
+    const changed = inventoryKey(c) !== lastKey;
+    renderCluster(c);
+    if (changed) schedule();
+  });
+})();
