@@ -173,6 +173,22 @@ func TestClusterInventoryPage(t *testing.T) {
 	}
 	feed(t, h, rcv, "open", &protocol.Update{Snapshot: true, Complete: true, Kinds: kinds, Upserts: objs})
 
+	// ops: 10,000 pods not ready in 100 namespaces, and Argo CD with one
+	// application out of sync; its agent doesn't watch nodes.
+	var many []protocol.Resource
+	for i := range 10_000 {
+		many = append(many, notReadyPod(fmt.Sprintf("ns-%02d", i%100), fmt.Sprintf("pod-%05d", i), "Pending", 0))
+	}
+	shop, billing, cart := res("applications", "argocd", "shop", true), res("applications", "argocd", "billing", false), res("applications", "argocd", "cart", false)
+	shop.Sync, shop.Health = "Synced", "Healthy"
+	billing.Sync, billing.Health = "OutOfSync", "Degraded"
+	cart.Sync, cart.Health = "Synced", "Progressing"
+	opsRcv := h.inventory.Receiver("ops")
+	feed(t, h, opsRcv, "ops", &protocol.Update{Snapshot: true, Kinds: []protocol.KindState{{Kind: "pods"}, {Kind: "applications"}}, Upserts: []protocol.Resource{shop, billing, cart}})
+	for i := 0; i < len(many); i += 500 { // in chunks, as an agent sends them
+		feed(t, h, opsRcv, "ops", &protocol.Update{Upserts: many[i : i+500], Complete: i+500 == len(many)})
+	}
+
 	d := driver{t, browser.New(t)}
 	d.do("sign in as bob", chromedp.Navigate(h.url+"/"), chromedp.SendKeys(chromedp.CSS("#token"), bobToken+"\r"), chromedp.WaitVisible(chromedp.CSS(".card")))
 
@@ -187,13 +203,14 @@ func TestClusterInventoryPage(t *testing.T) {
 	if got := card("open", "pods"); got != "⚠ 252" {
 		t.Errorf("open's pods not ready: %q", got)
 	}
-	for _, c := range []string{"ops", "far"} {
-		if got := card(c, "nodes") + " " + card(c, "pods"); got != "— —" {
-			t.Errorf("%s has no inventory, and its card says %q", c, got)
-		}
+	if got := card("far", "nodes") + " " + card("far", "pods"); got != "— —" {
+		t.Errorf("far has no inventory, and its card says %q", got)
 	}
-	if got := d.eval(`String(Array.from(document.querySelectorAll('.card .apps')).every(el => el.hidden))`); got != "true" {
-		t.Errorf("no cluster has Argo CD, yet a card shows applications out of sync")
+	if got := card("ops", "nodes") + " " + card("ops", "pods") + " " + card("ops", "apps"); got != "— ⚠ 10000 ⚠ 1 out of sync or degraded" {
+		t.Errorf("ops watches no nodes, has 10,000 pods not ready and one application out of sync; its card says %q", got)
+	}
+	if got := d.eval(`Array.from(document.querySelectorAll('.card')).filter(c => !c.querySelector('dd.apps').hidden).map(c => c.dataset.name).join(',')`); got != "ops" {
+		t.Errorf("the cards that show Argo CD applications: %q, want ops alone", got)
 	}
 	if strings.Contains(d.eval(`document.getElementById('clusters').textContent`), "undefined") {
 		t.Errorf("a card says undefined")
@@ -308,8 +325,26 @@ func TestClusterInventoryPage(t *testing.T) {
 	if got := d.eval(`String(document.documentElement.scrollWidth <= window.innerWidth)`); got != "true" {
 		t.Errorf("on a 390 px wide screen the cluster page scrolls sideways")
 	}
+	d.do("choose team-b", chromedp.Focus(chromedp.CSS("#namespace")), chromedp.KeyEvent(kb.End))
+	d.poll("team-b is chosen", `document.getElementById('namespace').value === "team-b"`, 2*time.Second)
+	if got := d.eval(`document.querySelector('#gateways .none-here').hidden + " " + document.querySelector('#gateways .empty').hidden`); got != "false true" {
+		t.Errorf("team-b has no gateway, and the page says so (none-here hidden, empty hidden): %s", got)
+	}
 	browser.Screenshot(t, d.ctx, "phone")
 	d.do("a laptop's viewport", chromedp.EmulateViewport(1280, 800))
+
+	start = time.Now()
+	d.do("open ops' page", chromedp.Navigate(h.url+"/cluster/ops"))
+	d.poll("ops' 10,000 pods are counted", `document.querySelector('#pods .count').textContent === "(10000)"`, 30*time.Second)
+	t.Logf("ops' page with 10,000 pods not ready showed them %s after navigating; fetching them took %s ms", time.Since(start).Round(time.Millisecond),
+		d.eval(`String(Math.round(performance.getEntriesByType('resource').find(e => e.name.includes('kind=pods')).duration))`))
+	if got := d.eval(`document.querySelectorAll('#pods tbody tr').length + " " + document.querySelector('#pods .more .text').textContent`); !strings.HasPrefix(got, "200 and 9800 more") {
+		t.Errorf("ops' page with 10,000 pods not ready: %q", got)
+	}
+	if got := d.column("applications", 2) + " " + d.column("applications", 3) + " " + d.column("applications", 4); got != "billing|cart|shop ✖ OutOfSync|✔ Synced|✔ Synced ✖ Degraded|⟳ Progressing|✔ Healthy" {
+		t.Errorf("ops' applications: %q", got)
+	}
+	browser.Screenshot(t, d.ctx, "10000-pods")
 
 	// alice may list pods only in team-a: team-b's never reach her page.
 	d.do("sign out", chromedp.Navigate(h.url+"/"), chromedp.Click(chromedp.CSS(`form[action$="logout"] button`)), chromedp.WaitVisible(chromedp.CSS("#token")))

@@ -69,7 +69,9 @@ func appsFact(s *inventory.Summary) fact {
 	if s == nil || s.AppsOutOfSync == nil {
 		return absent
 	}
-	return countFact(*s.AppsOutOfSync)
+	f := countFact(*s.AppsOutOfSync)
+	f.Text += " out of sync or degraded"
+	return f
 }
 
 // countFact shows a count of things that are wrong.

@@ -192,7 +192,8 @@
     }
     section.querySelector("tbody").replaceChildren(body);
     section.querySelector("table").hidden = filtered.length === 0;
-    section.querySelector(".empty").hidden = filtered.length > 0;
+    section.querySelector(".empty").hidden = rows.length > 0;
+    section.querySelector(".none-here").hidden = filtered.length > 0 || rows.length === 0;
     const more = section.querySelector(".more");
     more.hidden = filtered.length <= n;
     more.querySelector(".text").textContent = "and " + (filtered.length - n) + " more" + (ns ? "" : " (choose a namespace to narrow the list)");

@@ -26,7 +26,7 @@
     fact(card.querySelector("dd.nodes"), nodes, s.nodesReady < s.nodesTotal, s.nodesReady + " / " + s.nodesTotal + " ready");
     fact(card.querySelector("dd.pods"), num(s.podsNotReady), s.podsNotReady > 0, String(s.podsNotReady));
     const apps = num(s.appsOutOfSync);
-    fact(card.querySelector("dd.apps"), apps, s.appsOutOfSync > 0, String(s.appsOutOfSync));
+    fact(card.querySelector("dd.apps"), apps, s.appsOutOfSync > 0, s.appsOutOfSync + " out of sync or degraded");
     for (const el of card.querySelectorAll(".apps")) el.hidden = !apps;
   }
 
