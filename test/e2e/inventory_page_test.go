@@ -12,20 +12,6 @@ import (
 	"github.com/tetherhq/tether/internal/testutil/browser"
 )
 
-// createPendingPod creates a pod with no node: with no scheduler in the test
-// cluster it stays Pending, which is to say not ready.
-func createPendingPod(t *testing.T, ns, name string) {
-	t.Helper()
-	pod := map[string]any{
-		"apiVersion": "v1", "kind": "Pod",
-		"metadata": map[string]any{"name": name, "namespace": ns},
-		"spec":     map[string]any{"containers": []any{map[string]any{"name": "main", "image": "busybox"}}},
-	}
-	if err := cluster.Do(t.Context(), "POST", "/api/v1/namespaces/"+ns+"/pods", pod, nil); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestInventoryOnTheClusterPage runs the real hub and agent against the real
 // API server, and reads the cluster page in a headless Chromium: alice, who
 // may list pods only in one namespace, sees that namespace's pods that are
@@ -41,8 +27,9 @@ func TestInventoryOnTheClusterPage(t *testing.T) {
 	admin(t, "create", "role", "pod-reader", "-n", mine, "--verb=get,list,watch", "--resource=pods")
 	admin(t, "create", "rolebinding", "dev-reads-pods", "-n", mine, "--role=pod-reader", "--group=dev")
 	admin(t, "create", "clusterrolebinding", "tether-admins", "--clusterrole=cluster-admin", "--group=tether:admins")
-	createPendingPod(t, mine, "waiting-mine")
-	createPendingPod(t, theirs, "waiting-theirs")
+	// Pods with no node stay Pending: not ready.
+	mustCreatePod(t, mine, "waiting-mine")
+	mustCreatePod(t, theirs, "waiting-theirs")
 
 	_, hubURL := hub(t, nil, "e2e")
 	a := agent(t, "e2e", hubURL, agentToken)
@@ -97,7 +84,7 @@ func TestInventoryOnTheClusterPage(t *testing.T) {
 
 	// A new pod in her namespace shows up without a reload.
 	start := time.Now()
-	createPendingPod(t, mine, "late-mine")
+	mustCreatePod(t, mine, "late-mine")
 	do("late-mine shows", chromedp.Poll[chromedp.Void](podRow(mine, "late-mine"), chromedp.WithPollingTimeout(10*time.Second)))
 	t.Logf("a new pod showed on alice's page %s after it was created", time.Since(start).Round(time.Millisecond))
 	if got := eval(`String(` + podRow(theirs, "waiting-theirs") + `)`); got != "false" {
