@@ -27,6 +27,13 @@ func TestInventoryOnTheClusterPage(t *testing.T) {
 	admin(t, "create", "role", "pod-reader", "-n", mine, "--verb=get,list,watch", "--resource=pods")
 	admin(t, "create", "rolebinding", "dev-reads-pods", "-n", mine, "--role=pod-reader", "--group=dev")
 	admin(t, "create", "clusterrolebinding", "tether-admins", "--clusterrole=cluster-admin", "--group=tether:admins")
+	// The cluster is shared: other tests count what alice may see, so
+	// leave her nothing more than she had.
+	t.Cleanup(func() {
+		admin(t, "delete", "rolebinding", "dev-reads-pods", "-n", mine, "--ignore-not-found")
+		admin(t, "delete", "pods", "--all", "-n", mine, "--ignore-not-found")
+		admin(t, "delete", "pods", "--all", "-n", theirs, "--ignore-not-found")
+	})
 	// Pods with no node stay Pending: not ready.
 	mustCreatePod(t, mine, "waiting-mine")
 	mustCreatePod(t, theirs, "waiting-theirs")
