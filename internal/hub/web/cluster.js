@@ -136,19 +136,17 @@
 
     const problems = document.getElementById("problems");
     const items = [];
+    if (inv && inv.truncated) {
+      items.push(warning("The cluster has more objects than the hub keeps of one cluster (a million): some are left out here."));
+    }
     missing = new Set();
     for (const p of (inv && inv.problems) || []) {
       if (p.missing) {
         missing.add(p.kind);
         continue;
       }
-      const li = document.createElement("li");
-      const icon = document.createElement("span");
-      icon.className = "icon";
-      icon.setAttribute("aria-hidden", "true");
-      icon.textContent = "⚠";
+      const li = warning("Tether can't watch " + p.kind + (p.namespace ? " in " + p.namespace : "") + ": " + p.error);
       li.dataset.kind = p.kind;
-      li.append(icon, " Tether can't watch " + p.kind + (p.namespace ? " in " + p.namespace : "") + ": " + p.error);
       items.push(li);
     }
     problems.replaceChildren(...items);
@@ -156,6 +154,16 @@
     const missingLine = document.getElementById("missing");
     missingLine.textContent = notes.length ? "Not watched: " + notes.join("; ") + "." : "";
     missingLine.hidden = notes.length === 0;
+  }
+
+  function warning(text) {
+    const li = document.createElement("li");
+    const icon = document.createElement("span");
+    icon.className = "icon";
+    icon.setAttribute("aria-hidden", "true");
+    icon.textContent = "⚠";
+    li.append(icon, " " + text);
+    return li;
   }
 
   // ---- tables ----
