@@ -3,6 +3,7 @@ package faultproxy
 import (
 	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,26 +12,32 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// echoServer echoes each connection until EOF, then half-closes.
+// echoServer echoes each connection until EOF, then half-closes. Cleanup
+// waits for its connections to end: each test closes its proxy first.
 func echoServer(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
 	go func() {
-		defer close(done)
+		defer wg.Done()
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			io.Copy(c, c)
-			c.(*net.TCPConn).CloseWrite()
-			c.Close()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				io.Copy(c, c)
+				c.(*net.TCPConn).CloseWrite()
+				c.Close()
+			}()
 		}
 	}()
-	t.Cleanup(func() { ln.Close(); <-done })
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	return ln.Addr().String()
 }
 
