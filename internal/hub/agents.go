@@ -56,7 +56,11 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 	c, err := h.hello(r, sess, entry)
 	if err != nil {
 		h.metrics.connects.WithLabelValues("bad_hello").Inc()
-		h.log.Warn(fmt.Sprintf("The agent of %q failed its hello: %v", name, err), "agent", name, "remote", r.RemoteAddr)
+		// Rate-limited like refusals: whoever holds a token can send
+		// garbage as fast as they like.
+		if suppressed, ok := h.refusals.allow("hello\x00" + name + "\x00" + hostOf(r.RemoteAddr)); ok {
+			h.log.Warn(fmt.Sprintf("The agent of %q failed its hello: %v", name, err), "agent", name, "remote", r.RemoteAddr, "suppressed", suppressed)
+		}
 		return
 	}
 	if c == nil {
@@ -136,14 +140,19 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent) (*
 // address, so a misconfigured agent retrying, or someone guessing, can't
 // flood the log.
 func (h *Hub) logRefusal(name, remote, why string) {
-	host := remote
-	if i := strings.LastIndexByte(remote, ':'); i > 0 {
-		host = remote[:i]
-	}
+	host := hostOf(remote)
 	if len(name) > 253 {
 		name = name[:253] + "…"
 	}
 	if suppressed, ok := h.refusals.allow(name + "\x00" + host); ok {
 		h.log.Warn(fmt.Sprintf("An agent was refused: %q, %s", name, why), "agent", name, "remote", remote, "suppressed", suppressed)
 	}
+}
+
+// hostOf is the host of a host:port address.
+func hostOf(remote string) string {
+	if i := strings.LastIndexByte(remote, ':'); i > 0 {
+		return remote[:i]
+	}
+	return remote
 }

@@ -95,6 +95,11 @@ func (h *Hub) serveConn(c *agentConn) {
 	}
 	prev := h.agents[c.name]
 	h.agents[c.name] = c
+	if prev == nil {
+		// A takeover keeps the cluster's one slot: the gauge counts
+		// clusters with an agent, never two for one.
+		h.metrics.connected.Inc()
+	}
 	h.mu.Unlock()
 	if prev != nil {
 		h.metrics.takeovers.Inc()
@@ -104,7 +109,6 @@ func (h *Hub) serveConn(c *agentConn) {
 	}
 	h.events.changed(c.name)
 	h.metrics.connects.WithLabelValues("accepted").Inc()
-	h.metrics.connected.Inc()
 	h.log.Info(fmt.Sprintf("The agent of %q connected (Tether %s)", c.name, c.agentVersion), "agent", c.name, "remote", c.remote)
 
 	var wg sync.WaitGroup
@@ -123,9 +127,9 @@ func (h *Hub) serveConn(c *agentConn) {
 	current := h.agents[c.name] == c
 	if current {
 		delete(h.agents, c.name)
+		h.metrics.connected.Dec()
 	}
 	h.mu.Unlock()
-	h.metrics.connected.Dec()
 	h.log.Info(fmt.Sprintf("The agent of %q disconnected", c.name), "agent", c.name, "remote", c.remote, "why", c.why)
 	if current {
 		h.setStatus(c.name, c.agentVersion, notConnected())
@@ -263,19 +267,22 @@ func (c *agentConn) pingSent(seq uint64) time.Time {
 }
 
 // Dial opens a stream to the cluster's API server. The agent dials it; the
-// first message on the stream says whether it could.
+// first message on the stream says whether it could. Every stream opened is
+// counted, and counted again when closed, whichever way it ends.
 func (c *agentConn) dial(ctx context.Context) (net.Conn, error) {
-	st, err := c.sess.Open(ctx)
+	raw, err := c.sess.Open(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("the agent's tunnel: %w", err)
 	}
+	c.hub.metrics.streamsOpened.Inc()
+	st := &countingConn{Conn: raw, m: c.hub.metrics}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(30 * time.Second)
 	}
 	st.SetReadDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { st.SetReadDeadline(time.Now()) })
-	m, err := protocol.Read(st)
+	m, err := protocol.Read(raw)
 	stop()
 	if err != nil {
 		st.Close()
@@ -292,13 +299,15 @@ func (c *agentConn) dial(ctx context.Context) (net.Conn, error) {
 		return nil, errors.New(m.Error)
 	}
 	st.SetReadDeadline(time.Time{})
-	return &countingConn{Conn: st, m: c.hub.metrics}, nil
+	return st, nil
 }
 
-// countingConn counts the bytes a stream to an API server carries.
+// countingConn counts the bytes a stream to an API server carries, and its
+// close.
 type countingConn struct {
 	net.Conn
-	m *metrics
+	m         *metrics
+	closeOnce sync.Once
 }
 
 func (c *countingConn) Read(b []byte) (int, error) {
@@ -311,6 +320,12 @@ func (c *countingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	c.m.toCluster.Add(float64(n))
 	return n, err
+}
+
+func (c *countingConn) Close() error {
+	err := c.Conn.Close()
+	c.closeOnce.Do(c.m.streamsClosed.Inc)
+	return err
 }
 
 // newTransport makes the HTTP transport to the cluster's API server: each

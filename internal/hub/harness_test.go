@@ -88,6 +88,15 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 		}
 		io.WriteString(w, "event 2\n")
 	})
+	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
+		fc.note(r)
+		chunk := make([]byte, 32<<10)
+		for {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)
 		w.Write([]byte("ok"))

@@ -6,13 +6,21 @@ import (
 )
 
 // limiter lets one event per key through per window, and counts what it
-// held back, so per-connection noise can't flood the log.
+// held back, so per-connection noise can't flood the log. It also lets at
+// most maxPerWindow events through per window across all keys: someone
+// sending a new name or from a new address every time still gets only a
+// few lines, and the next line that goes through says how many were held.
 type limiter struct {
-	window time.Duration
-	now    func() time.Time
+	window       time.Duration
+	maxPerWindow int
+	now          func() time.Time
 
-	mu   sync.Mutex // guards the following
-	seen map[string]*limited
+	mu          sync.Mutex // guards the following
+	seen        map[string]*limited
+	windowStart time.Time
+	inWindow    int       // events let through since windowStart
+	overflow    int       // events held back by the overall cap, not yet reported
+	swept       time.Time // when stale keys were last dropped
 }
 
 type limited struct {
@@ -25,34 +33,49 @@ type limited struct {
 const maxLimiterKeys = 10000
 
 func newLimiter(window time.Duration) *limiter {
-	return &limiter{window: window, now: time.Now, seen: map[string]*limited{}}
+	return &limiter{window: window, maxPerWindow: 20, now: time.Now, seen: map[string]*limited{}}
 }
 
 // allow reports whether the event for key may be logged now and, if so, how
-// many were held back since the last one.
+// many were held back since the last one (for its key, and by the overall
+// cap).
 func (l *limiter) allow(key string) (suppressed int, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	if e, found := l.seen[key]; found {
-		if now.Sub(e.at) < l.window {
-			e.suppressed++
-			return 0, false
-		}
-		suppressed = e.suppressed
-		e.at, e.suppressed = now, 0
-		return suppressed, true
+	if now.Sub(l.windowStart) >= l.window {
+		l.windowStart, l.inWindow = now, 0
 	}
-	if len(l.seen) >= maxLimiterKeys {
-		for k, e := range l.seen {
-			if now.Sub(e.at) >= l.window {
-				delete(l.seen, k)
+	e, found := l.seen[key]
+	if found && now.Sub(e.at) < l.window {
+		e.suppressed++
+		return 0, false
+	}
+	if l.inWindow >= l.maxPerWindow {
+		l.overflow++
+		return 0, false
+	}
+	if !found {
+		// Sweep at most once a window: a flood of new keys must not make
+		// every refusal walk the whole map.
+		if len(l.seen) >= maxLimiterKeys && now.Sub(l.swept) >= l.window {
+			l.swept = now
+			for k, e := range l.seen {
+				if now.Sub(e.at) >= l.window {
+					delete(l.seen, k)
+				}
 			}
 		}
 		if len(l.seen) >= maxLimiterKeys {
+			l.overflow++
 			return 0, false
 		}
+		e = &limited{}
+		l.seen[key] = e
 	}
-	l.seen[key] = &limited{at: now}
-	return 0, true
+	suppressed = e.suppressed + l.overflow
+	e.at, e.suppressed = now, 0
+	l.inWindow++
+	l.overflow = 0
+	return suppressed, true
 }

@@ -15,6 +15,10 @@ type metrics struct {
 	requestDuration *prometheus.HistogramVec
 
 	toCluster, fromCluster prometheus.Counter
+
+	// streamsOpened and streamsClosed count the streams to API servers the
+	// hub opened and closed: equal once the hub is idle, or a stream leaked.
+	streamsOpened, streamsClosed prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -47,7 +51,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		Name: "tether_relayed_bytes_total", Help: "Bytes relayed through agents' tunnels to and from API servers (TLS included).",
 	}, []string{"direction"})
 	m.toCluster, m.fromCluster = relayed.WithLabelValues("to_cluster"), relayed.WithLabelValues("from_cluster")
-	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, m.requests, m.requestDuration, relayed} {
+	m.streamsOpened = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tether_streams_opened_total", Help: "Streams to API servers the hub opened through agents' tunnels.",
+	})
+	m.streamsClosed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tether_streams_closed_total", Help: "Streams to API servers the hub closed; equals tether_streams_opened_total when none are open.",
+	})
+	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, m.requests, m.requestDuration, relayed, m.streamsOpened, m.streamsClosed} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

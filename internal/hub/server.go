@@ -83,7 +83,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 			return fmt.Errorf("TETHER_ADDR %q can't be listened on: %w", opts.Addr, err)
 		}
 	}
-	srv := &http.Server{Handler: h.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	srv := publicServer(h.Handler(), log, readHeaderTimeout)
 	scheme := "http"
 	if opts.TLSCertFile != "" {
 		certs, err := newCertReloader(opts.TLSCertFile, opts.TLSKeyFile)
@@ -171,6 +171,26 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	wg.Wait()
 	log.Info("The hub has stopped")
 	return runErr
+}
+
+// readHeaderTimeout bounds how long a client may take to send its request's
+// headers: a slowloris that trickles them holds a connection this long at
+// most.
+const readHeaderTimeout = 10 * time.Second
+
+// publicServer is the hub's server on its public port. No ReadTimeout or
+// WriteTimeout: watches, exec sessions and agents' tunnels last for hours.
+// Headers must come within headerTimeout, and a keep-alive connection idle
+// between requests is closed after a while, so idle and slow clients can't
+// hold file descriptors for ever.
+func publicServer(h http.Handler, log *slog.Logger, headerTimeout time.Duration) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
 }
 
 func urlString(o Options) string {

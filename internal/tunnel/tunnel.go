@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -73,6 +74,82 @@ func (c Config) yamux() *yamux.Config {
 type Session struct {
 	ws  *websocket.Conn
 	mux *yamux.Session
+
+	watcher      chan struct{} // closed when expireOnEnd has returned
+	closeTimeout time.Duration // yamux's StreamCloseTimeout
+
+	mu     sync.Mutex // guards the following
+	ended  bool
+	opened int // streams tracked, to sweep now and then
+	// streams holds the open streams, to unblock when the session ends,
+	// with when Close was called (zero while open). A closed stream may
+	// still be read until its peer closes too, or until yamux resets it
+	// after closeTimeout; only then is it forgotten.
+	streams map[*stream]time.Time
+}
+
+// stream is a yamux stream its session keeps track of.
+type stream struct {
+	*yamux.Stream
+	s *Session
+}
+
+func (st *stream) Close() error {
+	st.s.mu.Lock()
+	if _, ok := st.s.streams[st]; ok {
+		st.s.streams[st] = time.Now()
+	}
+	st.s.mu.Unlock()
+	return st.Stream.Close()
+}
+
+// track adds a new stream to the set, or expires it at once when the
+// session has ended. Every 256 streams it forgets those closed longer
+// ago than yamux waits before resetting them.
+func (s *Session) track(y *yamux.Stream) net.Conn {
+	st := &stream{Stream: y, s: s}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		y.SetDeadline(time.Now())
+		return st
+	}
+	s.streams[st] = time.Time{}
+	s.opened++
+	if s.opened%256 == 0 {
+		// A second more than the timeout: yamux's own timer has fired.
+		gone := time.Now().Add(-s.closeTimeout - time.Second)
+		for o, closed := range s.streams {
+			if !closed.IsZero() && closed.Before(gone) {
+				delete(s.streams, o)
+			}
+		}
+	}
+	return st
+}
+
+// expire makes every blocked and future Read and Write on the session's
+// streams return at once. yamux v0.1.2 doesn't: a Read or Write waiting when
+// its session ends spins until the session's Close gets to that stream
+// (hashicorp/yamux#176), and Close gets to them one by one under a lock the
+// spinning streams contend for; with a thousand streams open, that took
+// minutes. A deadline in the past wakes each waiter and makes it return.
+func (s *Session) expire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = true
+	now := time.Now()
+	for st := range s.streams {
+		st.SetDeadline(now)
+	}
+	clear(s.streams)
+}
+
+// expireOnEnd expires the streams when the session ends from either side.
+func (s *Session) expireOnEnd() {
+	defer close(s.watcher)
+	<-s.mux.CloseChan()
+	s.expire()
 }
 
 // ErrClosed is returned by Open and Accept once the session is closed.
@@ -88,7 +165,9 @@ func newSession(ws *websocket.Conn, cfg Config, client bool) (*Session, error) {
 		ws.Close()
 		return nil, fmt.Errorf("tunnel: start session: %w", err)
 	}
-	return &Session{ws: ws, mux: mux}, nil
+	s := &Session{ws: ws, mux: mux, watcher: make(chan struct{}), closeTimeout: cfg.StreamCloseTimeout, streams: map[*stream]time.Time{}}
+	go s.expireOnEnd()
+	return s, nil
 }
 
 // DialOptions say how to reach the hub.
@@ -155,7 +234,7 @@ func (s *Session) Open(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, s.mapErr(err)
 	}
-	return st, nil
+	return s.track(st), nil
 }
 
 // Accept waits for the peer to open a stream.
@@ -164,7 +243,7 @@ func (s *Session) Accept(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, s.mapErr(err)
 	}
-	return st, nil
+	return s.track(st), nil
 }
 
 func (s *Session) mapErr(err error) error {
@@ -183,7 +262,10 @@ func (s *Session) NumStreams() int { return s.mux.NumStreams() }
 // Close ends every stream and the WebSocket at once. It may be called more
 // than once, and returns once the session's goroutines are gone.
 func (s *Session) Close() error {
-	return s.mux.Close()
+	s.expire()
+	err := s.mux.Close()
+	<-s.watcher
+	return err
 }
 
 // CloseWithReason sends a WebSocket close frame with code and reason, for
@@ -193,7 +275,7 @@ func (s *Session) Close() error {
 func (s *Session) CloseWithReason(code int, reason string) error {
 	// WriteControl may run beside yamux's writer: gorilla allows it.
 	s.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
-	return s.mux.Close()
+	return s.Close()
 }
 
 // errNotBinary is returned when the peer sends a text message: the tunnel

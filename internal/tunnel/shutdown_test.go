@@ -1,0 +1,60 @@
+package tunnel
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestSessionEndUnblocksManyStreams: when a session ends under many streams
+// with reads waiting, every read returns and Close returns promptly. yamux
+// v0.1.2's Stream.Read spins on a closed session until the session's Close
+// reaches that stream (hashicorp/yamux#176), and Close reaches the streams
+// one by one under a lock the spinners fight over: with a thousand streams
+// that took minutes.
+func TestSessionEndUnblocksManyStreams(t *testing.T) {
+	client, server := pair(t, false)
+	const n = 1000
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	accepted := make(chan struct{}, n)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for range n {
+			st, err := server.Accept(ctx)
+			if err != nil {
+				return
+			}
+			accepted <- struct{}{}
+			wg.Add(1)
+			go func() { defer wg.Done(); st.Read(make([]byte, 1)) }()
+		}
+	}()
+	for range n {
+		st, err := client.Open(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Write([]byte("x")) // so the server accepts it
+		wg.Add(1)
+		go func() { defer wg.Done(); st.Read(make([]byte, 1)) }()
+	}
+	for range n {
+		<-accepted
+	}
+	time.Sleep(100 * time.Millisecond) // let the reads block
+	start := time.Now()
+	server.Close()
+	client.Close()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		t.Logf("%d streams' reads returned %s after both sessions closed", 2*n, time.Since(start).Round(time.Millisecond))
+	case <-time.After(20 * time.Second):
+		t.Fatalf("reads still blocked 20 s after the sessions closed")
+	}
+}
