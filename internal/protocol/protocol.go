@@ -178,11 +178,14 @@ func readFrame(r io.Reader) ([]byte, error) {
 	if n > MaxMessageSize {
 		return nil, fmt.Errorf("protocol: a message of %d bytes: %w", n, ErrTooLarge)
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
+	// Memory grows with the bytes that arrive, not with the length
+	// claimed: a peer that announces a megabyte and sends nothing holds
+	// nothing.
+	body, err := io.ReadAll(io.LimitReader(r, int64(n)))
+	if err == nil && len(body) < int(n) {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
 		return nil, fmt.Errorf("protocol: read message: %w", err)
 	}
 	return body, nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -171,4 +172,22 @@ func FuzzReadUpdate(f *testing.F) {
 			t.Fatalf("ReadUpdate returned an invalid update: %v", err)
 		}
 	})
+}
+// TestReadAllocatesWhatArrives: a length prefix claiming the largest message
+// allowed, followed by a few bytes, costs a few bytes, not a megabyte.
+func TestReadAllocatesWhatArrives(t *testing.T) {
+	var prefix [4]byte
+	binary.BigEndian.PutUint32(prefix[:], MaxMessageSize)
+	in := append(prefix[:], `{"type":`...)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := Read(bytes.NewReader(in))
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("Read = %v, want an unexpected EOF", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+		t.Fatalf("Read allocated %d bytes for %d that arrived", n, len(in))
+	}
 }
