@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -121,11 +122,34 @@ func (a *Agent) dialFailed(resp *http.Response, err error) result {
 	}
 	res := failed(why)
 	if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests {
-		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
-			res.wait = time.Duration(s) * time.Second
+		if d, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
+			res.wait = d
 		}
 	}
 	return res
+}
+
+// maxRetryAfter caps how long a hub's Retry-After can hold an agent back: a
+// typo, or a proxy that means hours, must not keep a cluster away for days.
+const maxRetryAfter = 10 * time.Minute
+
+// retryAfter reads a Retry-After value in seconds (the only form a hub
+// sends), capped at maxRetryAfter. Anything else, an HTTP date included, is
+// not ok, and the agent backs off as usual.
+func retryAfter(v string) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" || len(v) > 10 || strings.TrimLeft(v, "0123456789") != "" {
+		return 0, false
+	}
+	s, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, false
+	}
+	// Compare before multiplying: 9999999999 s overflows a Duration.
+	if s > int(maxRetryAfter/time.Second) {
+		return maxRetryAfter, true
+	}
+	return time.Duration(s) * time.Second, true
 }
 
 func (a *Agent) refusedAfterHello(m protocol.Message) result {

@@ -90,6 +90,10 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent) (*
 	refuse := func(status int, why string) {
 		protocol.Write(ctl, protocol.Message{Type: protocol.TypeRefused, Status: status, Error: why})
 	}
+	if err := checkHello(m); err != nil {
+		refuse(http.StatusBadRequest, err.Error())
+		return nil, err
+	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM([]byte(m.CACert)) {
 		refuse(http.StatusBadRequest, "the hello's caCert holds no PEM certificate")

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -123,16 +124,16 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 	// Nothing that could speak for someone else gets through, whatever its
 	// case: Go canonicalizes header names, so a lower-cased key is compared
 	// lower-cased.
+	// The auth proxy's headers too, and X-Forwarded-For: the cluster has
+	// no use for people's addresses.
+	proxyHeaders := h.cfg.Auth.ProxyHeaders()
 	for k := range out.Header {
 		lk := strings.ToLower(k)
-		if lk == "authorization" || lk == "cookie" || strings.HasPrefix(lk, "impersonate-") {
+		if lk == "authorization" || lk == "cookie" || strings.HasPrefix(lk, "impersonate-") || lk == "x-forwarded-for" ||
+			slices.ContainsFunc(proxyHeaders, func(p string) bool { return strings.EqualFold(p, k) }) {
 			delete(out.Header, k)
 		}
 	}
-	for _, k := range h.cfg.Auth.ProxyHeaders() {
-		out.Header.Del(k)
-	}
-	out.Header.Del("X-Forwarded-For") // the cluster has no use for people's addresses
 	if rt.entry.ForwardToken {
 		out.Header.Set("Authorization", "Bearer "+rt.person.Bearer)
 		return

@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// FuzzParseHubURL: whatever TETHER_HUB_URL holds, an accepted URL is an
+// http or https address with a host and no credentials, query or fragment,
+// and the agent's WebSocket address made from it is one too.
+func FuzzParseHubURL(f *testing.F) {
+	for _, s := range []string{
+		"https://tether.example.com", "http://10.0.0.1:8080/tether/", " https://h/ ", "tether.example.com",
+		"https://user:pass@h", "https://h?x=1", "https://h#f", "ftp://h", "https://", "https://:443",
+		"https://[::1]:8443/base", "https://h/%2F..%2F", "https://h/a b", "http://h:99999", "https://h\n",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		u, err := ParseHubURL(raw)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "TETHER_HUB_URL must ") {
+				t.Fatalf("error doesn't name the setting: %v", err)
+			}
+			return
+		}
+		if (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			t.Fatalf("accepted %q as %#v", raw, u)
+		}
+		if strings.HasSuffix(u.Path, "/") {
+			t.Fatalf("path %q keeps a trailing slash", u.Path)
+		}
+		a := &Agent{cfg: Config{Options: Options{HubURL: u}}}
+		ws := a.agentURL()
+		if !strings.HasPrefix(ws, "ws://") && !strings.HasPrefix(ws, "wss://") || !strings.HasSuffix(ws, "/api/agent") {
+			t.Fatalf("agent URL %q from %q", ws, raw)
+		}
+		if again, err := ParseHubURL(u.String()); err != nil || again.String() != u.String() {
+			t.Fatalf("%q parsed to %q, which parses to %v, %v", raw, u, again, err)
+		}
+	})
+}
+
+// FuzzOptionsFromEnv: bad settings give one line naming the setting, and
+// never show the token.
+func FuzzOptionsFromEnv(f *testing.F) {
+	f.Add("https://h", "eu-1", "0123456789abcdef0123456789abcdef", "60", "h", "443", ":8081")
+	f.Add("h", "", " secret-token\n", "0", "", "x", "0")
+	f.Add("https://h", "UPPER", "", "-1", "10.0.0.1", "65536", "")
+	f.Fuzz(func(t *testing.T, hubURL, name, token, reread, host, port, health string) {
+		env := map[string]string{
+			"TETHER_HUB_URL": hubURL, "TETHER_AGENT_NAME": name, "TETHER_AGENT_TOKEN": token,
+			"TETHER_TOKEN_REREAD_SECONDS": reread, "KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port,
+			"TETHER_HEALTH_ADDR": health,
+		}
+		o, err := OptionsFromEnv(func(k string) string { return env[k] })
+		if err == nil {
+			if o.Token != strings.TrimSpace(token) || o.Token == "" {
+				t.Fatalf("token %q became %q", token, o.Token)
+			}
+			return
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "\n") {
+			t.Fatalf("error on more than one line: %q", msg)
+		}
+		if tok := strings.TrimSpace(token); len(tok) >= 8 && strings.Contains(msg, tok) && !strings.Contains(hubURL+name+host+port+reread+health, tok) {
+			t.Fatalf("error shows the token: %s", msg)
+		}
+	})
+}
+
+// FuzzRetryAfter: a hub's Retry-After never makes the agent wait less than
+// nothing or more than the cap, and only digits count.
+func FuzzRetryAfter(f *testing.F) {
+	for _, s := range []string{"0", "1", " 30 ", "-1", "1.5", "9999999999", "99999999999999999999", "Wed, 21 Oct 2026 07:28:00 GMT", "", "+5", "0x10", "٣"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		d, ok := retryAfter(v)
+		if !ok {
+			if d != 0 {
+				t.Fatalf("not ok but %s", d)
+			}
+			return
+		}
+		if d < 0 || d > maxRetryAfter {
+			t.Fatalf("Retry-After %q: wait %s", v, d)
+		}
+		if strings.Trim(strings.TrimSpace(v), "0123456789") != "" {
+			t.Fatalf("accepted %q", v)
+		}
+	})
+}
+
+func TestRetryAfter(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"0", 0, true}, {"5", 5 * time.Second, true}, {" 7 ", 7 * time.Second, true},
+		{"9999999999", maxRetryAfter, true}, {"-1", 0, false}, {"+5", 0, false}, {"1.5", 0, false},
+		{"99999999999999999999", 0, false}, {"Wed, 21 Oct 2026 07:28:00 GMT", 0, false}, {"", 0, false},
+	} {
+		if got, ok := retryAfter(tt.in); got != tt.want || ok != tt.ok {
+			t.Errorf("retryAfter(%q) = %s, %v; want %s, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}

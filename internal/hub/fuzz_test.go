@@ -1,0 +1,142 @@
+package hub
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"unicode"
+
+	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
+)
+
+// FuzzAgentUpgradeHeaders: whatever name and Authorization an upgrade
+// request carries, the hub admits only the listed name with its token, and
+// its log lines quote the name.
+func FuzzAgentUpgradeHeaders(f *testing.F) {
+	for _, s := range [][2]string{
+		{"eu-1", "Bearer " + testToken}, {"eu-1", "Bearer  " + testToken + " "}, {"eu-1", "bearer " + testToken},
+		{"EU-1", "Bearer " + testToken}, {"eu-1\n", "Bearer " + testToken}, {"", ""}, {"eu-1", testToken},
+		{"x\"\nINFO forged line", "Bearer x"}, {strings.Repeat("n", 300), "Bearer " + strings.Repeat("t", 5000)},
+	} {
+		f.Add(s[0], s[1])
+	}
+	logs := &syncbuf.Buffer{}
+	h, err := New(Config{Agents: testAgents("eu-1"), Logger: slogTo(logs)})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, name, authz string) {
+		logs.Reset()
+		r := httptest.NewRequest("GET", "/api/agent", nil)
+		r.Header["Tether-Agent"] = []string{name}
+		r.Header["Authorization"] = []string{authz}
+		w := httptest.NewRecorder()
+		h.serveAgent(w, r)
+		// The hub takes the token with or without "Bearer ".
+		token, _ := strings.CutPrefix(authz, "Bearer ")
+		match := name == "eu-1" && strings.TrimSpace(token) == testToken
+		if match != (w.Code != http.StatusUnauthorized) {
+			t.Fatalf("name %q, Authorization %q: %d", name, authz, w.Code)
+		}
+		for _, line := range strings.Split(strings.TrimSuffix(logs.String(), "\n"), "\n") {
+			if line != "" && !strings.Contains(line, "An agent was refused") && !strings.Contains(line, "upgrade") {
+				t.Fatalf("an unexpected log line: %q", line)
+			}
+		}
+		if strings.Contains(logs.String(), testToken) {
+			t.Fatal("the token reached the log")
+		}
+	})
+}
+
+// FuzzRewrite: whatever headers a person sends, the request the API server
+// gets carries exactly the hub's credentials and impersonation, and none of
+// the person's.
+func FuzzRewrite(f *testing.F) {
+	f.Add("Authorization", "Bearer stolen", "Impersonate-User", "system:admin", "alice", "dev")
+	f.Add("authorization", "x", "impersonate-group", "system:masters", "bob", "ops")
+	f.Add("Cookie", "s=1", "IMPERSONATE-EXTRA-SCOPES", "x", "carol", "")
+	f.Add("X-Remote-User", "admin", "x-remote-group", "system:masters", "dave", "a")
+	f.Add("Tether-Request-Id", "forged", "Impersonate-Uid", "0", "erin", "b")
+	people, err := auth.New(auth.Config{Users: testUsers, ProxyUserHeader: "X-Remote-User", ProxyGroupsHeader: "X-Remote-Group",
+		ProxyTrusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { people.Close() })
+	h, err := New(Config{Agents: testAgents("c"), Auth: people})
+	if err != nil {
+		f.Fatal(err)
+	}
+	conn := &agentConn{hub: h, name: "c", saToken: "service-account-token"}
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, user, group string) {
+		in := httptest.NewRequest("GET", "/clusters/c/api", nil)
+		in.Header[k1] = append(in.Header[k1], v1)
+		in.Header[k2] = append(in.Header[k2], v2)
+		in.Header[http.CanonicalHeaderKey(k1)] = append(in.Header[http.CanonicalHeaderKey(k1)], v1)
+		rt := route{conn: conn, user: user, groups: []string{group}, id: "id-1"}
+		in = in.WithContext(context.WithValue(in.Context(), clusterKey{}, rt))
+		pr := &httputil.ProxyRequest{In: in, Out: in.Clone(in.Context())}
+		h.rewrite(pr)
+		got := pr.Out.Header
+		for k, vs := range got {
+			lk := strings.ToLower(k)
+			switch {
+			case lk == "authorization":
+				if k != "Authorization" || !slices.Equal(vs, []string{"Bearer service-account-token"}) {
+					t.Fatalf("%s: %q", k, vs)
+				}
+			case lk == "impersonate-user":
+				if k != "Impersonate-User" || !slices.Equal(vs, []string{user}) {
+					t.Fatalf("%s: %q, want %q", k, vs, user)
+				}
+			case lk == "impersonate-group":
+				if k != "Impersonate-Group" || !slices.Equal(vs, []string{group}) {
+					t.Fatalf("%s: %q, want %q", k, vs, group)
+				}
+			case lk == strings.ToLower(RequestIDHeader):
+				if !slices.Equal(vs, []string{"id-1"}) {
+					t.Fatalf("%s: %q", k, vs)
+				}
+			case lk == "cookie" || strings.HasPrefix(lk, "impersonate-") || lk == "x-remote-user" || lk == "x-remote-group" || lk == "x-forwarded-for":
+				t.Fatalf("the person's %s reached the API server: %q", k, vs)
+			}
+		}
+		if got.Get("Authorization") == "" || got.Get("Impersonate-User") != user {
+			t.Fatalf("the hub's own headers are missing: %v", got)
+		}
+	})
+}
+
+// FuzzCheckHello: a hello the hub accepts has a short printable version and
+// a host:port address.
+func FuzzCheckHello(f *testing.F) {
+	for _, s := range [][2]string{
+		{"v0.1.0", "10.96.0.1:443"}, {"", "[fd00::1]:6443"}, {"v1\nINFO forged", "h:1"}, {strings.Repeat("v", 200), "h:1"},
+		{"v1", "h"}, {"v1", ":443"}, {"v1", "h:0"}, {"v1", "h:65536"}, {"v1", "h :1"}, {"v1", "h:+1"}, {"\xff", "h:1"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, version, apiServer string) {
+		err := checkHello(protocol.Message{Type: protocol.TypeHello, AgentVersion: version, APIServer: apiServer})
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error on more than one line: %q", err)
+			}
+			return
+		}
+		if len(version) > maxAgentVersion || strings.ContainsFunc(version, unicode.IsControl) {
+			t.Fatalf("accepted the version %q", version)
+		}
+		if strings.ContainsFunc(apiServer, unicode.IsControl) || !strings.Contains(apiServer, ":") {
+			t.Fatalf("accepted the address %q", apiServer)
+		}
+	})
+}
