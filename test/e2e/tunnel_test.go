@@ -21,11 +21,16 @@ const agentToken = "e2e-agent-token-0123456789abcdef0123456789abcdef"
 // hub starts `tether hub` admitting the named clusters with agentToken.
 func hub(t *testing.T, extra map[string]string, names ...string) (*proc, string) {
 	t.Helper()
+	return hubAt(t, freeAddr(t), extra, names...)
+}
+
+// hubAt is hub listening on addr, so a test can start it again there.
+func hubAt(t *testing.T, addr string, extra map[string]string, names ...string) (*proc, string) {
+	t.Helper()
 	var list strings.Builder
 	for _, n := range names {
 		list.WriteString(fleet.AgentsEntry(n, fleet.TokenSHA256(agentToken)))
 	}
-	addr := freeAddr(t)
 	certFile, keyFile := hubCert(t)
 	env := map[string]string{
 		"TETHER_ADDR":              addr,
