@@ -77,11 +77,15 @@ func listTokens(data []byte) []string {
 		if name, ok := e["name"].(string); ok {
 			names = append(names, name)
 		}
+		// Field names are shown too: an unknown one is quoted in its error.
+		for k := range e {
+			names = append(names, k)
+		}
 	}
 	for _, e := range entries {
 		tok, ok := e["token"].(string)
 		tok = strings.TrimSpace(tok)
-		// A token that is part of a name shows up with the name, which errors must show.
+		// A token that is part of a name or a field's name shows up with it, which errors must show.
 		if ok && len(tok) >= 8 && !slices.ContainsFunc(names, func(n string) bool { return strings.Contains(n, tok) }) {
 			out = append(out, tok)
 		}

@@ -77,8 +77,16 @@ func plainTokens(data []byte) []string {
 	}
 	var out []string
 	for _, e := range entries {
-		if tok, ok := e["token"].(string); ok && len(strings.TrimSpace(tok)) >= 8 {
-			out = append(out, strings.TrimSpace(tok))
+		tok, ok := e["token"].(string)
+		tok = strings.TrimSpace(tok)
+		// A field's name is shown when it is unknown; a token that is part
+		// of one shows up with it.
+		inKey := false
+		for k := range e {
+			inKey = inKey || strings.Contains(k, tok)
+		}
+		if ok && len(tok) >= 8 && !inKey {
+			out = append(out, tok)
 		}
 	}
 	return out
