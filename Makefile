@@ -10,7 +10,7 @@ GO      ?= go
 # where it stopped; a target may run over by one chunk. Go pauses fuzzing to
 # minimize each new input; a 100x budget keeps that short.
 FUZZSECONDS ?= 30
-FUZZCHUNK   ?= 20000x
+FUZZCHUNK   ?= 10000x
 
 # Every native fuzz target, as package:Target: every decoder and parser of
 # input from outside (docs/RELIABILITY.md lists what each covers).
