@@ -26,7 +26,8 @@ FUZZ_TARGETS = \
 	./internal/agent:FuzzRetryAfter \
 	./internal/hub:FuzzAgentUpgradeHeaders \
 	./internal/hub:FuzzRewrite \
-	./internal/hub:FuzzCheckHello
+	./internal/hub:FuzzCheckHello \
+	./internal/hub:FuzzParseQuery
 
 # The helm the chart tests run (test/chart, test/e2e), installed once into
 # the user's cache directory, where internal/testutil/helmtest looks for it.

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"unicode"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
@@ -137,6 +139,40 @@ func FuzzCheckHello(f *testing.F) {
 		}
 		if strings.ContainsFunc(apiServer, unicode.IsControl) || !strings.Contains(apiServer, ":") {
 			t.Fatalf("accepted the address %q", apiServer)
+		}
+	})
+}
+
+// FuzzParseQuery: any query string on the resources API gives a query of a
+// known kind, or an error on one line for the person who wrote it; a label
+// selector accepted is one that matches consistently.
+func FuzzParseQuery(f *testing.F) {
+	for _, s := range []string{
+		"kind=pods", "kind=pods&namespace=a&labelSelector=app%3Dx,tier!%3Dweb&ready=false", "kind=nope", "",
+		"kind=pods&labelSelector=a+in+(x,y),!b", "kind=pods&labelSelector=%3D%3D%3D", "kind=pods&ready=TRUE",
+		"kind=pods&labelSelector=" + strings.Repeat("a", 300) + "%3Db", "kind=pods&kind=nodes", "%zz",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, rawQuery string) {
+		r := httptest.NewRequest("GET", "/api/resources", nil)
+		r.URL.RawQuery = rawQuery
+		q, err := parseQuery(r)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error on more than one line: %q", err)
+			}
+			return
+		}
+		if q.Kind == "" {
+			t.Fatalf("accepted %q without a kind", rawQuery)
+		}
+		if q.Selector != nil {
+			// What the selector prints parses back to the same selector.
+			again, err := labels.Parse(q.Selector.String())
+			if err != nil || again.String() != q.Selector.String() {
+				t.Fatalf("selector %q prints as %q, which parses to %v, %v", rawQuery, q.Selector, again, err)
+			}
 		}
 	})
 }

@@ -173,6 +173,7 @@ func FuzzReadUpdate(f *testing.F) {
 		}
 	})
 }
+
 // TestReadAllocatesWhatArrives: a length prefix claiming the largest message
 // allowed, followed by a few bytes, costs a few bytes, not a megabyte.
 func TestReadAllocatesWhatArrives(t *testing.T) {
