@@ -113,13 +113,18 @@ func (h *Hub) serveConn(c *agentConn) {
 
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(context.Background())
-	wg.Add(4)
+	wg.Add(2)
 	go func() { defer wg.Done(); c.end(c.readControl()) }()
 	go func() { defer wg.Done(); c.acceptStreams(ctx) }() // the control stream says why a connection ended
-	go func() { defer wg.Done(); c.heartbeat(ctx) }()
-	go func() { defer wg.Done(); h.probeLoop(ctx, c) }()
+	// Heartbeats and probes run on timers: no goroutine waits for them
+	// while the agent is idle.
+	pings, silence := c.startHeartbeat()
+	probes := h.startProbes(ctx, c)
 	<-c.done
 	cancel()
+	pings.Stop()
+	silence.Stop()
+	probes.Stop()
 	c.sess.Close()
 	wg.Wait()
 
@@ -219,36 +224,33 @@ func (c *agentConn) acceptStreams(ctx context.Context) {
 	}
 }
 
-// heartbeat pings the agent every interval, and ends the connection when
-// nothing has come from it for two intervals and a second.
-func (c *agentConn) heartbeat(ctx context.Context) {
+// startHeartbeat pings the agent every interval, and ends the connection
+// when nothing has come from it for two intervals and a second. The silence
+// check runs when that much time would have passed since the agent was last
+// heard, not on a tick.
+func (c *agentConn) startHeartbeat() (pings, silence *timerLoop) {
 	interval := c.hub.cfg.Heartbeat
-	silence := 2*interval + time.Second
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	check := time.NewTicker(min(interval/4, time.Second))
-	defer check.Stop()
+	limit := 2*interval + time.Second
 	var seq uint64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			seq++
-			c.notePing(seq)
-			if err := c.send(protocol.Message{Type: protocol.TypePing, Seq: seq}); err != nil {
-				c.end(fmt.Errorf("heartbeat: %w", err))
-				return
-			}
-		case <-check.C:
-			quiet := time.Since(time.Unix(0, c.lastHeard.Load()))
-			if quiet > silence {
-				c.end(fmt.Errorf("nothing from the agent in %d s", int(silence.Round(time.Second).Seconds())))
-				c.sess.CloseWithReason(closeSilent, "no heartbeat")
-				return
-			}
+	pings = startTimerLoop(interval, func() (time.Duration, bool) {
+		seq++
+		c.notePing(seq)
+		if err := c.send(protocol.Message{Type: protocol.TypePing, Seq: seq}); err != nil {
+			c.end(fmt.Errorf("heartbeat: %w", err))
+			return 0, false
 		}
-	}
+		return interval, true
+	})
+	silence = startTimerLoop(limit, func() (time.Duration, bool) {
+		quiet := time.Since(time.Unix(0, c.lastHeard.Load()))
+		if quiet <= limit {
+			return limit - quiet + time.Millisecond, true
+		}
+		c.end(fmt.Errorf("nothing from the agent in %d s", int(limit.Round(time.Second).Seconds())))
+		c.sess.CloseWithReason(closeSilent, "no heartbeat")
+		return 0, false
+	})
+	return pings, silence
 }
 
 func (c *agentConn) notePing(seq uint64) {

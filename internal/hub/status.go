@@ -157,23 +157,17 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 	}
 }
 
-// probeLoop probes c's cluster at once, then every ProbeInterval, until ctx
-// is done.
-func (h *Hub) probeLoop(ctx context.Context, c *agentConn) {
-	t := time.NewTicker(h.cfg.ProbeInterval)
-	defer t.Stop()
-	for {
+// startProbes probes c's cluster at once, then ProbeInterval after each
+// probe ends, until ctx is done or the loop is stopped.
+func (h *Hub) startProbes(ctx context.Context, c *agentConn) *timerLoop {
+	return startTimerLoop(0, func() (time.Duration, bool) {
 		r := h.probe(ctx, c)
 		if ctx.Err() != nil {
-			return
+			return 0, false
 		}
 		h.setStatus(c.name, c.agentVersion, r)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+		return h.cfg.ProbeInterval, true
+	})
 }
 
 // probe asks the cluster's API server, through the tunnel and as the agent's

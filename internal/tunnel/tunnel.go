@@ -52,7 +52,10 @@ func DefaultConfig() Config {
 		WriteTimeout:       15 * time.Second,
 		StreamCloseTimeout: 2 * time.Minute,
 		OpenTimeout:        30 * time.Second,
-		AcceptBacklog:      1024,
+		// yamux allocates the backlog as a channel up front: 1024 cost
+		// 8 KiB per session, on the hub for every idle agent. Streams are
+		// taken from it at once by an accept loop (decision 005).
+		AcceptBacklog: 256,
 	}
 }
 

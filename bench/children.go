@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"sync"
+	"syscall"
+
+	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/tunnel"
+)
+
+// runChild runs one role in a process of its own and returns its exit code.
+func runChild(role string, args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if dir := os.Getenv("BENCH_CPUPROFILE_DIR"); dir != "" {
+		// For finding where the time goes: `go tool pprof` on the file.
+		if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", role, os.Getpid()))); err == nil {
+			pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
+	}
+	var err error
+	switch role {
+	case "tunnel-hub":
+		err = tunnelHub(ctx, args)
+	case "tunnel-agent":
+		err = tunnelAgent(ctx, args)
+	case "relay":
+		err = relay(ctx, args)
+	case "hub":
+		err = hubChild(ctx, args)
+	case "agents":
+		err = agentsChild(ctx, args)
+	default:
+		err = fmt.Errorf("no role %q", role)
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		log.Printf("%s: %v", role, err)
+		return 1
+	}
+	return 0
+}
+
+func loadPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	p := x509.NewCertPool()
+	if !p.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("no certificates in %s", path)
+	}
+	return p, nil
+}
+
+// innerTLS is the TLS the hub runs inside a stream to the API server: checked
+// against the cluster's CA as kubernetes.default.svc.
+func innerTLS(caFile string) (*tls.Config, error) {
+	if caFile == "" {
+		return nil, nil
+	}
+	pool, err := loadPool(caFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{RootCAs: pool, ServerName: hub.APIServerName, MinVersion: tls.VersionTLS12}, nil
+}
+
+// tunnelHub is the hub's end of a bare tunnel: it accepts one agent's
+// WebSocket, and relays each TCP connection to its front address over a
+// new stream, with TLS inside the stream when -inner-ca is set, as the hub
+// does to an API server.
+func tunnelHub(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("tunnel-hub", flag.ExitOnError)
+	cert := fs.String("cert", "", "serve wss with this certificate")
+	key := fs.String("key", "", "and this key")
+	innerCA := fs.String("inner-ca", "", "run TLS inside each stream, trusting this CA")
+	fs.Parse(args)
+	inner, err := innerTLS(*innerCA)
+	if err != nil {
+		return err
+	}
+	sessions := make(chan *tunnel.Session, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api/agent", func(w http.ResponseWriter, r *http.Request) {
+		s, err := tunnel.Accept(w, r, tunnel.DefaultConfig())
+		if err != nil {
+			return
+		}
+		sessions <- s
+		<-s.Done()
+	})
+	wsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux}
+	scheme := "ws"
+	go func() {
+		if *cert != "" {
+			srv.ServeTLS(wsLn, *cert, *key)
+		} else {
+			srv.Serve(wsLn)
+		}
+	}()
+	if *cert != "" {
+		scheme = "wss"
+	}
+	front, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("READY %s://%s/api/agent %s\n", scheme, wsLn.Addr(), front.Addr())
+	var sess *tunnel.Session
+	select {
+	case sess = <-sessions:
+	case <-ctx.Done():
+		return nil
+	}
+	go func() { <-ctx.Done(); front.Close(); sess.Close() }()
+	for {
+		c, err := front.Accept()
+		if err != nil {
+			return nil
+		}
+		go func() {
+			defer c.Close()
+			st, err := sess.Open(ctx)
+			if err != nil {
+				return
+			}
+			var up net.Conn = st
+			if inner != nil {
+				tc := tls.Client(st, inner)
+				if err := tc.HandshakeContext(ctx); err != nil {
+					st.Close()
+					return
+				}
+				up = tc
+			}
+			splice(c, up)
+		}()
+	}
+}
+
+// tunnelAgent is the agent's end: it dials the hub and relays each stream to
+// -target, as the agent relays to its API server.
+func tunnelAgent(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("tunnel-agent", flag.ExitOnError)
+	url := fs.String("url", "", "the hub's WebSocket")
+	target := fs.String("target", "", "where streams go")
+	ca := fs.String("ca", "", "the hub's CA, for wss")
+	fs.Parse(args)
+	var opts tunnel.DialOptions
+	if *ca != "" {
+		pool, err := loadPool(*ca)
+		if err != nil {
+			return err
+		}
+		opts.TLSConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	sess, _, err := tunnel.Dial(ctx, *url, opts, tunnel.DefaultConfig())
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	fmt.Println("READY")
+	for {
+		st, err := sess.Accept(ctx)
+		if err != nil {
+			return nil
+		}
+		go func() {
+			defer st.Close()
+			var d net.Dialer
+			api, err := d.DialContext(ctx, "tcp", *target)
+			if err != nil {
+				return
+			}
+			splice(st, api)
+		}()
+	}
+}
+
+// relay is one process of a plain two-process TCP relay: no multiplexing,
+// one upstream connection per connection. With -inner-ca, it runs TLS to
+// the upstream, like tunnelHub.
+func relay(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("relay", flag.ExitOnError)
+	target := fs.String("target", "", "upstream")
+	innerCA := fs.String("inner-ca", "", "run TLS to the upstream, trusting this CA")
+	fs.Parse(args)
+	inner, err := innerTLS(*innerCA)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	fmt.Printf("READY %s\n", ln.Addr())
+	go func() { <-ctx.Done(); ln.Close() }()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return nil
+		}
+		go func() {
+			defer c.Close()
+			var d net.Dialer
+			up, err := d.DialContext(ctx, "tcp", *target)
+			if err != nil {
+				return
+			}
+			if inner != nil {
+				tc := tls.Client(up, inner)
+				if err := tc.HandshakeContext(ctx); err != nil {
+					up.Close()
+					return
+				}
+				up = tc
+			}
+			splice(c, up)
+		}()
+	}
+}
+
+// splice copies both ways, passing half-closes on, like the agent's relay.
+func splice(a, b net.Conn) {
+	var once sync.Once
+	abort := func() { once.Do(func() { a.Close(); b.Close() }) }
+	var wg sync.WaitGroup
+	wg.Add(2)
+	cp := func(dst, src net.Conn) {
+		defer wg.Done()
+		if _, err := io.Copy(dst, src); err != nil {
+			abort()
+			return
+		}
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		} else {
+			dst.Close()
+		}
+	}
+	go cp(a, b)
+	go cp(b, a)
+	wg.Wait()
+	a.Close()
+	b.Close()
+}

@@ -1,0 +1,347 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/fleet"
+)
+
+// agentToken is the token of simulated agent i: derived, so the hub's list
+// and the agents agree without passing 10,000 tokens around.
+func agentToken(i int) string {
+	s := sha256.Sum256([]byte(fmt.Sprintf("tether-bench-agent-%d", i)))
+	return hex.EncodeToString(s[:])
+}
+
+func agentName(i int) string { return fmt.Sprintf("a%05d", i) }
+
+// connectLog records when each agent logged that it connected.
+type connectLog struct {
+	mu    sync.Mutex
+	times []int64 // unix milliseconds
+}
+
+func (l *connectLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *connectLog) Handle(_ context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, "Connected to ") {
+		l.mu.Lock()
+		l.times = append(l.times, r.Time.UnixMilli())
+		l.mu.Unlock()
+	}
+	return nil
+}
+func (l *connectLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *connectLog) WithGroup(string) slog.Handler      { return l }
+
+type agentsStats struct {
+	Connected int     `json:"connected"`
+	Connects  []int64 `json:"connects"`
+}
+
+// agentsChild runs many agents in one process, each the real agent package
+// with its own WebSocket and TLS connection: the machine's file limit keeps
+// them out of the hub's process.
+func agentsChild(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("agents", flag.ExitOnError)
+	first := fs.Int("first", 0, "the first agent's number")
+	count := fs.Int("count", 1000, "how many")
+	rate := fs.Int("rate", 500, "agents started per second")
+	hubURL := fs.String("hub", "", "the hub's URL")
+	caFile := fs.String("ca", "", "the hub's CA")
+	saDir := fs.String("sa", "", "a service account directory")
+	apiServer := fs.String("api", "127.0.0.1:1", "the API server the agents relay to")
+	fs.Parse(args)
+	u, err := url.Parse(*hubURL)
+	if err != nil {
+		return err
+	}
+	p, err := loadPool(*caFile)
+	if err != nil {
+		return err
+	}
+	tlsConfig := &tls.Config{RootCAs: p, MinVersion: tls.VersionTLS12}
+	rec := &connectLog{}
+	log := slog.New(rec)
+	agents := make([]*agent.Agent, *count)
+	for i := range agents {
+		a, err := agent.New(agent.Config{
+			Options: agent.Options{HubURL: u, Name: agentName(*first + i), Token: agentToken(*first + i),
+				TokenReread: time.Minute, ServiceAccountDir: *saDir, APIServer: *apiServer},
+			Logger: log, TLSConfig: tlsConfig,
+		})
+		if err != nil {
+			return err
+		}
+		agents[i] = a
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
+		var s agentsStats
+		for _, a := range agents {
+			if a.Connected() {
+				s.Connected++
+			}
+		}
+		rec.mu.Lock()
+		s.Connects = append(s.Connects, rec.times...)
+		rec.mu.Unlock()
+		json.NewEncoder(w).Encode(s)
+	})
+	go http.Serve(ln, mux)
+	fmt.Printf("READY %s\n", ln.Addr())
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / time.Duration(*rate))
+	for _, a := range agents {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); a.Run(ctx) }()
+	}
+	tick.Stop()
+	wg.Wait()
+	return nil
+}
+
+// fleetRun is a hub and the processes of agents connected to it.
+type fleetRun struct {
+	dir    string
+	self   string
+	hubEnv []string
+	hub    *child
+	kids   []*child
+	stats  []string // each agents process's stats URL
+}
+
+func (f *fleetRun) startHub(ctx context.Context, n int) error {
+	h, err := startChild(ctx, "hub", []string{f.self, "child", "hub"}, f.hubEnv, filepath.Join(f.dir, fmt.Sprintf("hub-%d.log", n)), true)
+	if err != nil {
+		return err
+	}
+	f.hub = h
+	return nil
+}
+
+func (f *fleetRun) hubStats() (hubStats, error) {
+	var s hubStats
+	err := getJSON("http://"+f.hub.ready[1]+"/stats", &s)
+	return s, err
+}
+
+func (f *fleetRun) agentsStats() (connected int, connects []int64, err error) {
+	for _, u := range f.stats {
+		var s agentsStats
+		if err := getJSON(u, &s); err != nil {
+			return 0, nil, err
+		}
+		connected += s.Connected
+		connects = append(connects, s.Connects...)
+	}
+	return connected, connects, nil
+}
+
+// waitConnected waits until n agents are connected.
+func (f *fleetRun) waitConnected(ctx context.Context, n int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		c, _, err := f.agentsStats()
+		if err == nil && c >= n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d agents connected after %s (err %v)", c, n, limit, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func benchFleet(ctx context.Context, r *report, dir string, max int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	hf, err := writeHubCert(dir)
+	if err != nil {
+		return err
+	}
+	var list strings.Builder
+	for i := range max {
+		fmt.Fprintf(&list, "- name: %s\n  tokenSha256: %s\n", agentName(i), fleet.TokenSHA256(agentToken(i)))
+	}
+	listFile := filepath.Join(dir, "agents.yaml")
+	if err := os.WriteFile(listFile, []byte(list.String()), 0o600); err != nil {
+		return err
+	}
+	saDir := filepath.Join(dir, "sa")
+	os.MkdirAll(saDir, 0o755)
+	os.WriteFile(filepath.Join(saDir, "token"), []byte("bench-service-account-token"), 0o600)
+	os.WriteFile(filepath.Join(saDir, "ca.crt"), mustRead(hf.caFile), 0o600)
+	userToken, _ := fleet.NewToken()
+	addr, err := freePort()
+	if err != nil {
+		return err
+	}
+	self, _ := os.Executable()
+	hubURL := "https://" + addr
+	f := &fleetRun{dir: dir, self: self, hubEnv: []string{
+		"TETHER_ADDR=" + addr, "TETHER_PUBLIC_URL=" + hubURL,
+		"TETHER_TLS_CERT_FILE=" + hf.cert, "TETHER_TLS_KEY_FILE=" + hf.key,
+		"TETHER_FLEET_AGENTS_FILE=" + listFile,
+		"TETHER_USERS=" + fmt.Sprintf("- name: %s\n  tokenSha256: %s\n", benchUser, fleet.TokenSHA256(userToken)),
+		"TETHER_METRICS_ADDR=0", "TETHER_AUDIT_FILE=" + filepath.Join(dir, "audit.jsonl"),
+	}}
+	if err := f.startHub(ctx, 1); err != nil {
+		return err
+	}
+	defer func() {
+		for _, k := range f.kids {
+			k.stop(20 * time.Second)
+		}
+		f.hub.stop(40 * time.Second)
+	}()
+	time.Sleep(2 * time.Second)
+	base, err := f.hubStats()
+	if err != nil {
+		return err
+	}
+	startAgents := func(first, count int) error {
+		const perProc = 2500
+		for s := first; s < first+count; s += perProc {
+			n := min(perProc, first+count-s)
+			k, err := startChild(ctx, "agents", []string{self, "child", "agents", "-first", fmt.Sprint(s), "-count", fmt.Sprint(n),
+				"-hub", hubURL, "-ca", hf.caFile, "-sa", saDir, "-rate", "400"}, nil, filepath.Join(dir, fmt.Sprintf("agents-%d.log", s)), true)
+			if err != nil {
+				return err
+			}
+			f.kids = append(f.kids, k)
+			f.stats = append(f.stats, "http://"+k.ready[0]+"/stats")
+		}
+		return nil
+	}
+	sizes := []int{1000, max}
+	if max <= 1000 {
+		sizes = []int{max}
+	}
+	have := 0
+	for _, n := range sizes {
+		if err := startAgents(have, n-have); err != nil {
+			return err
+		}
+		have = n
+		if err := f.waitConnected(ctx, n, 3*time.Minute); err != nil {
+			return err
+		}
+		time.Sleep(15 * time.Second) // past a probe round and the first heartbeats
+		s, err := f.hubStats()
+		if err != nil {
+			return err
+		}
+		per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) / 1024 }
+		rss := float64(s.RSS-base.RSS) / float64(n) / 1024
+		heap := per(s.HeapAlloc, base.HeapAlloc)
+		stack := per(s.StackInuse, base.StackInuse)
+		g := float64(s.Goroutines-base.Goroutines) / float64(n)
+		name := fmt.Sprintf("idle fleet of %d agents (TLS): hub", n)
+		detail := fmt.Sprintf("hub RSS %.0f MiB, heap %.0f MiB, %d goroutines; before agents %.0f MiB, %.0f MiB, %d", float64(s.RSS)/(1<<20), float64(s.HeapAlloc)/(1<<20), s.Goroutines, float64(base.RSS)/(1<<20), float64(base.HeapAlloc)/(1<<20), base.Goroutines)
+		r.add(atMost(figure{Section: "fleet", Name: name + " RSS per agent", Value: rss, Unit: "KiB", Detail: detail}, 32))
+		r.add(atMost(figure{Section: "fleet", Name: name + " heap + stacks per agent", Value: heap + stack, Unit: "KiB", Detail: fmt.Sprintf("heap %.1f KiB, stacks %.1f KiB (after GC)", heap, stack)}, 32))
+		if resp, err := http.Get("http://" + f.hub.ready[1] + "/debug/pprof/heap"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			os.WriteFile(filepath.Join(f.dir, fmt.Sprintf("hub-heap-%d.pprof", n)), b, 0o644)
+		}
+		r.add(atMost(figure{Section: "fleet", Name: name + " goroutines per agent", Value: g, Unit: "goroutines"}, 3))
+	}
+	ok := true
+	r.add(figure{Section: "fleet", Name: fmt.Sprintf("idle fleet: %d agents connected to one hub", max), Value: float64(max), Unit: "agents", Budget: "10000", Pass: &ok})
+	return storm(ctx, r, f, max)
+}
+
+// storm restarts the hub under n agents and times their return.
+func storm(ctx context.Context, r *report, f *fleetRun, n int) error {
+	_, before, err := f.agentsStats()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if os.Getenv("BENCH_DUMP") != "" {
+		go func() {
+			time.Sleep(5 * time.Second)
+			resp, err := http.Get("http://" + f.hub.ready[1] + "/debug/pprof/goroutine?debug=1")
+			if err == nil {
+				b, _ := io.ReadAll(resp.Body)
+				os.WriteFile(filepath.Join(f.dir, "shutdown-goroutines.txt"), b, 0o644)
+			}
+		}()
+	}
+	f.hub.stop(60 * time.Second)
+	stopped := time.Since(t0)
+	if err := f.startHub(ctx, 2); err != nil {
+		return err
+	}
+	restarted := time.Since(t0)
+	werr := f.waitConnected(ctx, n, 3*time.Minute)
+	_, after, err := f.agentsStats()
+	if err != nil {
+		return err
+	}
+	seen := map[int64]int{}
+	for _, t := range before {
+		seen[t]++
+	}
+	buckets := map[int64]int{}
+	var last int64
+	count := 0
+	for _, t := range after {
+		if seen[t] > 0 {
+			seen[t]--
+			continue
+		}
+		count++
+		b := (t - t0.UnixMilli()) / 1000
+		buckets[b]++
+		last = max(last, t-t0.UnixMilli())
+	}
+	peak := 0
+	for _, c := range buckets {
+		peak = max(peak, c)
+	}
+	if werr != nil {
+		return werr
+	}
+	r.add(atMost(figure{Section: "fleet", Name: fmt.Sprintf("reconnect storm: hub restarted under %d agents, seconds until all back", n), Value: float64(last) / 1000, Unit: "s",
+		Detail: fmt.Sprintf("old hub gone after %.1f s, new one listening at %.1f s; %d reconnections", stopped.Seconds(), restarted.Seconds(), count)}, 60))
+	r.add(atMost(figure{Section: "fleet", Name: "reconnect storm: largest share reconnecting in one second", Value: float64(peak) / float64(n), Unit: "share",
+		Detail: fmt.Sprintf("%d agents in the busiest second", peak)}, 0.10))
+	return nil
+}
+
+func mustRead(p string) []byte {
+	b, _ := os.ReadFile(p)
+	return b
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"runtime"
+
+	"github.com/tetherhq/tether/internal/hub"
+)
+
+// hubStats is what a hub child reports about itself, after a GC.
+type hubStats struct {
+	HeapAlloc  uint64 `json:"heapAlloc"`
+	HeapInuse  uint64 `json:"heapInuse"`
+	StackInuse uint64 `json:"stackInuse"`
+	Goroutines int    `json:"goroutines"`
+	RSS        int64  `json:"rss"`
+}
+
+// hubChild runs the hub exactly as `tether hub` does, from TETHER_*
+// settings, and beside it a stats listener for the bench.
+func hubChild(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("hub", flag.ExitOnError)
+	statsAddr := fs.String("stats", "127.0.0.1:0", "where /stats answers")
+	fs.Parse(args)
+	opts, err := hub.OptionsFromEnv(os.Getenv, true)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *statsAddr)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		json.NewEncoder(w).Encode(hubStats{HeapAlloc: m.HeapAlloc, HeapInuse: m.HeapInuse, StackInuse: m.StackInuse,
+			Goroutines: runtime.NumGoroutine(), RSS: rssOf(os.Getpid())})
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	go http.Serve(ln, mux)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return hub.Serve(ctx, opts, log, func(a net.Addr) {
+		fmt.Printf("READY %s %s\n", a, ln.Addr())
+	})
+}
+
+type x509Pool = x509.CertPool
+
+func newPool(pem []byte) *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AppendCertsFromPEM(pem)
+	return p
+}

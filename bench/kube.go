@@ -1,0 +1,352 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/localkube"
+	"github.com/tetherhq/tether/internal/pki"
+)
+
+const (
+	benchUser  = "bench-user"
+	benchGroup = "tether:bench"
+	benchNS    = "bench"
+)
+
+// buildTether builds the tether binary the agents run.
+func buildTether(ctx context.Context, dir string) (string, error) {
+	bin := filepath.Join(dir, "tether")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/tether")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/tether (run the bench from the repository's root): %w", err)
+	}
+	return bin, nil
+}
+
+func freePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// hubFiles are a hub's certificate, in files as TETHER_TLS_* name them.
+type hubFiles struct {
+	caFile, cert, key string
+	pool              *tls.Config
+}
+
+func writeHubCert(dir string) (hubFiles, error) {
+	ca, err := pki.NewCA("bench hub CA", 24*time.Hour)
+	if err != nil {
+		return hubFiles{}, err
+	}
+	cert, key, err := ca.Issue(pki.Leaf{CommonName: "hub", Hosts: []string{"127.0.0.1", "localhost"}})
+	if err != nil {
+		return hubFiles{}, err
+	}
+	f := hubFiles{caFile: filepath.Join(dir, "hub-ca.pem"), cert: filepath.Join(dir, "hub.crt"), key: filepath.Join(dir, "hub.key"),
+		pool: &tls.Config{RootCAs: ca.Pool()}}
+	for p, b := range map[string][]byte{f.caFile: ca.CertPEM, f.cert: cert, f.key: key} {
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			return hubFiles{}, err
+		}
+	}
+	return f, nil
+}
+
+func benchKube(ctx context.Context, r *report, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	bin, err := buildTether(ctx, dir)
+	if err != nil {
+		return err
+	}
+	cluster, err := localkube.Start(ctx, localkube.Config{TempDir: dir})
+	if err != nil {
+		return fmt.Errorf("start the API server: %w", err)
+	}
+	defer cluster.Close()
+	if err := prepareCluster(ctx, cluster); err != nil {
+		return err
+	}
+	hf, err := writeHubCert(dir)
+	if err != nil {
+		return err
+	}
+	agentToken, _ := fleet.NewToken()
+	userToken, _ := fleet.NewToken()
+	addr, err := freePort()
+	if err != nil {
+		return err
+	}
+	self, _ := os.Executable()
+	hubURL := "https://" + addr
+	hubEnv := []string{
+		"TETHER_ADDR=" + addr, "TETHER_PUBLIC_URL=" + hubURL,
+		"TETHER_TLS_CERT_FILE=" + hf.cert, "TETHER_TLS_KEY_FILE=" + hf.key,
+		"TETHER_FLEET_AGENTS=" + fleet.AgentsEntry("bench", fleet.TokenSHA256(agentToken)),
+		"TETHER_USERS=" + fmt.Sprintf("- name: %s\n  tokenSha256: %s\n  groups: [%q]\n", benchUser, fleet.TokenSHA256(userToken), benchGroup),
+		"TETHER_METRICS_ADDR=0", "TETHER_AUDIT_FILE=" + filepath.Join(dir, "audit.jsonl"),
+	}
+	hubProc, err := startChild(ctx, "hub", []string{self, "child", "hub"}, hubEnv, filepath.Join(dir, "hub.log"), true)
+	if err != nil {
+		return err
+	}
+	defer hubProc.stop(10 * time.Second)
+	agentEnv := []string{
+		"TETHER_HUB_URL=" + hubURL, "TETHER_AGENT_NAME=bench", "TETHER_AGENT_TOKEN=" + agentToken,
+		"TETHER_HUB_CA=" + hf.caFile, "TETHER_HEALTH_ADDR=0", "TETHER_SERVICEACCOUNT_DIR=" + cluster.ServiceAccountDir,
+		"KUBERNETES_SERVICE_HOST=" + cluster.Host, "KUBERNETES_SERVICE_PORT=" + cluster.Port,
+	}
+	agentProc, err := startChild(ctx, "agent", []string{bin, "agent"}, agentEnv, filepath.Join(dir, "agent.log"), false)
+	if err != nil {
+		return err
+	}
+	defer agentProc.stop(10 * time.Second)
+
+	through := &client{base: hubURL + "/clusters/bench", tls: hf.pool, header: http.Header{"Authorization": {"Bearer " + userToken}}}
+	saToken, err := os.ReadFile(filepath.Join(cluster.ServiceAccountDir, "token"))
+	if err != nil {
+		return err
+	}
+	directHeader := http.Header{
+		"Authorization":    {"Bearer " + strings.TrimSpace(string(saToken))},
+		"Impersonate-User": {benchUser}, "Impersonate-Group": {benchGroup},
+	}
+	direct := &client{base: cluster.URL, tls: &tls.Config{RootCAs: pool(cluster.CAPEM)}, header: directHeader, requestID: true}
+	// Wait for the agent, through the hub.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		through.init(false)
+		if _, err := through.get(ctx, "/api/v1/namespaces/"+benchNS+"/configmaps/small"); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("no answer through the hub in a minute: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The agent at rest: connected, and nothing asked of it for a while but
+	// the hub's probes.
+	time.Sleep(12 * time.Second)
+	agentRSS := float64(agentProc.rss()) / (1 << 20)
+	r.add(atMost(figure{Section: "fleet", Name: "agent idle RSS (tether agent, connected, after 12 s at rest)", Value: agentRSS, Unit: "MiB",
+		Detail: "VmRSS of the real tether agent process, TLS to the hub"}, 20))
+
+	if err := smallGets(ctx, r, through, direct); err != nil {
+		return err
+	}
+	if err := bigLists(ctx, r, through, direct); err != nil {
+		return err
+	}
+	time.Sleep(5 * time.Second)
+	r.add(figure{Section: "fleet", Name: "agent RSS after the Kubernetes tests, 5 s later", Value: float64(agentProc.rss()) / (1 << 20), Unit: "MiB",
+		Detail: "the same process, after relaying the lists below"})
+	return nil
+}
+
+func pool(pem []byte) *x509Pool { return newPool(pem) }
+
+// prepareCluster binds the bench's group to cluster-admin and makes a small
+// ConfigMap and 24 of about 900 KB.
+func prepareCluster(ctx context.Context, c *localkube.Cluster) error {
+	binding := map[string]any{
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+		"metadata": map[string]any{"name": "bench-admins"},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+		"subjects": []map[string]any{{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": benchGroup}},
+	}
+	if err := c.Do(ctx, "POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", binding, nil); err != nil {
+		return err
+	}
+	if err := c.Do(ctx, "POST", "/api/v1/namespaces", map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": benchNS}}, nil); err != nil {
+		return err
+	}
+	cm := func(name string, data map[string]string) error {
+		return c.Do(ctx, "POST", "/api/v1/namespaces/"+benchNS+"/configmaps",
+			map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": name}, "data": data}, nil)
+	}
+	if err := cm("small", map[string]string{"a": "b"}); err != nil {
+		return err
+	}
+	for i := range 24 {
+		// Random bytes in base64: about as compressible as the certificates
+		// and manifests big ConfigMaps hold.
+		raw := make([]byte, 900_000*3/4)
+		rand.Read(raw)
+		if err := cm(fmt.Sprintf("big-%02d", i), map[string]string{"data": base64.StdEncoding.EncodeToString(raw)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// client sends GETs to one base URL with fixed headers.
+type client struct {
+	base      string
+	tls       *tls.Config
+	header    http.Header
+	requestID bool // add a fresh Impersonate-Extra-Tether-Request-Id, as the hub does
+	c         *http.Client
+}
+
+func (c *client) init(noGzip bool) {
+	if c.c != nil {
+		c.c.CloseIdleConnections()
+	}
+	c.c = &http.Client{Transport: &http.Transport{TLSClientConfig: c.tls, MaxIdleConnsPerHost: 256, DisableCompression: noGzip, ForceAttemptHTTP2: false}}
+}
+
+// get returns the body's length, after reading all of it.
+func (c *client) get(ctx context.Context, path string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", c.base+path, nil)
+	if err != nil {
+		return 0, err
+	}
+	for k, v := range c.header {
+		req.Header[k] = v
+	}
+	if c.requestID {
+		var b [16]byte
+		rand.Read(b[:])
+		req.Header.Set("Impersonate-Extra-Tether-Request-Id", hex.EncodeToString(b[:]))
+	}
+	resp, err := c.c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil {
+		return n, err
+	}
+	if resp.StatusCode != 200 {
+		return n, fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return n, nil
+}
+
+func smallGets(ctx context.Context, r *report, through, direct *client) error {
+	const path = "/api/v1/namespaces/" + benchNS + "/configmaps/small"
+	through.init(false)
+	direct.init(false)
+	clients := []*client{through, direct}
+	lat := [2][]float64{}
+	// One in flight, alternating request by request.
+	for i := range 1200 {
+		for j := range 2 {
+			k := (i + j) % 2
+			t := time.Now()
+			if _, err := clients[k].get(ctx, path); err != nil {
+				return err
+			}
+			if i >= 100 { // warm-up
+				lat[k] = append(lat[k], float64(time.Since(t).Microseconds())/1000)
+			}
+		}
+	}
+	addGet(r, "small GET, 1 in flight", lat, true)
+	// 200 requests a second, open loop, alternating in 2 s blocks.
+	lat = [2][]float64{}
+	var errs int
+	for block := range 8 {
+		k := block % 2
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		tick := time.NewTicker(5 * time.Millisecond)
+		for range 400 {
+			<-tick.C
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t := time.Now()
+				_, err := clients[k].get(ctx, path)
+				d := float64(time.Since(t).Microseconds()) / 1000
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs++
+					return
+				}
+				lat[k] = append(lat[k], d)
+			}()
+		}
+		tick.Stop()
+		wg.Wait()
+	}
+	if errs > 0 {
+		return fmt.Errorf("%d small GETs failed at 200/s", errs)
+	}
+	addGet(r, "small GET, 200 req/s", lat, false)
+	return nil
+}
+
+func addGet(r *report, name string, lat [2][]float64, budget bool) {
+	t50, d50 := quantile(lat[0], 0.5), quantile(lat[1], 0.5)
+	t99, d99 := quantile(lat[0], 0.99), quantile(lat[1], 0.99)
+	f := figure{Section: "kube", Name: name + ", p50, hub − direct", Value: t50 - d50, Unit: "ms",
+		Detail: fmt.Sprintf("hub %.2f ms, direct %.2f ms, %d each", t50, d50, len(lat[0]))}
+	g := figure{Section: "kube", Name: name + ", p99, hub ÷ direct", Value: t99 / d99, Unit: "×",
+		Detail: fmt.Sprintf("hub %.2f ms, direct %.2f ms", t99, d99)}
+	if budget {
+		f, g = atMost(f, 0.4), atMost(g, 1.3)
+	}
+	r.add(f)
+	r.add(g)
+}
+
+func bigLists(ctx context.Context, r *report, through, direct *client) error {
+	const path = "/api/v1/namespaces/" + benchNS + "/configmaps"
+	for _, noGzip := range []bool{false, true} {
+		through.init(noGzip)
+		direct.init(noGzip)
+		clients := []*client{through, direct}
+		var times [2][]float64
+		var ratios []float64
+		var size int64
+		for i := range 9 {
+			var got [2]float64
+			for j := range 2 {
+				k := (i + j) % 2
+				t := time.Now()
+				n, err := clients[k].get(ctx, path)
+				if err != nil {
+					return err
+				}
+				size = n
+				got[k] = time.Since(t).Seconds() * 1000
+			}
+			if i == 0 {
+				continue // warm-up: connections, and the API server's cache
+			}
+			times[0], times[1] = append(times[0], got[0]), append(times[1], got[1])
+			ratios = append(ratios, got[0]/got[1])
+		}
+		name, max := "21 MB list, gzip (Go's default), hub ÷ direct", 1.15
+		if noGzip {
+			name, max = "21 MB list, no gzip, hub ÷ direct", 1.6
+		}
+		r.add(atMost(figure{Section: "kube", Name: name, Value: median(ratios), Unit: "×",
+			Detail: fmt.Sprintf("hub %.0f ms, direct %.0f ms, %.1f MB decoded; ratio per pair %s", median(times[0]), median(times[1]), float64(size)/1e6, spread(ratios))}, max))
+	}
+	return nil
+}

@@ -1,0 +1,77 @@
+// Command bench measures Tether side by side with direct connections on this
+// machine and writes docs/PERFORMANCE.md and bench/results.json (`make bench`
+// runs it from the repository's root). Every figure is a ratio or an added
+// time against a baseline measured in the same run, with the two runs
+// alternated, and medians reported: the machine is shared and noisy.
+//
+// Hubs, agents and relays run as separate processes (this binary run again
+// as "bench child <role>", calling Tether's own packages, or the tether
+// binary itself), so each one's CPU time and memory are read from /proc.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 2 && os.Args[1] == "child" {
+		os.Exit(runChild(os.Args[2], os.Args[3:]))
+	}
+	var (
+		only    = flag.String("only", "tunnel,kube,fleet", "the parts to run, comma-separated: tunnel, kube, fleet")
+		md      = flag.String("md", "docs/PERFORMANCE.md", "where the report goes")
+		js      = flag.String("json", "bench/results.json", "where the figures go as JSON")
+		rounds  = flag.Int("rounds", 5, "alternated rounds of each throughput case")
+		fleetN  = flag.Int("fleet", 10000, "the largest idle fleet")
+		workDir = flag.String("dir", "", "where logs and files go; empty: a new temporary directory")
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	dir := *workDir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "tether-bench-"); err != nil {
+			log.Fatal(err)
+		}
+	}
+	log.Printf("bench: logs and files in %s", dir)
+	r := &report{Started: time.Now().UTC(), Machine: machine()}
+	parts := map[string]bool{}
+	for _, p := range strings.Split(*only, ",") {
+		parts[strings.TrimSpace(p)] = true
+	}
+	run := func(name string, f func() error) {
+		if !parts[name] || ctx.Err() != nil {
+			return
+		}
+		began := time.Now()
+		log.Printf("bench: %s…", name)
+		if err := f(); err != nil {
+			log.Printf("bench: %s failed: %v", name, err)
+			r.Failures = append(r.Failures, fmt.Sprintf("%s: %v", name, err))
+		}
+		log.Printf("bench: %s took %s", name, time.Since(began).Round(time.Second))
+	}
+	run("tunnel", func() error { return benchTunnel(ctx, r, filepath.Join(dir, "tunnel"), *rounds) })
+	run("kube", func() error { return benchKube(ctx, r, filepath.Join(dir, "kube")) })
+	run("fleet", func() error { return benchFleet(ctx, r, filepath.Join(dir, "fleet"), *fleetN) })
+	r.Finished = time.Now().UTC()
+	if err := r.write(*md, *js); err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("bench: wrote %s and %s", *md, *js)
+	if len(r.Failures) > 0 {
+		os.Exit(1)
+	}
+}

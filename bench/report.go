@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"sort"
+	"strings"
+	"time"
+)
+
+// report is everything one run measured.
+type report struct {
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Machine  machineInfo `json:"machine"`
+	Figures  []figure  `json:"figures"`
+	Failures []string  `json:"failures,omitempty"`
+}
+
+type machineInfo struct {
+	CPU       string `json:"cpu"`
+	Cores     int    `json:"cores"`
+	Go        string `json:"go"`
+	Kernel    string `json:"kernel"`
+	LoadStart string `json:"loadAverageAtStart"`
+}
+
+// figure is one measured number, how it was got, and its budget.
+type figure struct {
+	Section string  `json:"section"`
+	Name    string  `json:"name"`
+	Value   float64 `json:"value"`
+	Unit    string  `json:"unit"`
+	// Detail gives the medians behind a ratio, and the spread.
+	Detail string `json:"detail,omitempty"`
+	// Budget is the issue's budget for this figure, like "≤ 1.15"; empty
+	// when the figure has none.
+	Budget string `json:"budget,omitempty"`
+	// Pass is whether the budget holds; nil without a budget.
+	Pass *bool `json:"pass,omitempty"`
+}
+
+func (r *report) add(f figure) {
+	r.Figures = append(r.Figures, f)
+	fmt.Fprintf(os.Stderr, "  %-10s %-58s %12s %s  %s\n", f.Section, f.Name, fmtValue(f.Value, f.Unit), f.Unit, f.Detail)
+}
+
+// atLeast and atMost make a figure with a budget.
+func atLeast(f figure, min float64) figure {
+	ok := f.Value >= min
+	f.Budget, f.Pass = "≥ "+fmtValue(min, f.Unit), &ok
+	return f
+}
+
+func atMost(f figure, max float64) figure {
+	ok := f.Value <= max
+	f.Budget, f.Pass = "≤ "+fmtValue(max, f.Unit), &ok
+	return f
+}
+
+func fmtValue(v float64, unit string) string {
+	switch {
+	case unit == "×" || unit == "share":
+		return fmt.Sprintf("%.3f", v)
+	case math.Abs(v) >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case math.Abs(v) >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func machine() machineInfo {
+	m := machineInfo{Cores: runtime.NumCPU(), Go: runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "model name") {
+				m.CPU = strings.TrimSpace(l[strings.IndexByte(l, ':')+1:])
+				break
+			}
+		}
+	}
+	if out, err := exec.Command("uname", "-r").Output(); err == nil {
+		m.Kernel = strings.TrimSpace(string(out))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		m.LoadStart = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	return m
+}
+
+func (r *report) write(mdPath, jsonPath string) error {
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(jsonPath, append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "# Performance\n\n")
+	fmt.Fprintf(&b, "Measured by `make bench` (bench/), which also writes `bench/results.json`. Every figure is a ratio or an\n")
+	fmt.Fprintf(&b, "added time against a baseline measured in the same run, the two alternated, medians reported.\n")
+	fmt.Fprintf(&b, "How each is measured: bench/README.md. What we changed to get here: docs/decisions/005-performance.md.\n\n")
+	fmt.Fprintf(&b, "- Date: %s to %s\n", r.Started.Format("2006-01-02 15:04 MST"), r.Finished.Format("15:04 MST"))
+	fmt.Fprintf(&b, "- Machine: %s, %d cores, Linux %s, load average at start %s (shared with other work)\n", r.Machine.CPU, r.Machine.Cores, r.Machine.Kernel, r.Machine.LoadStart)
+	fmt.Fprintf(&b, "- Go: %s\n\n", r.Machine.Go)
+	sections := []string{}
+	seen := map[string]bool{}
+	for _, f := range r.Figures {
+		if !seen[f.Section] {
+			seen[f.Section] = true
+			sections = append(sections, f.Section)
+		}
+	}
+	var failed []string
+	for _, s := range sections {
+		fmt.Fprintf(&b, "## %s\n\n| figure | value | budget | | medians and spread |\n|---|---:|---|---|---|\n", sectionTitle(s))
+		for _, f := range r.Figures {
+			if f.Section != s {
+				continue
+			}
+			pass := ""
+			if f.Pass != nil {
+				pass = "pass"
+				if !*f.Pass {
+					pass = "**miss**"
+					failed = append(failed, f.Name)
+				}
+			}
+			fmt.Fprintf(&b, "| %s | %s %s | %s | %s | %s |\n", f.Name, fmtValue(f.Value, f.Unit), f.Unit, f.Budget, pass, f.Detail)
+		}
+		b.WriteString("\n")
+	}
+	if len(failed) > 0 {
+		sort.Strings(failed)
+		fmt.Fprintf(&b, "## Budgets not met in this run\n\n")
+		for _, f := range failed {
+			fmt.Fprintf(&b, "- %s\n", f)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Failures) > 0 {
+		fmt.Fprintf(&b, "## Parts that failed to run\n\n")
+		for _, f := range r.Failures {
+			fmt.Fprintf(&b, "- %s\n", f)
+		}
+		b.WriteString("\n")
+	}
+	return os.WriteFile(mdPath, b.Bytes(), 0o644)
+}
+
+func sectionTitle(s string) string {
+	switch s {
+	case "tunnel":
+		return "Tunnel throughput and CPU"
+	case "tunnel-tls":
+		return "Tunnel throughput and CPU, production TLS (wss, and TLS inside the stream)"
+	case "rtt":
+		return "Round trips"
+	case "kube":
+		return "The Kubernetes path (real kube-apiserver, real hub)"
+	case "fleet":
+		return "Idle fleet, reconnect storm, agent at rest"
+	}
+	return s
+}
+
+// Statistics.
+
+func median(xs []float64) float64 { return quantile(xs, 0.5) }
+
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	i := q * float64(len(s)-1)
+	lo := int(math.Floor(i))
+	hi := int(math.Ceil(i))
+	return s[lo] + (s[hi]-s[lo])*(i-float64(lo))
+}
+
+func spread(xs []float64) string {
+	if len(xs) == 0 {
+		return ""
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return fmt.Sprintf("%s–%s", fmtValue(s[0], ""), fmtValue(s[len(s)-1], ""))
+}
