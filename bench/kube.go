@@ -31,10 +31,10 @@ const (
 // buildTether builds the tether binary the agents run.
 func buildTether(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "tether")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/tether")
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/tetherhq/tether/cmd/tether")
 	cmd.Stderr = os.Stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/tether (run the bench from the repository's root): %w", err)
+		return "", fmt.Errorf("go build ./cmd/tether : %w", err)
 	}
 	return bin, nil
 }
@@ -73,7 +73,15 @@ func writeHubCert(dir string) (hubFiles, error) {
 	return f, nil
 }
 
-func benchKube(ctx context.Context, r *report, dir string) error {
+// kubeOpts size the Kubernetes part.
+type kubeOpts struct {
+	gets      int           // alternated pairs of small GETs, one in flight
+	blocks200 int           // alternated 2 s blocks at 200 requests a second
+	lists     int           // alternated pairs of each list, the first a warm-up
+	agentRest time.Duration // how long the agent rests before its RSS is read
+}
+
+func benchKube(ctx context.Context, r *report, dir string, o kubeOpts) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -147,15 +155,15 @@ func benchKube(ctx context.Context, r *report, dir string) error {
 	}
 	// The agent at rest: connected, and nothing asked of it for a while but
 	// the hub's probes.
-	time.Sleep(12 * time.Second)
+	time.Sleep(o.agentRest)
 	agentRSS := float64(agentProc.rss()) / (1 << 20)
-	r.add(atMost(figure{Section: "fleet", Name: "agent idle RSS (tether agent, connected, after 12 s at rest)", Value: agentRSS, Unit: "MiB",
+	r.add(atMost(figure{Section: "fleet", Name: fmt.Sprintf("agent idle RSS (tether agent, connected, after %s at rest)", o.agentRest), Value: agentRSS, Unit: "MiB",
 		Detail: "VmRSS of the real tether agent process, TLS to the hub"}, 20))
 
-	if err := smallGets(ctx, r, through, direct); err != nil {
+	if err := smallGets(ctx, r, through, direct, o); err != nil {
 		return err
 	}
-	if err := bigLists(ctx, r, through, direct); err != nil {
+	if err := bigLists(ctx, r, through, direct, o.lists); err != nil {
 		return err
 	}
 	time.Sleep(5 * time.Second)
@@ -245,14 +253,14 @@ func (c *client) get(ctx context.Context, path string) (int64, error) {
 	return n, nil
 }
 
-func smallGets(ctx context.Context, r *report, through, direct *client) error {
+func smallGets(ctx context.Context, r *report, through, direct *client, o kubeOpts) error {
 	const path = "/api/v1/namespaces/" + benchNS + "/configmaps/small"
 	through.init(false)
 	direct.init(false)
 	clients := []*client{through, direct}
 	lat := [2][]float64{}
 	// One in flight, alternating request by request.
-	for i := range 1200 {
+	for i := range o.gets {
 		for j := range 2 {
 			k := (i + j) % 2
 			t := time.Now()
@@ -268,7 +276,7 @@ func smallGets(ctx context.Context, r *report, through, direct *client) error {
 	// 200 requests a second, open loop, alternating in 2 s blocks.
 	lat = [2][]float64{}
 	var errs int
-	for block := range 8 {
+	for block := range o.blocks200 {
 		k := block % 2
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -314,7 +322,7 @@ func addGet(r *report, name string, lat [2][]float64, budget bool) {
 	r.add(g)
 }
 
-func bigLists(ctx context.Context, r *report, through, direct *client) error {
+func bigLists(ctx context.Context, r *report, through, direct *client, pairs int) error {
 	const path = "/api/v1/namespaces/" + benchNS + "/configmaps"
 	for _, noGzip := range []bool{false, true} {
 		through.init(noGzip)
@@ -323,7 +331,7 @@ func bigLists(ctx context.Context, r *report, through, direct *client) error {
 		var times [2][]float64
 		var ratios []float64
 		var size int64
-		for i := range 9 {
+		for i := range pairs {
 			var got [2]float64
 			for j := range 2 {
 				k := (i + j) % 2

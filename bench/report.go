@@ -43,6 +43,9 @@ type figure struct {
 	Budget string `json:"budget,omitempty"`
 	// Pass is whether the budget holds; nil without a budget.
 	Pass *bool `json:"pass,omitempty"`
+
+	limit   float64 // the budget's number
+	atLeast bool    // the budget is a minimum
 }
 
 func (r *report) add(f figure) {
@@ -54,13 +57,32 @@ func (r *report) add(f figure) {
 func atLeast(f figure, min float64) figure {
 	ok := f.Value >= min
 	f.Budget, f.Pass = "≥ "+fmtValue(min, f.Unit), &ok
+	f.limit, f.atLeast = min, true
 	return f
 }
 
 func atMost(f figure, max float64) figure {
 	ok := f.Value <= max
 	f.Budget, f.Pass = "≤ "+fmtValue(max, f.Unit), &ok
+	f.limit = max
 	return f
+}
+
+// lenient is the bound CI checks instead of the budget: half as strict. A
+// minimum is halved; a maximum ratio keeps its 1 and doubles the rest (1.15×
+// becomes 1.3×); any other maximum doubles.
+func (f figure) lenient() (bound float64, ok bool) {
+	switch {
+	case f.Pass == nil:
+		return 0, true
+	case f.atLeast:
+		return f.limit / 2, f.Value >= f.limit/2
+	case f.Unit == "×":
+		b := 1 + 2*(f.limit-1)
+		return b, f.Value <= b
+	default:
+		return 2 * f.limit, f.Value <= 2*f.limit
+	}
 }
 
 func fmtValue(v float64, unit string) string {

@@ -219,12 +219,24 @@ func bulk(p path, n int, d time.Duration) (mbps, cpuPerGiB float64, err error) {
 	return bytes / t1.Sub(t0).Seconds() / 1e6, (c1 - c0).Seconds() / (bytes / (1 << 30)), nil
 }
 
-func benchTunnel(ctx context.Context, r *report, dir string, rounds int) error {
+// tunnelOpts size the tunnel part: the full bench, or CI's short check.
+type tunnelOpts struct {
+	rounds    int           // alternated rounds of each throughput case
+	d         time.Duration // how long each throughput case reads
+	rttBlocks int           // alternated blocks of 200 echoes
+	tls       bool          // also measure with production TLS
+}
+
+func benchTunnel(ctx context.Context, r *report, dir string, o tunnelOpts) error {
 	s, err := newTunnelSetup(dir)
 	if err != nil {
 		return err
 	}
-	for _, withTLS := range []bool{false, true} {
+	modes := []bool{false}
+	if o.tls {
+		modes = append(modes, true)
+	}
+	for _, withTLS := range modes {
 		paths, stop, err := s.paths(ctx, withTLS)
 		if err != nil {
 			return err
@@ -233,9 +245,9 @@ func benchTunnel(ctx context.Context, r *report, dir string, rounds int) error {
 		if withTLS {
 			section = "tunnel-tls"
 		}
-		err = throughput(ctx, r, section, paths, rounds)
+		err = throughput(ctx, r, section, paths, o)
 		if err == nil && !withTLS {
-			err = roundTrips(ctx, r, paths)
+			err = roundTrips(ctx, r, paths, o.rttBlocks)
 		}
 		stop()
 		if err != nil {
@@ -245,8 +257,8 @@ func benchTunnel(ctx context.Context, r *report, dir string, rounds int) error {
 	return nil
 }
 
-func throughput(ctx context.Context, r *report, section string, paths []path, rounds int) error {
-	const d = 2 * time.Second
+func throughput(ctx context.Context, r *report, section string, paths []path, o tunnelOpts) error {
+	rounds, d := o.rounds, o.d
 	for _, n := range []int{1, 32} {
 		mb := map[string][]float64{}
 		cpu := map[string][]float64{}
@@ -309,8 +321,8 @@ func plural(n int) string {
 // roundTrips measures 1 KiB echoes on one open connection, and the time to
 // open a connection and get a first echo back, alternating the paths in
 // blocks.
-func roundTrips(ctx context.Context, r *report, paths []path) error {
-	const blocks, perBlock = 10, 200
+func roundTrips(ctx context.Context, r *report, paths []path, blocks int) error {
+	const perBlock = 200
 	conns := map[string]net.Conn{}
 	for _, p := range paths {
 		c, err := p.dial()

@@ -111,16 +111,18 @@ func (h *Hub) serveConn(c *agentConn) {
 	h.metrics.connects.WithLabelValues("accepted").Inc()
 	h.log.Info(fmt.Sprintf("The agent of %q connected (Tether %s)", c.name, c.agentVersion), "agent", c.name, "remote", c.remote)
 
+	// An idle agent costs the hub four goroutines: this one, which reads
+	// the control stream; the accept loop; and yamux's two. Heartbeats and
+	// probes run on timers (docs/decisions/005-performance.md).
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(context.Background())
-	wg.Add(2)
-	go func() { defer wg.Done(); c.end(c.readControl()) }()
+	wg.Add(1)
 	go func() { defer wg.Done(); c.acceptStreams(ctx) }() // the control stream says why a connection ended
-	// Heartbeats and probes run on timers: no goroutine waits for them
-	// while the agent is idle.
 	pings, silence := c.startHeartbeat()
 	probes := h.startProbes(ctx, c)
-	<-c.done
+	// readControl returns once the session ends, whoever ends it: every
+	// end closes the session.
+	c.end(c.readControl())
 	cancel()
 	pings.Stop()
 	silence.Stop()
@@ -141,13 +143,23 @@ func (h *Hub) serveConn(c *agentConn) {
 	}
 }
 
-// end marks the connection as ending, for the reason err. Only the first
-// reason counts.
-func (c *agentConn) end(err error) {
+// end marks the connection as ending, for the reason err, and closes its
+// session. Only the first reason counts.
+func (c *agentConn) end(err error) { c.endClosing(err, 1000, "") }
+
+// endClosing is end with a WebSocket close code and reason for the peer
+// (1000 and "" send none). The reason is recorded before the session
+// closes, so it wins over the errors the closing causes.
+func (c *agentConn) endClosing(err error, code int, reason string) {
 	c.closeOnce.Do(func() {
 		c.why = err
 		close(c.done)
 	})
+	if code == 1000 && reason == "" {
+		c.sess.Close()
+		return
+	}
+	c.sess.CloseWithReason(code, reason)
 }
 
 func (c *agentConn) send(m protocol.Message) error {
@@ -171,8 +183,7 @@ func (c *agentConn) goAway(kind goAwayKind, delay time.Duration) {
 		code, why = closeRemoved, errors.New("the agents list no longer admits it")
 	}
 	c.send(m)
-	c.end(why)
-	c.sess.CloseWithReason(code, m.Reason)
+	c.endClosing(why, code, m.Reason)
 }
 
 // readControl handles what the agent says on the control stream.
@@ -246,8 +257,7 @@ func (c *agentConn) startHeartbeat() (pings, silence *timerLoop) {
 		if quiet <= limit {
 			return limit - quiet + time.Millisecond, true
 		}
-		c.end(fmt.Errorf("nothing from the agent in %d s", int(limit.Round(time.Second).Seconds())))
-		c.sess.CloseWithReason(closeSilent, "no heartbeat")
+		c.endClosing(fmt.Errorf("nothing from the agent in %d s", int(limit.Round(time.Second).Seconds())), closeSilent, "no heartbeat")
 		return 0, false
 	})
 	return pings, silence
