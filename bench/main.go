@@ -63,9 +63,15 @@ func main() {
 		}
 		log.Printf("bench: %s took %s", name, time.Since(began).Round(time.Second))
 	}
-	run("tunnel", func() error { return benchTunnel(ctx, r, filepath.Join(dir, "tunnel"), tunnelOpts{rounds: *rounds, d: 2 * time.Second, rttBlocks: 10, tls: true}) })
-	run("kube", func() error { return benchKube(ctx, r, filepath.Join(dir, "kube"), kubeOpts{gets: 1200, blocks200: 8, lists: 9, agentRest: 12 * time.Second}) })
-	run("fleet", func() error { return benchFleet(ctx, r, filepath.Join(dir, "fleet"), fleetOpts{sizes: []int{1000, *fleetN}, settle: 15 * time.Second, storm: true}) })
+	run("tunnel", func() error {
+		return benchTunnel(ctx, r, filepath.Join(dir, "tunnel"), tunnelOpts{rounds: *rounds, d: 2 * time.Second, rttBlocks: 10, tls: true})
+	})
+	run("kube", func() error {
+		return benchKube(ctx, r, filepath.Join(dir, "kube"), kubeOpts{gets: 1200, blocks200: 8, lists: 9, agentRest: 12 * time.Second})
+	})
+	run("fleet", func() error {
+		return benchFleet(ctx, r, filepath.Join(dir, "fleet"), fleetOpts{sizes: []int{1000, *fleetN}, settle: 15 * time.Second, storm: true})
+	})
 	r.Finished = time.Now().UTC()
 	if err := r.write(*md, *js); err != nil {
 		log.Fatal(err)

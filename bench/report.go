@@ -15,11 +15,11 @@ import (
 
 // report is everything one run measured.
 type report struct {
-	Started  time.Time `json:"started"`
-	Finished time.Time `json:"finished"`
+	Started  time.Time   `json:"started"`
+	Finished time.Time   `json:"finished"`
 	Machine  machineInfo `json:"machine"`
-	Figures  []figure  `json:"figures"`
-	Failures []string  `json:"failures,omitempty"`
+	Figures  []figure    `json:"figures"`
+	Failures []string    `json:"failures,omitempty"`
 }
 
 type machineInfo struct {
