@@ -42,7 +42,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.1
 OUT     ?= bin/tether-static
 STATIC_LDFLAGS = -s -w -X github.com/tetherhq/tether/internal/version.Version=$(VERSION)
 
-.PHONY: dev test kube helm chromium vet unit fuzz build static bench-inventory soak
+.PHONY: dev test kube helm chromium vet unit perf-check fuzz build static bench bench-inventory soak
 
 ## dev: run a local API server, a hub and an agent (tether dev).
 dev:
@@ -52,8 +52,16 @@ dev:
 build:
 	$(GO) build -o bin/tether ./cmd/tether
 
-## test: everything CI runs: the Kubernetes build (cached), vet, the tests with -race, and a short fuzz of every target.
-test: kube helm chromium vet unit fuzz
+## test: everything CI runs: the Kubernetes build (cached), vet, the tests with -race, the short performance check, and a short fuzz of every target.
+test: kube helm chromium vet unit perf-check fuzz
+
+## bench: the full performance suite (about 7 minutes); writes docs/PERFORMANCE.md and bench/results.json.
+bench:
+	$(GO) run ./bench
+
+## perf-check: a short version of the bench, with bounds half as strict as the budgets. Without -race, which slows the tunnel tenfold.
+perf-check:
+	$(GO) test -tags perfcheck -count=1 -timeout 10m ./bench
 
 ## bench-inventory: 10,000 pods in a real API server: the agent's RSS, the hub's memory for the cluster, the snapshot's time.
 bench-inventory: kube
@@ -81,7 +89,8 @@ chromium:
 
 vet:
 	$(GO) vet ./...
-	@test -z "$$(gofmt -l cmd internal test)" || { echo "gofmt needed:"; gofmt -l cmd internal test; exit 1; }
+	$(GO) vet -tags perfcheck ./bench
+	@test -z "$$(gofmt -l cmd internal test bench)" || { echo "gofmt needed:"; gofmt -l cmd internal test bench; exit 1; }
 
 unit:
 	$(GO) test -race -count=1 -timeout 30m ./...
