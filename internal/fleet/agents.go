@@ -274,6 +274,9 @@ func (a *Agents) Lookup(name string) (Agent, bool) {
 // List returns every entry, in the list's order.
 func (a *Agents) List() []Agent { return slices.Clone(a.snapshot().list) }
 
+// Len is the number of agents in the list, without copying it.
+func (a *Agents) Len() int { return len(a.snapshot().list) }
+
 // Authenticate returns the entry called name if token is one of its tokens. An unknown name
 // costs the same work as a wrong token (a hash and two constant-time comparisons against a dummy
 // entry), so the answer's timing doesn't tell which names exist.

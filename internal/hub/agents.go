@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +33,15 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 		h.metrics.connects.WithLabelValues("unauthorized").Inc()
 		h.logRefusal(name, r.RemoteAddr, "with a token that doesn't match")
 		http.Error(w, "This hub doesn't know this agent's name and token.", http.StatusUnauthorized)
+		return
+	}
+	if !h.admission.allow(time.Now(), admitRate(h.cfg.Agents.Len())) {
+		h.metrics.connects.WithLabelValues("paced").Inc()
+		// Come back within the reconnect spread, at a random second, so
+		// the ones held back now don't all return in the same second.
+		wait := 1 + int(h.cfg.Random()*h.cfg.ReconnectSpread.Seconds())
+		w.Header().Set("Retry-After", strconv.Itoa(wait))
+		http.Error(w, "The hub is taking many agents back at once; try again after Retry-After.", http.StatusServiceUnavailable)
 		return
 	}
 	h.mu.Lock()

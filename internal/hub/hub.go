@@ -68,10 +68,11 @@ type Config struct {
 
 // Hub admits agents and keeps the state of every cluster.
 type Hub struct {
-	cfg      Config
-	log      *slog.Logger
-	metrics  *metrics
-	refusals *limiter
+	cfg       Config
+	log       *slog.Logger
+	metrics   *metrics
+	refusals  *limiter
+	admission admission // paces agents' connections
 
 	proxy *httputil.ReverseProxy
 
@@ -90,6 +91,9 @@ type Hub struct {
 	status map[string]*clusterStatus
 	lastCA map[string]string // SHA-256 of the CA each agent sent last, to warn when it changes
 }
+
+// goAwayWorkers is how many agents a stopping hub says goodbye to at once.
+const goAwayWorkers = 64
 
 // New returns a Hub. Call Close to disconnect its agents.
 func New(cfg Config) (*Hub, error) {
@@ -214,17 +218,29 @@ func (h *Hub) Close() error {
 		conns = append(conns, c)
 	}
 	h.mu.Unlock()
-	// Say goodbye to every agent at once: one slow peer must not hold up
-	// the others' goaways.
+	// Say goodbye to the agents from a few goroutines at once: one slow
+	// peer must not hold up the others' goaways, and 10,000 goroutines
+	// closing at once left the hub thrashing for a minute on 2 cores
+	// (docs/decisions/005-performance.md).
 	var wg sync.WaitGroup
-	for _, c := range conns {
-		delay := time.Duration(h.cfg.Random() * float64(h.cfg.ReconnectSpread))
+	type goodbye struct {
+		c     *agentConn
+		delay time.Duration
+	}
+	next := make(chan goodbye)
+	for range min(len(conns), goAwayWorkers) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c.goAway(goAwayShutdown, delay)
+			for g := range next {
+				g.c.goAway(goAwayShutdown, g.delay)
+			}
 		}()
 	}
+	for _, c := range conns {
+		next <- goodbye{c, time.Duration(h.cfg.Random() * float64(h.cfg.ReconnectSpread))}
+	}
+	close(next)
 	wg.Wait()
 	h.conns.Wait()
 	return nil
