@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 
 func TestPerfTunnel(t *testing.T) {
 	checkPart(t, func(ctx context.Context, r *report, dir string) error {
-		return benchTunnel(ctx, r, dir, tunnelOpts{rounds: 3, d: time.Second, rttBlocks: 3})
+		return benchTunnel(ctx, r, dir, tunnelOpts{rounds: 3, d: 700 * time.Millisecond, rttBlocks: 2})
 	})
 }
 
@@ -40,7 +40,7 @@ func TestPerfIdleFleet(t *testing.T) {
 
 func TestPerfKubernetesPath(t *testing.T) {
 	checkPart(t, func(ctx context.Context, r *report, dir string) error {
-		return benchKube(ctx, r, dir, kubeOpts{gets: 300, blocks200: 2, lists: 4, agentRest: 2 * time.Second})
+		return benchKube(ctx, r, dir, kubeOpts{gets: 200, blocks200: 2, lists: 3, agentRest: time.Second})
 	})
 }
 
