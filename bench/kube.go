@@ -85,15 +85,26 @@ func benchKube(ctx context.Context, r *report, dir string, o kubeOpts) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	bin, err := buildTether(ctx, dir)
-	if err != nil {
-		return err
+	// Build the agent while the API server starts.
+	type built struct {
+		bin string
+		err error
 	}
+	building := make(chan built, 1)
+	go func() {
+		bin, err := buildTether(ctx, dir)
+		building <- built{bin, err}
+	}()
 	cluster, err := localkube.Start(ctx, localkube.Config{TempDir: dir})
+	b := <-building
 	if err != nil {
 		return fmt.Errorf("start the API server: %w", err)
 	}
 	defer cluster.Close()
+	if b.err != nil {
+		return b.err
+	}
+	bin := b.bin
 	if err := prepareCluster(ctx, cluster); err != nil {
 		return err
 	}

@@ -40,7 +40,7 @@ func TestPerfIdleFleet(t *testing.T) {
 
 func TestPerfKubernetesPath(t *testing.T) {
 	checkPart(t, func(ctx context.Context, r *report, dir string) error {
-		return benchKube(ctx, r, dir, kubeOpts{gets: 200, blocks200: 2, lists: 3, agentRest: time.Second})
+		return benchKube(ctx, r, dir, kubeOpts{gets: 200, blocks200: 2, lists: 4, agentRest: time.Second})
 	})
 }
 
@@ -59,10 +59,9 @@ var guards = []struct {
 	{"1 KiB echo round trip, p50", 400},               // lenient 240 µs; measured 220–253 µs
 	{"hub heap + stacks per agent", 96},               // lenient 64 KiB; measured 64–68 KiB
 	{"hub RSS per agent", 128},                        // lenient 64 KiB; measured 88–104 KiB
-	{"hub goroutines per agent", 6},                   // lenient 6; measured 4
 	{"small GET, 1 in flight, p50", 2.5},              // lenient 0.8 ms; measured 0.77–1.4 ms
 	{"small GET, 1 in flight, p99", 2.5},              // lenient 1.6×; measured 0.88–1.67×
-	{"21 MB list, gzip", 2.0},                         // lenient 1.3×; measured 0.65–1.48×
+	{"21 MB list, gzip", 2.7},                         // lenient 1.3×; measured 0.65–1.81×
 	{"21 MB list, no gzip", 3.5},                      // lenient 2.2×; measured 1.92–2.34×
 }
 
