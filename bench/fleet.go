@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -300,12 +301,14 @@ func storm(ctx context.Context, r *report, f *fleetRun, n int) error {
 		return err
 	}
 	t0 := time.Now()
-	if os.Getenv("BENCH_DUMP") != "" {
-		// For finding what a slow shutdown waits for: the stacks go to the
-		// hub's log.
+	if s, err := strconv.Atoi(os.Getenv("BENCH_DUMP")); err == nil {
+		// For finding what a slow shutdown waits for: BENCH_DUMP=s kills
+		// the hub with SIGQUIT s seconds into its shutdown, and its stacks
+		// go to its log.
+		old := f.hub
 		go func() {
-			time.Sleep(6 * time.Second)
-			f.hub.cmd.Process.Signal(syscall.SIGQUIT)
+			time.Sleep(time.Duration(s) * time.Second)
+			old.cmd.Process.Signal(syscall.SIGQUIT) // if it has not exited yet
 		}()
 	}
 	f.hub.stop(60 * time.Second)
