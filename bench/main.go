@@ -73,6 +73,15 @@ func main() {
 		return benchFleet(ctx, r, filepath.Join(dir, "fleet"), fleetOpts{sizes: []int{1000, *fleetN}, settle: 15 * time.Second, storm: true})
 	})
 	r.Finished = time.Now().UTC()
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		r.Notes = append(r.Notes, "Load average at the end: "+strings.Join(strings.Fields(string(b))[:3], " ")+". The machine is shared: absolute figures move with its load; the ratios and added times compare runs made side by side.")
+	}
+	if parts["fleet"] {
+		r.Notes = append(r.Notes, "The simulated fleet's agents stream no inventory; a real agent's inventory stream adds a goroutine and the stream's buffers on the hub. They run in separate processes on the same 2 cores as the hub, so the reconnect storm's time includes the old hub closing 10,000 connections while their agents react at the same time.")
+	}
+	if parts["kube"] {
+		r.Notes = append(r.Notes, "The agent at rest runs its inventory (client-go dynamic informers) against the local API server.")
+	}
 	if err := r.write(*md, *js); err != nil {
 		log.Fatal(err)
 	}

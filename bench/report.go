@@ -20,6 +20,7 @@ type report struct {
 	Machine  machineInfo `json:"machine"`
 	Figures  []figure    `json:"figures"`
 	Failures []string    `json:"failures,omitempty"`
+	Notes    []string    `json:"notes,omitempty"`
 }
 
 type machineInfo struct {
@@ -112,6 +113,8 @@ func machine() machineInfo {
 		m.Kernel = strings.TrimSpace(string(out))
 	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		// Other work on the machine: the figures are comparable only
+		// within a run.
 		m.LoadStart = strings.Join(strings.Fields(string(b))[:3], " ")
 	}
 	return m
@@ -165,6 +168,13 @@ func (r *report) write(mdPath, jsonPath string) error {
 		fmt.Fprintf(&b, "## Budgets not met in this run\n\n")
 		for _, f := range failed {
 			fmt.Fprintf(&b, "- %s\n", f)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Notes) > 0 {
+		fmt.Fprintf(&b, "## Notes\n\n")
+		for _, n := range r.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
 		}
 		b.WriteString("\n")
 	}
