@@ -57,14 +57,14 @@ func (r *report) add(f figure) {
 // atLeast and atMost make a figure with a budget.
 func atLeast(f figure, min float64) figure {
 	ok := f.Value >= min
-	f.Budget, f.Pass = "≥ "+fmtValue(min, f.Unit), &ok
+	f.Budget, f.Pass = "≥ "+fmtValue(min, f.Unit)+" "+f.Unit, &ok
 	f.limit, f.atLeast = min, true
 	return f
 }
 
 func atMost(f figure, max float64) figure {
 	ok := f.Value <= max
-	f.Budget, f.Pass = "≤ "+fmtValue(max, f.Unit), &ok
+	f.Budget, f.Pass = "≤ "+fmtValue(max, f.Unit)+" "+f.Unit, &ok
 	f.limit = max
 	return f
 }
