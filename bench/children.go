@@ -18,6 +18,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/tunnel"
 )
@@ -164,6 +165,7 @@ func tunnelAgent(ctx context.Context, args []string) error {
 	url := fs.String("url", "", "the hub's WebSocket")
 	target := fs.String("target", "", "where streams go")
 	ca := fs.String("ca", "", "the hub's CA, for wss")
+	plainCopy := fs.Bool("plain-copy", false, "relay with io.Copy both ways, not the agent's Splice (for A/B runs)")
 	fs.Parse(args)
 	var opts tunnel.DialOptions
 	if *ca != "" {
@@ -191,7 +193,11 @@ func tunnelAgent(ctx context.Context, args []string) error {
 			if err != nil {
 				return
 			}
-			splice(st, api)
+			if *plainCopy {
+				splice(st, api)
+				return
+			}
+			agent.Splice(st, api) // the agent's own relay
 		}()
 	}
 }

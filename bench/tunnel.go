@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"os"
 	"path/filepath"
@@ -160,6 +161,25 @@ func (s *tunnelSetup) paths(ctx context.Context, withTLS bool) ([]path, func(), 
 		stop()
 		return nil, nil, err
 	}
+	var extra []path
+	if os.Getenv("BENCH_AB") != "" {
+		// A second tunnel whose agent relays with plain io.Copy, to compare.
+		th2, err := start("hub-b", append(hubArgs, innerCA...)...)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		args2 := []string{"tunnel-agent", "-plain-copy", "-url", th2.ready[0], "-target", ln.Addr().String()}
+		if withTLS {
+			args2 = append(args2, "-ca", s.caFile)
+		}
+		ta2, err := start("agent-b", args2...)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		extra = append(extra, path{name: "tunnel-b", dial: func() (net.Conn, error) { return net.Dial("tcp", th2.ready[1]) }, procs: []*child{th2, ta2}})
+	}
 	tcp := func(addr string) func() (net.Conn, error) {
 		return func() (net.Conn, error) { return net.Dial("tcp", addr) }
 	}
@@ -167,11 +187,11 @@ func (s *tunnelSetup) paths(ctx context.Context, withTLS bool) ([]path, func(), 
 	if withTLS {
 		direct = func() (net.Conn, error) { return tls.Dial("tcp", ln.Addr().String(), s.client) }
 	}
-	return []path{
+	return append([]path{
 		{name: "direct", dial: direct},
 		{name: "relay", dial: tcp(relayA.ready[0]), procs: []*child{relayA, relayB}},
 		{name: "tunnel", dial: tcp(th.ready[1]), procs: []*child{th, ta}},
-	}, stop, nil
+	}, extra...), stop, nil
 }
 
 // bulk reads from the sink over n connections for d after a warm-up, and
@@ -281,6 +301,9 @@ func throughput(ctx context.Context, r *report, section string, paths []path, o 
 			}
 			vsDirect = append(vsDirect, got["tunnel"]/got["direct"])
 			vsRelay = append(vsRelay, got["tunnel"]/got["relay"])
+		}
+		for _, p := range paths {
+			log.Printf("bench: %s, %d streams, %s: %.0f MB/s, %.2f CPU-s/GiB (medians)", section, n, p.name, median(mb[p.name]), median(cpu[p.name]))
 		}
 		detail := fmt.Sprintf("MB/s: tunnel %.0f, direct %.0f, relay %.0f; ratio per round %s",
 			median(mb["tunnel"]), median(mb["direct"]), median(mb["relay"]), spread(vsDirect))
