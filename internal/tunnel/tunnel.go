@@ -184,11 +184,17 @@ type DialOptions struct {
 	Proxy func(*http.Request) (*url.URL, error)
 }
 
-// dialBuffer is the agent's WebSocket buffer size. With gorilla's 4 KiB
-// default every 32 KiB write becomes 8 masked frames; 64 KiB halves the CPU
-// an agent spends per byte sent (decision 001). The hub keeps the default:
-// it pays per agent.
-const dialBuffer = 64 << 10
+// The agent's WebSocket buffer sizes. gorilla's client splits each message
+// into frames of its write buffer's size: with its 4 KiB default every
+// 32 KiB write became 8 masked frames, and 64 KiB halved the CPU an agent
+// spends per byte sent (decision 001). The agent now writes frames of up to
+// 256 KiB (its relay's reads), and 128 KiB takes them in two WebSocket
+// frames instead of four (decision 005). The hub keeps the defaults: it
+// pays per agent.
+const (
+	dialReadBuffer  = 64 << 10
+	dialWriteBuffer = 128 << 10
+)
 
 // Dial connects to a hub's WebSocket at url (ws:// or wss://). Redirects are
 // not followed. When the server answers the upgrade with anything but 101,
@@ -198,8 +204,8 @@ func Dial(ctx context.Context, url string, opts DialOptions, cfg Config) (*Sessi
 	d := websocket.Dialer{
 		Proxy:           opts.Proxy,
 		TLSClientConfig: opts.TLSConfig,
-		ReadBufferSize:  dialBuffer,
-		WriteBufferSize: dialBuffer,
+		ReadBufferSize:  dialReadBuffer,
+		WriteBufferSize: dialWriteBuffer,
 	}
 	ws, resp, err := d.DialContext(ctx, url, opts.Header)
 	if resp != nil && resp.Body != nil {
