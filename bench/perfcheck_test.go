@@ -60,7 +60,7 @@ var guards = []struct {
 	{"hub heap + stacks per agent", 96},               // lenient 64 KiB; measured 64–68 KiB
 	{"hub RSS per agent", 128},                        // lenient 64 KiB; measured 88–104 KiB
 	{"small GET, 1 in flight, p50", 2.5},              // lenient 0.8 ms; measured 0.77–1.4 ms
-	{"small GET, 1 in flight, p99", 2.5},              // lenient 1.6×; measured 0.88–1.67×
+	{"small GET, 1 in flight, p99", 3.0},              // lenient 1.6×; measured 0.57–1.67×, once over 2.5 in CI
 	{"21 MB list, gzip", 2.7},                         // lenient 1.3×; measured 0.65–1.81×
 	{"21 MB list, no gzip", 3.5},                      // lenient 2.2×; measured 1.92–2.34×
 }
@@ -108,6 +108,9 @@ func checkPart(t *testing.T, part func(context.Context, *report, string) error) 
 				continue
 			}
 			failed++
+			if attempt == 1 {
+				t.Logf("%s: %s %s, outside its CI bound %s, %s", f.Name, fmtValue(f.Value, f.Unit), f.Unit, fmtValue(bound, f.Unit), kind)
+			}
 			if attempt == 2 {
 				t.Errorf("%s: %s %s twice; the budget is %s and CI allows %s, %s (%s)", f.Name, fmtValue(f.Value, f.Unit), f.Unit, f.Budget, fmtValue(bound, f.Unit), kind, f.Detail)
 			}
