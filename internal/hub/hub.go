@@ -47,7 +47,9 @@ type Config struct {
 	Tunnel tunnel.Config
 	// Registerer takes the hub's metrics. Nil means a private registry.
 	Registerer prometheus.Registerer
-	// Random returns a number in [0, 1), for the reconnect spread.
+	// Random returns a number in [0, 1), for the reconnect spread and the
+	// Retry-After of agents held back by the pace; it must be safe for
+	// concurrent use.
 	Random func() float64
 	// Auth says who people's requests are from. Nil means the hub serves
 	// agents only: no /clusters or /api/kubeconfig.
