@@ -136,6 +136,16 @@ func (r *report) write(mdPath, jsonPath string) error {
 	fmt.Fprintf(&b, "- Date: %s to %s\n", r.Started.Format("2006-01-02 15:04 MST"), r.Finished.Format("15:04 MST"))
 	fmt.Fprintf(&b, "- Machine: %s, %d cores, Linux %s, load average at start %s (shared with other work)\n", r.Machine.CPU, r.Machine.Cores, r.Machine.Kernel, r.Machine.LoadStart)
 	fmt.Fprintf(&b, "- Go: %s\n\n", r.Machine.Go)
+	met, budgets := 0, 0
+	for _, f := range r.Figures {
+		if f.Pass != nil {
+			budgets++
+			if *f.Pass {
+				met++
+			}
+		}
+	}
+	fmt.Fprintf(&b, "**%d of %d budgeted figures met their budget in this run**; the ones missed are listed at the end.\n\n", met, budgets)
 	sections := []string{}
 	seen := map[string]bool{}
 	for _, f := range r.Figures {
