@@ -45,7 +45,7 @@ func TestPerfKubernetesPath(t *testing.T) {
 }
 
 // guards are the CI bounds of the figures that miss even the lenient bound
-// on this machine today (docs/PERFORMANCE.md, docs/decisions/007): for them
+// on this machine today (docs/PERFORMANCE.md, docs/decisions/008): for them
 // CI guards today's level with room for the machine's noise, about 1.5
 // times the worst of the runs on 2026-11-29, so a regression still fails
 // while the budget is not yet met. Each is found by a part of the figure's

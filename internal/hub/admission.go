@@ -8,7 +8,7 @@ import (
 // admission paces agents' connections: at most a number a second, so a hub
 // that restarts under a large fleet takes it back in waves, and no second
 // carries much more than a twentieth of the fleet (the budget is a tenth:
-// docs/decisions/007-performance.md). An agent over the pace is answered
+// docs/decisions/008-performance.md). An agent over the pace is answered
 // 503 with a Retry-After, which agents honour (SPEC section 1).
 type admission struct {
 	mu     sync.Mutex // guards the following

@@ -113,7 +113,7 @@ func (h *Hub) serveConn(c *agentConn) {
 
 	// An idle agent costs the hub four goroutines: this one, which reads
 	// the control stream; the accept loop; and yamux's two. Heartbeats and
-	// probes run on timers (docs/decisions/007-performance.md).
+	// probes run on timers (docs/decisions/008-performance.md).
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(context.Background())
 	wg.Add(1)
@@ -365,7 +365,7 @@ func (c *agentConn) newTransport() *http.Transport {
 		// client that asks for no compression gets the API server's gzip
 		// undone by the hub: the API server compresses, the hub
 		// decompresses, and a 21 MB list took 7 times as long as direct
-		// (docs/decisions/007-performance.md).
+		// (docs/decisions/008-performance.md).
 		DisableCompression: true,
 		// Redirects are never followed: the transport doesn't, and callers
 		// use no http.Client that would.

@@ -223,7 +223,7 @@ func (h *Hub) Close() error {
 	// Say goodbye to the agents from a few goroutines at once: one slow
 	// peer must not hold up the others' goaways, and 10,000 goroutines
 	// closing at once left the hub thrashing for a minute on 2 cores
-	// (docs/decisions/007-performance.md).
+	// (docs/decisions/008-performance.md).
 	var wg sync.WaitGroup
 	type goodbye struct {
 		c     *agentConn

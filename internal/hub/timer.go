@@ -9,7 +9,7 @@ import (
 // returns, until f says stop or Stop is called. Between runs no goroutine
 // waits: each run gets one of its own from time.AfterFunc, for as long as f
 // takes. An idle agent's heartbeat and probes cost the hub two timers, not
-// two parked goroutines and their stacks (docs/decisions/007-performance.md).
+// two parked goroutines and their stacks (docs/decisions/008-performance.md).
 type timerLoop struct {
 	f func() (next time.Duration, again bool)
 

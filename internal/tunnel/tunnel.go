@@ -54,7 +54,7 @@ func DefaultConfig() Config {
 		OpenTimeout:        30 * time.Second,
 		// yamux allocates the backlog as a channel up front: 1024 cost
 		// 8 KiB per session, on the hub for every idle agent. Streams are
-		// taken from it at once by an accept loop (decision 007).
+		// taken from it at once by an accept loop (decision 008).
 		AcceptBacklog: 256,
 	}
 }
@@ -189,7 +189,7 @@ type DialOptions struct {
 // 32 KiB write became 8 masked frames, and 64 KiB halved the CPU an agent
 // spends per byte sent (decision 001). The agent now writes frames of up to
 // 256 KiB (its relay's reads), and 128 KiB takes them in two WebSocket
-// frames instead of four (decision 007). The hub keeps the defaults: it
+// frames instead of four (decision 008). The hub keeps the defaults: it
 // pays per agent.
 const (
 	dialReadBuffer  = 64 << 10
@@ -222,7 +222,7 @@ func Dial(ctx context.Context, url string, opts DialOptions, cfg Config) (*Sessi
 // net/http already has for the request (decision 001). Writes take a 4 KiB
 // buffer from writeBuffers for the length of one message, so an idle agent
 // holds no write buffer: 4 KiB less per agent than keeping net/http's
-// (decision 007). Origins are not checked: agents are not browsers, and they
+// (decision 008). Origins are not checked: agents are not browsers, and they
 // are authenticated by the request's token before the upgrade.
 var upgrader = websocket.Upgrader{
 	CheckOrigin:     func(*http.Request) bool { return true },
