@@ -25,11 +25,19 @@ func TestAdmissionPace(t *testing.T) {
 		if !a.allow(t0.Add(time.Duration(i)*time.Millisecond), 3) {
 			t.Fatalf("agent %d of 3 in one second was held back", i+1)
 		}
+		a.welcomed(t0.Add(time.Duration(i) * time.Millisecond))
 	}
 	if a.allow(t0.Add(999*time.Millisecond), 3) {
 		t.Error("a fourth agent in the same second was admitted")
 	}
 	if !a.allow(t0.Add(time.Second), 3) {
 		t.Error("the next second admits again")
+	}
+	// Connections that are never welcomed take no place.
+	var b admission
+	for i := range 10 {
+		if !b.allow(t0.Add(time.Duration(i)*time.Millisecond), 3) {
+			t.Fatalf("connection %d was held back, and none was welcomed", i+1)
+		}
 	}
 }

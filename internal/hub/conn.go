@@ -101,6 +101,7 @@ func (h *Hub) serveConn(c *agentConn) {
 		h.metrics.connected.Inc()
 	}
 	h.mu.Unlock()
+	h.admission.welcomed(time.Now())
 	if prev != nil {
 		h.metrics.takeovers.Inc()
 		h.log.Warn(fmt.Sprintf("The agent of %q was taken over by another agent with the same name and token", c.name),
