@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log"
@@ -34,7 +35,22 @@ func main() {
 		fleetN  = flag.Int("fleet", 10000, "the largest idle fleet")
 		workDir = flag.String("dir", "", "where logs and files go; empty: a new temporary directory")
 	)
+	rewrite := flag.Bool("rewrite", false, "only write the report again from the JSON file's figures")
 	flag.Parse()
+	if *rewrite {
+		b, err := os.ReadFile(*js)
+		if err != nil {
+			log.Fatal(err)
+		}
+		var r report
+		if err := json.Unmarshal(b, &r); err != nil {
+			log.Fatal(err)
+		}
+		if err := r.write(*md, *js); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 

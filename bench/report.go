@@ -166,7 +166,7 @@ func (r *report) write(mdPath, jsonPath string) error {
 				pass = "pass"
 				if !*f.Pass {
 					pass = "**miss**"
-					failed = append(failed, f.Name)
+					failed = append(failed, sectionTitle(f.Section)+": "+f.Name)
 				}
 			}
 			fmt.Fprintf(&b, "| %s | %s %s | %s | %s | %s |\n", f.Name, fmtValue(f.Value, f.Unit), f.Unit, f.Budget, pass, f.Detail)
