@@ -112,9 +112,10 @@ func (h *Hub) serveConn(c *agentConn) {
 	h.metrics.connects.WithLabelValues("accepted").Inc()
 	h.log.Info(fmt.Sprintf("The agent of %q connected (Tether %s)", c.name, c.agentVersion), "agent", c.name, "remote", c.remote)
 
-	// An idle agent costs the hub four goroutines: this one, which reads
-	// the control stream; the accept loop; and yamux's two. Heartbeats and
-	// probes run on timers (docs/decisions/008-performance.md).
+	// An idle agent costs the hub this goroutine, which reads the control
+	// stream, and the accept loop, besides the tunnel's own (yamux's two
+	// and the session's stream expiry). Heartbeats and probes run on
+	// timers (docs/decisions/008-performance.md).
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(context.Background())
 	wg.Add(1)
