@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -173,6 +174,7 @@ func (r *report) write(mdPath, jsonPath string) error {
 		}
 		b.WriteString("\n")
 	}
+	writeInventory(&b, filepath.Join(filepath.Dir(jsonPath), "inventory-results.json"))
 	if len(failed) > 0 {
 		sort.Strings(failed)
 		fmt.Fprintf(&b, "## Budgets not met in this run\n\n")
@@ -196,6 +198,41 @@ func (r *report) write(mdPath, jsonPath string) error {
 		b.WriteString("\n")
 	}
 	return os.WriteFile(mdPath, b.Bytes(), 0o644)
+}
+
+// writeInventory adds the figures of the last `make bench-inventory`
+// (bench/inventory), a separate run: it needs 10,000 pods created first.
+func writeInventory(b *bytes.Buffer, path string) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	var inv struct {
+		Date                     string
+		Pods, PodBytes           int
+		SnapshotSeconds          float64
+		DirectListSeconds        float64
+		ReconnectSnapshotSeconds float64
+		AgentPeakRSSMiB          float64 `json:"agentPeakRssMiB"`
+		HubClusterHeapMiB        float64
+	}
+	if json.Unmarshal(raw, &inv) != nil {
+		return
+	}
+	mark := func(ok bool) string {
+		if ok {
+			return "pass"
+		}
+		return "**miss**"
+	}
+	fmt.Fprintf(b, "## Inventory at scale\n\n")
+	fmt.Fprintf(b, "From `make bench-inventory` (bench/inventory), run separately on %s: %d pods of about %d bytes in the test API server, the real agent\n", inv.Date, inv.Pods, inv.PodBytes)
+	fmt.Fprintf(b, "process, a hub in the bench's process (its heap read before the agent connects and after the snapshot). See docs/decisions/005-inventory.md.\n\n")
+	fmt.Fprintf(b, "| figure | value | budget | | baseline |\n|---|---:|---|---|---|\n")
+	fmt.Fprintf(b, "| agent RSS, peak | %.1f MiB | < 100 MiB | %s | |\n", inv.AgentPeakRSSMiB, mark(inv.AgentPeakRSSMiB < 100))
+	fmt.Fprintf(b, "| hub heap holding the cluster | %.1f MiB | < 40 MiB | %s | |\n", inv.HubClusterHeapMiB, mark(inv.HubClusterHeapMiB < 40))
+	fmt.Fprintf(b, "| snapshot at the hub, agent just started (it lists the cluster first) | %.1f s | < 10 s | %s | one client-go List of the same pods: %.1f s |\n", inv.SnapshotSeconds, mark(inv.SnapshotSeconds < 10), inv.DirectListSeconds)
+	fmt.Fprintf(b, "| snapshot at the hub after a hub restart (informers warm) | %.1f s | < 10 s | %s | |\n\n", inv.ReconnectSnapshotSeconds, mark(inv.ReconnectSnapshotSeconds < 10))
 }
 
 func sectionTitle(s string) string {

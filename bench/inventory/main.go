@@ -185,7 +185,7 @@ func run(ctx context.Context, log *slog.Logger, n int) (*Result, error) {
 		return nil, err
 	}
 	log.Info("done", "agentLog", agentLog.String())
-	res.Pass = res.ReconnectSnapshotSeconds < res.Budgets.SnapshotSeconds && res.AgentPeakRSSMiB < res.Budgets.AgentRSSMiB && res.HubClusterHeapMiB < res.Budgets.HubClusterHeapMiB
+	res.Pass = res.SnapshotSeconds < res.Budgets.SnapshotSeconds && res.ReconnectSnapshotSeconds < res.Budgets.SnapshotSeconds && res.AgentPeakRSSMiB < res.Budgets.AgentRSSMiB && res.HubClusterHeapMiB < res.Budgets.HubClusterHeapMiB
 	return res, nil
 }
 
