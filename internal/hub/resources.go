@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/inventory"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -49,16 +50,27 @@ func parseQuery(r *http.Request) (inventory.Query, error) {
 	return q, nil
 }
 
-// serveResources answers /api/clusters/<name>/resources: one cluster's
-// inventory, as much of it as the person could list themselves.
-func (h *Hub) serveResources(w http.ResponseWriter, r *http.Request) {
+// visiblePerson authenticates an API request about the cluster in its path,
+// answering it when the person can't be known or may not see the cluster
+// (404, as for a cluster that doesn't exist).
+func (h *Hub) visiblePerson(w http.ResponseWriter, r *http.Request) (string, auth.Person, bool) {
 	p, ok := h.person(w, r)
 	if !ok {
-		return
+		return "", auth.Person{}, false
 	}
 	name := r.PathValue("cluster")
 	if _, visible := h.visible(name, p); !visible {
 		http.Error(w, fmt.Sprintf("Tether has no cluster %q.", name), http.StatusNotFound)
+		return "", auth.Person{}, false
+	}
+	return name, p, true
+}
+
+// serveResources answers /api/clusters/<name>/resources: one cluster's
+// inventory, as much of it as the person could list themselves.
+func (h *Hub) serveResources(w http.ResponseWriter, r *http.Request) {
+	name, p, ok := h.visiblePerson(w, r)
+	if !ok {
 		return
 	}
 	q, err := parseQuery(r)
@@ -127,13 +139,8 @@ type GatewayJSON struct {
 
 // serveGateways names the Istio Gateway that serves a host (SPEC section 5).
 func (h *Hub) serveGateways(w http.ResponseWriter, r *http.Request) {
-	p, ok := h.person(w, r)
+	name, p, ok := h.visiblePerson(w, r)
 	if !ok {
-		return
-	}
-	name := r.PathValue("cluster")
-	if _, visible := h.visible(name, p); !visible {
-		http.Error(w, fmt.Sprintf("Tether has no cluster %q.", name), http.StatusNotFound)
 		return
 	}
 	host := r.URL.Query().Get("host")

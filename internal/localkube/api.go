@@ -162,6 +162,12 @@ func object(apiVersion, kind, namespace, name string) map[string]any {
 // different token, all of them valid at once, as when the kubelet renews a
 // pod's token.
 func (c *Cluster) NewServiceAccountToken(ctx context.Context) (string, error) {
+	return c.tokenFor(ctx, Namespace, ServiceAccount)
+}
+
+// tokenFor asks the API server (TokenRequest) for a token of the service
+// account namespace/name, valid for 24 hours.
+func (c *Cluster) tokenFor(ctx context.Context, namespace, name string) (string, error) {
 	req := map[string]any{
 		"apiVersion": "authentication.k8s.io/v1",
 		"kind":       "TokenRequest",
@@ -170,7 +176,7 @@ func (c *Cluster) NewServiceAccountToken(ctx context.Context) (string, error) {
 	var resp struct {
 		Status struct{ Token string }
 	}
-	path := "/api/v1/namespaces/" + Namespace + "/serviceaccounts/" + ServiceAccount + "/token"
+	path := "/api/v1/namespaces/" + namespace + "/serviceaccounts/" + name + "/token"
 	if err := c.Do(ctx, "POST", path, req, &resp); err != nil {
 		return "", err
 	}

@@ -82,14 +82,8 @@ func (c *Cluster) NewServiceAccountDir(ctx context.Context, namespace, name stri
 	}); err != nil {
 		return "", err
 	}
-	req := map[string]any{
-		"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-		"spec": map[string]any{"expirationSeconds": 24 * 60 * 60},
-	}
-	var resp struct {
-		Status struct{ Token string }
-	}
-	if err := c.Do(ctx, "POST", "/api/v1/namespaces/"+namespace+"/serviceaccounts/"+name+"/token", req, &resp); err != nil {
+	token, err := c.tokenFor(ctx, namespace, name)
+	if err != nil {
 		return "", err
 	}
 	dir, err = os.MkdirTemp(c.Dir, "sa-"+name+"-")
@@ -99,7 +93,7 @@ func (c *Cluster) NewServiceAccountDir(ctx context.Context, namespace, name stri
 	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), c.CAPEM, 0o644); err != nil {
 		return "", err
 	}
-	return dir, os.WriteFile(filepath.Join(dir, "token"), []byte(resp.Status.Token), 0o600)
+	return dir, os.WriteFile(filepath.Join(dir, "token"), []byte(token), 0o600)
 }
 
 type created struct {
