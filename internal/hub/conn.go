@@ -184,9 +184,24 @@ func (c *agentConn) goAway(kind goAwayKind, delay time.Duration) {
 		m = protocol.Message{Type: protocol.TypeGoAway, Reason: protocol.ReasonRemoved}
 		code, why = closeRemoved, errors.New("the agents list no longer admits it")
 	}
-	c.send(m)
+	if c.send(m) == nil {
+		// Let the agent read the goaway and close first. Closing the TCP
+		// connection while the agent's last bytes (a pong, a window
+		// update) wait unread makes the kernel send a reset, and the
+		// reset can take the goaway with it: the agent would then take
+		// its name back instead of stopping.
+		t := time.NewTimer(goAwayLinger)
+		select {
+		case <-c.sess.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	c.endClosing(why, code, m.Reason)
 }
+
+// goAwayLinger bounds the wait for an agent to close after a goaway.
+const goAwayLinger = 2 * time.Second
 
 // readControl handles what the agent says on the control stream.
 func (c *agentConn) readControl() error {
