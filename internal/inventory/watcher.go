@@ -72,7 +72,6 @@ type stateOf struct {
 
 // running is one running informer.
 type running struct {
-	kind     Kind
 	informer cache.SharedIndexInformer
 	stop     context.CancelFunc
 	done     chan struct{}
@@ -311,7 +310,7 @@ func (w *Watcher) start(ctx context.Context, sc scope, k Kind, version string) {
 		DeleteFunc: func(obj any) { w.mark(obj) },
 	})
 	ictx, stop := context.WithCancel(ctx)
-	r := &running{kind: k, informer: inf, stop: stop, done: make(chan struct{})}
+	r := &running{informer: inf, stop: stop, done: make(chan struct{})}
 	w.mu.Lock()
 	w.scopes[sc] = r
 	w.epoch++ // the kinds watched changed

@@ -86,16 +86,7 @@ func applyYAML(t *testing.T, manifest string) {
 // inventoryAgent starts an agent for name with the extra settings.
 func inventoryAgent(t *testing.T, name, hubURL string, extra map[string]string) *proc {
 	t.Helper()
-	env := map[string]string{
-		"TETHER_HUB_URL":            hubURL,
-		"TETHER_AGENT_NAME":         name,
-		"TETHER_AGENT_TOKEN":        agentToken,
-		"TETHER_HEALTH_ADDR":        "0",
-		"TETHER_HUB_CA":             hubCAFile(t),
-		"TETHER_SERVICEACCOUNT_DIR": cluster.ServiceAccountDir,
-		"KUBERNETES_SERVICE_HOST":   cluster.Host,
-		"KUBERNETES_SERVICE_PORT":   cluster.Port,
-	}
+	env := agentEnv(t, name, hubURL, agentToken, cluster.ServiceAccountDir)
 	for k, v := range extra {
 		env[k] = v
 	}

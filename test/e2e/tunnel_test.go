@@ -89,7 +89,12 @@ func agent(t *testing.T, name, hubURL, token string) *proc {
 // saDir, laid out as in a pod.
 func agentAs(t *testing.T, name, hubURL, token, saDir string) *proc {
 	t.Helper()
-	return start(t, "agent "+name, map[string]string{
+	return start(t, "agent "+name, agentEnv(t, name, hubURL, token, saDir), "agent")
+}
+
+// agentEnv is the environment of an agent for the test cluster.
+func agentEnv(t *testing.T, name, hubURL, token, saDir string) map[string]string {
+	return map[string]string{
 		"TETHER_HUB_URL":            hubURL,
 		"TETHER_AGENT_NAME":         name,
 		"TETHER_AGENT_TOKEN":        token,
@@ -98,7 +103,7 @@ func agentAs(t *testing.T, name, hubURL, token, saDir string) *proc {
 		"TETHER_SERVICEACCOUNT_DIR": saDir,
 		"KUBERNETES_SERVICE_HOST":   cluster.Host,
 		"KUBERNETES_SERVICE_PORT":   cluster.Port,
-	}, "agent")
+	}
 }
 
 func TestAgentMakesTheClusterReady(t *testing.T) {
