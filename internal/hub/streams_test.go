@@ -110,11 +110,10 @@ func tunnelWith(t *testing.T, addr string, tc tunnel.Config, mods ...func(*agent
 	mods = append([]func(*agent.Config){func(c *agent.Config) { c.APIServer = addr }}, mods...)
 	a := startAgent(t, h.url, "eu-1", fc, mods...)
 	eventually(t, 5*time.Second, "connected", a.Connected)
-	c := h.connected("eu-1")
-	if c == nil {
-		t.Fatal("no connection at the hub")
-	}
-	return h, c
+	// The hub welcomes the agent a moment before it registers the
+	// connection: wait for that side too.
+	eventually(t, 5*time.Second, "the connection registered at the hub", func() bool { return h.connected("eu-1") != nil })
+	return h, h.connected("eu-1")
 }
 
 func openStream(t *testing.T, c *agentConn, command string) net.Conn {
