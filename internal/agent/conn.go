@@ -210,9 +210,11 @@ func (c *conn) serve(parent context.Context) result {
 	// The control stream alone decides how the connection ended: when the
 	// session closes, a goaway may still wait in its buffer, and it says
 	// more than the accept loop's "session closed".
-	wg.Add(3)
+	// Every stream the hub opens is relayed in a goroutine of its own, which
+	// the session's Close waits for.
+	c.sess.Handle(func(st net.Conn) { c.a.relay(ctx, st) })
+	wg.Add(2)
 	go func() { defer wg.Done(); end(c.readControl()) }()
-	go func() { defer wg.Done(); c.acceptStreams(ctx, &wg) }()
 	go func() { defer wg.Done(); c.watch(ctx, end) }()
 	if c.a.cfg.Inventory != nil {
 		wg.Add(1)
@@ -256,22 +258,6 @@ func (c *conn) readControl() result {
 				return result{err: errors.New("the hub closed the connection: " + m.Reason), wait: -1}
 			}
 		}
-	}
-}
-
-// acceptStreams relays every stream the hub opens, each in a goroutine that
-// wg tracks, until the session ends.
-func (c *conn) acceptStreams(ctx context.Context, wg *sync.WaitGroup) {
-	for {
-		st, err := c.sess.Accept(ctx)
-		if err != nil {
-			return
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.a.relay(ctx, st)
-		}()
 	}
 }
 

@@ -92,8 +92,8 @@ func (c copier) run(wg *sync.WaitGroup) {
 	closeWrite(c.dst)
 }
 
-// closeWrite half-closes c: a TCP connection shuts its write side; a yamux
-// stream's Close is already a half-close (it sends FIN and keeps reading).
+// closeWrite half-closes c: a TCP connection or a tunnel stream shuts its
+// write side (FIN) and keeps reading.
 func closeWrite(c net.Conn) {
 	if cw, ok := c.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()

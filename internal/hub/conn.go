@@ -113,13 +113,11 @@ func (h *Hub) serveConn(c *agentConn) {
 	h.log.Info(fmt.Sprintf("The agent of %q connected (Tether %s)", c.name, c.agentVersion), "agent", c.name, "remote", c.remote)
 
 	// An idle agent costs the hub this goroutine, which reads the control
-	// stream, and the accept loop, besides the tunnel's own (yamux's two
-	// and the session's stream expiry). Heartbeats and probes run on
-	// timers (docs/decisions/008-performance.md).
-	var wg sync.WaitGroup
+	// stream, and the session's read loop; the inventory stream, while the
+	// agent has it open, a third. Heartbeats and probes run on timers
+	// (docs/decisions/008-performance.md).
 	ctx, cancel := context.WithCancel(context.Background())
-	wg.Add(1)
-	go func() { defer wg.Done(); c.acceptStreams(ctx) }() // the control stream says why a connection ended
+	c.sess.Handle(c.agentStream)
 	pings, silence := c.startHeartbeat()
 	probes := h.startProbes(ctx, c)
 	// readControl returns once the session ends, whoever ends it: every
@@ -129,8 +127,7 @@ func (h *Hub) serveConn(c *agentConn) {
 	pings.Stop()
 	silence.Stop()
 	probes.Stop()
-	c.sess.Close()
-	wg.Wait()
+	c.sess.Close() // and waits for agentStream
 
 	h.mu.Lock()
 	current := h.agents[c.name] == c
@@ -227,29 +224,16 @@ func (c *agentConn) readControl() error {
 	}
 }
 
-// acceptStreams takes the streams the agent opens, until the session ends.
-// The only one defined is the inventory stream; the agent opens it once per
-// connection, and any other is closed at once.
-func (c *agentConn) acceptStreams(ctx context.Context) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		st, err := c.sess.Accept(ctx)
-		if err != nil {
-			return
-		}
-		if !c.inventoryOpen.CompareAndSwap(false, true) {
-			st.Close()
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer c.inventoryOpen.Store(false)
-			defer st.Close()
-			c.hub.receiveInventory(c, st)
-		}()
+// agentStream serves a stream the agent opened. The only one defined is
+// the inventory stream; the agent opens it once per connection, and any
+// other is closed at once.
+func (c *agentConn) agentStream(st net.Conn) {
+	defer st.Close()
+	if !c.inventoryOpen.CompareAndSwap(false, true) {
+		return
 	}
+	defer c.inventoryOpen.Store(false)
+	c.hub.receiveInventory(c, st)
 }
 
 // startHeartbeat pings the agent every interval, and ends the connection
@@ -349,6 +333,12 @@ func (c *countingConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	c.m.toCluster.Add(float64(n))
 	return n, err
+}
+
+// CloseWrite half-closes the stream: the agent shuts the write side of its
+// connection to the API server and goes on relaying the answer.
+func (c *countingConn) CloseWrite() error {
+	return c.Conn.(interface{ CloseWrite() error }).CloseWrite()
 }
 
 func (c *countingConn) Close() error {

@@ -130,6 +130,13 @@ func openStream(t *testing.T, c *agentConn, command string) net.Conn {
 	return st
 }
 
+// closeWrite half-closes a stream.
+func closeWrite(t *testing.T, st net.Conn) {
+	if err := st.(interface{ CloseWrite() error }).CloseWrite(); err != nil {
+		t.Error(err)
+	}
+}
+
 // rate reads from st for d and returns bytes per second.
 func rate(t *testing.T, st net.Conn, d time.Duration) float64 {
 	t.Helper()
@@ -220,7 +227,7 @@ func TestStreamErrorEndsOnlyThatStream(t *testing.T) {
 	echo := openStream(t, c, "echo")
 	defer echo.Close()
 	io.WriteString(echo, "still here")
-	echo.Close() // half-close: the echo comes back after it
+	closeWrite(t, echo) // the echo comes back after it
 	got, err := io.ReadAll(echo)
 	if err != nil || string(got) != "still here" {
 		t.Fatalf("echo after a broken stream = %q, %v", got, err)
@@ -288,7 +295,7 @@ func TestHalfClosePassesThrough(t *testing.T) {
 	payload := strings.Repeat("tether ", 100000)
 	go func() {
 		io.WriteString(st, payload)
-		st.Close() // FIN to the API server, which echoes the rest, then closes
+		closeWrite(t, st) // FIN to the API server, which echoes the rest, then closes
 	}()
 	got, err := io.ReadAll(st)
 	if err != nil || string(got) != payload {

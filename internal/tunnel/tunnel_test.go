@@ -22,9 +22,15 @@ func TestMain(m *testing.M) {
 // server, plain or TLS.
 func pair(t *testing.T, useTLS bool) (client, server *Session) {
 	t.Helper()
+	return pairWith(t, useTLS, DefaultConfig())
+}
+
+// pairWith is pair with both sessions tuned by cfg.
+func pairWith(t *testing.T, useTLS bool, cfg Config) (client, server *Session) {
+	t.Helper()
 	accepted := make(chan *Session, 1)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s, err := Accept(w, r, DefaultConfig())
+		s, err := Accept(w, r, cfg)
 		if err != nil {
 			t.Error(err)
 			return
@@ -45,7 +51,7 @@ func pair(t *testing.T, useTLS bool) (client, server *Session) {
 	if useTLS {
 		tlsConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
 	}
-	c, _, err := Dial(ctx, url, DialOptions{TLSConfig: tlsConfig}, DefaultConfig())
+	c, _, err := Dial(ctx, url, DialOptions{TLSConfig: tlsConfig}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

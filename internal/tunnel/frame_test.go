@@ -1,0 +1,155 @@
+package tunnel
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// connTransport carries frames over a plain connection, for tests that
+// play the peer byte by byte.
+type connTransport struct{ net.Conn }
+
+func (c connTransport) WriteFrame(hdr, body []byte, deadline time.Time) error {
+	c.SetWriteDeadline(deadline)
+	b := net.Buffers{hdr, body}
+	_, err := b.WriteTo(c.Conn)
+	return err
+}
+
+// rawPeer starts a session (the client, so the peer's streams are even) on
+// one end of a pipe and returns the other end, whose output is drained.
+func rawPeer(t *testing.T) (*Session, net.Conn) {
+	t.Helper()
+	ours, peer := net.Pipe()
+	s := newSession(connTransport{ours}, DefaultConfig(), true)
+	t.Cleanup(func() { s.Close(); peer.Close() })
+	return s, peer
+}
+
+func frame(h header, body ...byte) []byte {
+	var b [headerSize]byte
+	h.encode(&b)
+	return append(b[:], body...)
+}
+
+// TestProtocolErrorsEndTheSession: frames no correct peer sends end the
+// session with an error that says so.
+func TestProtocolErrorsEndTheSession(t *testing.T) {
+	open := frame(header{typ: typeWindow, flags: flagSYN, stream: 2})
+	for _, tc := range []struct {
+		name   string
+		frames [][]byte
+	}{
+		{"unknown version", [][]byte{{1, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0}}},
+		{"unknown type", [][]byte{frame(header{typ: 4, stream: 2})}},
+		{"data on stream 0", [][]byte{frame(header{typ: typeData, stream: 0, length: 1}, 'x')}},
+		{"opened twice", [][]byte{open, open}},
+		{"our stream number", [][]byte{frame(header{typ: typeWindow, flags: flagSYN, stream: 3})}},
+		{"past the window", [][]byte{open, frame(header{typ: typeData, stream: 2, length: initialWindow + 1})}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, peer := rawPeer(t)
+			go io.Copy(io.Discard, peer)
+			for _, f := range tc.frames {
+				peer.SetWriteDeadline(time.Now().Add(5 * time.Second))
+				if _, err := peer.Write(f); err != nil {
+					break // the session ended before reading it all
+				}
+			}
+			select {
+			case <-s.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the session still runs")
+			}
+			if err := s.ended(); !errors.Is(err, errProtocol) || !errors.Is(err, ErrClosed) {
+				t.Errorf("the session ended with %v, want a protocol error", err)
+			}
+		})
+	}
+}
+
+// TestFramesForGoneStreamsAreDropped: data for a stream that has ended, a
+// ping and a goaway are handled without ending the session.
+func TestFramesForGoneStreamsAreDropped(t *testing.T) {
+	s, peer := rawPeer(t)
+	answers := make(chan []byte, 4)
+	go func() {
+		for {
+			b := make([]byte, headerSize)
+			if _, err := io.ReadFull(peer, b); err != nil {
+				return
+			}
+			answers <- b
+		}
+	}()
+	for _, f := range [][]byte{
+		frame(header{typ: typeData, stream: 8, length: 3}, 'a', 'b', 'c'),
+		frame(header{typ: typeWindow, flags: flagFIN, stream: 8}),
+		frame(header{typ: typePing, flags: flagSYN, length: 42}),
+	} {
+		peer.Write(f)
+	}
+	select {
+	case b := <-answers:
+		want := frame(header{typ: typePing, flags: flagACK, length: 42})
+		if !bytes.Equal(b, want) {
+			t.Fatalf("answer to a ping = %v, want %v", b, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no answer to the ping")
+	}
+	peer.Write(frame(header{typ: typeGoAway}))
+	waitFor(t, "the goaway", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.goAway })
+	if _, err := s.Open(t.Context()); !errors.Is(err, ErrClosed) {
+		t.Errorf("Open after the peer's goaway = %v, want ErrClosed", err)
+	}
+	select {
+	case <-s.Done():
+		t.Fatalf("the session ended: %v", s.ended())
+	default:
+	}
+}
+
+// fuzzTransport plays a peer that sends data and then hangs up; what the
+// session writes is dropped.
+type fuzzTransport struct{ r *bytes.Reader }
+
+func (f fuzzTransport) Read(p []byte) (int, error)                 { return f.r.Read(p) }
+func (f fuzzTransport) WriteFrame([]byte, []byte, time.Time) error { return nil }
+func (f fuzzTransport) Close() error                               { return nil }
+func (f fuzzTransport) LocalAddr() net.Addr                        { return nil }
+func (f fuzzTransport) RemoteAddr() net.Addr                       { return nil }
+
+// FuzzSession feeds a session arbitrary frames from its peer. Whatever
+// they are, the session must not panic, must end when they run out, and
+// Close must return with every stream handler done.
+func FuzzSession(f *testing.F) {
+	open := frame(header{typ: typeWindow, flags: flagSYN, stream: 2, length: 1 << 10})
+	f.Add(open)
+	f.Add(append(append(open, frame(header{typ: typeData, stream: 2, length: 3}, 'a', 'b', 'c')...), frame(header{typ: typeWindow, flags: flagFIN, stream: 2})...))
+	f.Add(append(open, frame(header{typ: typeWindow, flags: flagRST, stream: 2})...))
+	f.Add(frame(header{typ: typePing, flags: flagSYN, length: 7}))
+	f.Add(frame(header{typ: typeGoAway, length: 1}))
+	f.Add(append(open, frame(header{typ: typeData, flags: flagFIN, stream: 2, length: 2}, 'h', 'i')...))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg := DefaultConfig()
+		cfg.AcceptBacklog = 4
+		s := newSession(fuzzTransport{bytes.NewReader(data)}, cfg, true)
+		s.Handle(func(st net.Conn) {
+			defer st.Close()
+			st.SetDeadline(time.Now().Add(time.Second))
+			io.Copy(io.Discard, st)
+			st.Write([]byte("x"))
+		})
+		select {
+		case <-s.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the session still runs after its input ran out")
+		}
+		s.Close()
+	})
+}

@@ -1,0 +1,452 @@
+package tunnel
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// maxFrame is the most data one frame carries. The agent relays in reads of
+// 256 KiB (decision 008); a frame holds the connection for as long as it
+// takes to write, so heartbeats and other streams wait at most that long.
+const maxFrame = 256 << 10
+
+// stream is one stream of a session, a net.Conn. Its receive side holds the
+// chunks the read loop handed over; the window says how much more the peer
+// may send, so the read loop never waits for a stream's reader.
+type stream struct {
+	s  *Session
+	id uint32
+
+	wlock sync.Mutex // one Write at a time, so its frames keep their order
+
+	mu       sync.Mutex // guards the following
+	chunks   []*[]byte  // received and not yet read; chunks[0][off:] is next
+	off      int
+	recvWin  uint32 // what the peer may still send
+	credit   uint32 // read and not yet granted back to the peer
+	sendWin  uint32 // what we may still send
+	finSent  bool   // we will write no more
+	finRecv  bool   // the peer will write no more
+	closed   bool   // Close was called: no more reads either
+	reset    bool   // over at once, by either side
+	gone     bool   // the session forgot it
+	rdl, wdl time.Time
+	rtimer   *time.Timer
+	wtimer   *time.Timer
+	ctimer   *time.Timer   // resets a closed stream the peer never finishes
+	readable chan struct{} // cap 1: data, an end, or a deadline
+	writable chan struct{} // cap 1: window, an end, or a deadline
+}
+
+func newStream(s *Session, id uint32, window uint32) *stream {
+	return &stream{
+		s:        s,
+		id:       id,
+		recvWin:  window,
+		sendWin:  window,
+		readable: make(chan struct{}, 1),
+		writable: make(chan struct{}, 1),
+	}
+}
+
+func notify(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// StreamID numbers the stream within its session, for logs.
+func (st *stream) StreamID() uint32 { return st.id }
+
+// sendWindow opens or acknowledges the stream with a window frame that
+// enlarges the peer's window to the configured size.
+func (st *stream) sendWindow(flags uint16) error {
+	st.mu.Lock()
+	delta := uint32(0)
+	if w := st.s.cfg.StreamWindow; w > initialWindow {
+		delta = w - initialWindow
+	}
+	st.recvWin += delta
+	st.mu.Unlock()
+	return st.s.write(header{typ: typeWindow, flags: flags, stream: st.id, length: delta}, nil)
+}
+
+func (st *stream) Read(p []byte) (int, error) {
+	for {
+		st.mu.Lock()
+		if len(st.chunks) > 0 && len(p) > 0 {
+			n := st.take(p)
+			st.credit += uint32(n)
+			var grant uint32
+			if st.credit >= st.s.cfg.StreamWindow/2 && !st.finRecv {
+				grant, st.credit = st.credit, 0
+				st.recvWin += grant
+			}
+			st.mu.Unlock()
+			if grant > 0 {
+				// An error ends the session; the next call sees it.
+				st.s.write(header{typ: typeWindow, stream: st.id, length: grant}, nil)
+			}
+			return n, nil
+		}
+		err := st.readErr()
+		wait := st.readable
+		st.mu.Unlock()
+		if err != nil || len(p) == 0 {
+			return 0, err
+		}
+		select {
+		case <-wait:
+		case <-st.s.done:
+		}
+	}
+}
+
+// take copies buffered data into p. st.mu is held.
+func (st *stream) take(p []byte) int {
+	n := 0
+	for n < len(p) && len(st.chunks) > 0 {
+		c := *st.chunks[0]
+		k := copy(p[n:], c[st.off:])
+		n += k
+		st.off += k
+		if st.off == len(c) {
+			putChunk(st.chunks[0])
+			st.chunks[0] = nil
+			st.chunks = st.chunks[1:]
+			st.off = 0
+		}
+	}
+	if len(st.chunks) == 0 {
+		st.chunks = nil
+	}
+	return n
+}
+
+// readErr says why a read with nothing buffered can't wait. st.mu is held.
+func (st *stream) readErr() error {
+	switch {
+	case st.closed:
+		return net.ErrClosed
+	case st.reset:
+		return ErrStreamReset
+	case st.finRecv:
+		return io.EOF
+	case st.sessionEnded():
+		return st.s.ended()
+	case expired(st.rdl):
+		return os.ErrDeadlineExceeded
+	}
+	return nil
+}
+
+func (st *stream) sessionEnded() bool {
+	select {
+	case <-st.s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func expired(deadline time.Time) bool {
+	return !deadline.IsZero() && !time.Now().Before(deadline)
+}
+
+func (st *stream) Write(p []byte) (int, error) {
+	st.wlock.Lock()
+	defer st.wlock.Unlock()
+	total := 0
+	for len(p) > 0 {
+		st.mu.Lock()
+		if err := st.writeErr(); err != nil {
+			st.mu.Unlock()
+			return total, err
+		}
+		if st.sendWin == 0 {
+			wait := st.writable
+			st.mu.Unlock()
+			select {
+			case <-wait:
+			case <-st.s.done:
+			}
+			continue
+		}
+		n := min(uint32(len(p)), st.sendWin, maxFrame)
+		st.sendWin -= n
+		st.mu.Unlock()
+		if err := st.s.write(header{typ: typeData, stream: st.id, length: n}, p[:n]); err != nil {
+			return total, err
+		}
+		total += int(n)
+		p = p[n:]
+	}
+	return total, nil
+}
+
+// writeErr says why a write can't go on. st.mu is held.
+func (st *stream) writeErr() error {
+	switch {
+	case st.closed || st.finSent:
+		return net.ErrClosed
+	case st.reset:
+		return ErrStreamReset
+	case st.sessionEnded():
+		return st.s.ended()
+	case expired(st.wdl):
+		return os.ErrDeadlineExceeded
+	}
+	return nil
+}
+
+// CloseWrite tells the peer this side will write no more (FIN); reads go
+// on until the peer does the same.
+func (st *stream) CloseWrite() error {
+	st.mu.Lock()
+	if st.finSent || st.closed || st.reset {
+		st.mu.Unlock()
+		return nil
+	}
+	st.finSent = true
+	notify(st.writable)
+	st.mu.Unlock()
+	return st.s.write(header{typ: typeWindow, flags: flagFIN, stream: st.id}, nil)
+}
+
+// Close ends both directions. Data the peer sent that was never read is
+// dropped, and if the peer is still writing it is reset (RST), as TCP does:
+// nobody will read what it sends. Otherwise the peer gets a FIN and has
+// StreamCloseTimeout to finish its side before the stream is reset.
+func (st *stream) Close() error {
+	st.mu.Lock()
+	if st.closed {
+		st.mu.Unlock()
+		return nil
+	}
+	st.closed = true
+	unread := len(st.chunks) > 0
+	st.dropChunks()
+	st.stopTimersLocked()
+	notify(st.readable)
+	notify(st.writable)
+	var flags uint16
+	finished := false
+	switch {
+	case st.reset:
+		finished = true
+	case unread && !st.finRecv:
+		st.reset = true
+		flags, finished = flagRST, true
+	default:
+		if !st.finSent {
+			st.finSent = true
+			flags = flagFIN
+		}
+		finished = st.finRecv
+		if !finished && !st.gone {
+			st.ctimer = time.AfterFunc(st.s.cfg.StreamCloseTimeout, st.closeTimedOut)
+		}
+	}
+	st.mu.Unlock()
+	if finished {
+		st.s.forget(st)
+	}
+	if flags != 0 {
+		return st.s.write(header{typ: typeWindow, flags: flags, stream: st.id}, nil)
+	}
+	return nil
+}
+
+// closeTimedOut resets a closed stream whose peer never finished its side.
+func (st *stream) closeTimedOut() {
+	st.mu.Lock()
+	late := !st.finRecv && !st.reset
+	st.reset = true
+	st.mu.Unlock()
+	if late {
+		st.s.forget(st)
+		st.s.queue(header{typ: typeWindow, flags: flagRST, stream: st.id})
+	}
+}
+
+// The read loop's verdicts on a data frame.
+const (
+	admitOK       = iota
+	admitGone     // no such stream: drop the data
+	admitClosed   // closed here: drop the data and reset the stream
+	admitOverflow // more than the window: the peer is broken
+)
+
+// admit decides whether a data frame of n bytes may be buffered, and if so
+// takes it from the window.
+func (st *stream) admit(n uint32) int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	switch {
+	case st.closed || st.reset:
+		return admitClosed
+	case n > st.recvWin:
+		return admitOverflow
+	}
+	st.recvWin -= n
+	return admitOK
+}
+
+// receive buffers a data frame's body for Read.
+func (st *stream) receive(buf *[]byte) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed || st.reset {
+		putChunk(buf)
+		return
+	}
+	st.chunks = append(st.chunks, buf)
+	notify(st.readable)
+}
+
+// grow adds to the send window.
+func (st *stream) grow(delta uint32) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.sendWin += delta
+	notify(st.writable)
+}
+
+// peerFinished records the peer's FIN. A stream closed here is then over.
+func (st *stream) peerFinished() {
+	st.mu.Lock()
+	st.finRecv = true
+	over := st.closed
+	if over {
+		st.stopTimersLocked()
+	}
+	notify(st.readable)
+	st.mu.Unlock()
+	if over {
+		st.s.forget(st)
+	}
+}
+
+// peerReset ends the stream at once: reads and writes fail, and what was
+// buffered is dropped.
+func (st *stream) peerReset() {
+	st.abandon()
+}
+
+// abandon resets the stream here and forgets it.
+func (st *stream) abandon() {
+	st.mu.Lock()
+	st.reset = true
+	st.dropChunks()
+	st.stopTimersLocked()
+	notify(st.readable)
+	notify(st.writable)
+	st.mu.Unlock()
+	st.s.forget(st)
+}
+
+// dropChunks returns the buffered data to the pool. st.mu is held.
+func (st *stream) dropChunks() {
+	for _, c := range st.chunks {
+		putChunk(c)
+	}
+	st.chunks, st.off = nil, 0
+}
+
+// stopTimers stops the stream's timers when its session ends.
+func (st *stream) stopTimers() {
+	st.mu.Lock()
+	st.gone = true
+	st.stopTimersLocked()
+	st.mu.Unlock()
+}
+
+func (st *stream) stopTimersLocked() {
+	for _, t := range []*time.Timer{st.rtimer, st.wtimer, st.ctimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+	st.rtimer, st.wtimer, st.ctimer = nil, nil, nil
+}
+
+func (st *stream) SetDeadline(t time.Time) error {
+	st.SetReadDeadline(t)
+	return st.SetWriteDeadline(t)
+}
+
+func (st *stream) SetReadDeadline(t time.Time) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.rdl = t
+	st.rtimer = setTimer(st.rtimer, t, st.readable)
+	return nil
+}
+
+func (st *stream) SetWriteDeadline(t time.Time) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.wdl = t
+	st.wtimer = setTimer(st.wtimer, t, st.writable)
+	return nil
+}
+
+// setTimer arranges for wake to be notified at deadline t (zero: never),
+// reusing timer when there is one.
+func setTimer(timer *time.Timer, t time.Time, wake chan struct{}) *time.Timer {
+	if timer != nil {
+		timer.Stop()
+	}
+	if t.IsZero() {
+		return timer
+	}
+	d := time.Until(t)
+	if d <= 0 {
+		notify(wake)
+		return timer
+	}
+	if timer == nil {
+		return time.AfterFunc(d, func() { notify(wake) })
+	}
+	timer.Reset(d)
+	return timer
+}
+
+func (st *stream) LocalAddr() net.Addr  { return st.s.LocalAddr() }
+func (st *stream) RemoteAddr() net.Addr { return st.s.RemoteAddr() }
+
+// Chunks of received data come from pools by size, and go back once read:
+// an idle stream holds no buffer. The sizes fit a small message, a TLS
+// record (16 KiB and its overhead), and the frames of 64 KiB to 1 MiB that
+// bulk senders write. Caches, not state.
+var chunkSizes = [...]int{4 << 10, 17 << 10, 64 << 10, 256 << 10, 1 << 20}
+
+var chunkPools [len(chunkSizes)]sync.Pool
+
+func getChunk(n int) *[]byte {
+	for i, size := range chunkSizes {
+		if n <= size {
+			if p, ok := chunkPools[i].Get().(*[]byte); ok {
+				*p = (*p)[:n]
+				return p
+			}
+			b := make([]byte, n, size)
+			return &b
+		}
+	}
+	b := make([]byte, n)
+	return &b
+}
+
+func putChunk(p *[]byte) {
+	for i, size := range chunkSizes {
+		if cap(*p) == size {
+			chunkPools[i].Put(p)
+			return
+		}
+	}
+}
