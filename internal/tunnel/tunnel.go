@@ -97,14 +97,17 @@ func Dial(ctx context.Context, url string, opts DialOptions, cfg Config) (*Sessi
 	return newSession(&wsConn{ws: ws}, cfg, true), resp, nil
 }
 
-// upgrader accepts agents. A zero read buffer size reuses the 4 KiB reader
-// net/http already has for the request (decision 001). Writes take a 4 KiB
-// buffer from writeBuffers for the length of one message, so an idle agent
-// holds no write buffer: 4 KiB less per agent than keeping net/http's
-// (decision 008). Origins are not checked: agents are not browsers, and they
-// are authenticated by the request's token before the upgrade.
+// upgrader accepts agents. Its 1 KiB read buffer replaces the 4 KiB one
+// net/http kept for the request, which gorilla would otherwise go on using
+// (decision 001): the hub holds one per idle agent, and bulk data is read
+// past it, straight into the streams' buffers (decision 009). Writes take a
+// 4 KiB buffer from writeBuffers for the length of one message, so an idle
+// agent holds no write buffer (decision 008). Origins are not checked:
+// agents are not browsers, and they are authenticated by the request's
+// token before the upgrade.
 var upgrader = websocket.Upgrader{
 	CheckOrigin:     func(*http.Request) bool { return true },
+	ReadBufferSize:  1 << 10,
 	WriteBufferPool: writeBuffers,
 }
 
