@@ -185,9 +185,14 @@ func benchKube(ctx context.Context, r *report, dir string, o kubeOpts) error {
 
 func pool(pem []byte) *x509Pool { return newPool(pem) }
 
-// prepareCluster binds the bench's group to cluster-admin and makes a small
-// ConfigMap and 24 of about 900 KB.
+// prepareCluster lets the agent's service account read the inventory kinds
+// (as the Helm chart does, so the agent at rest runs its informers), binds
+// the bench's group to cluster-admin and makes a small ConfigMap and 24 of
+// about 900 KB.
 func prepareCluster(ctx context.Context, c *localkube.Cluster) error {
+	if err := c.GrantInventory(ctx, localkube.Namespace, localkube.ServiceAccount); err != nil {
+		return err
+	}
 	binding := map[string]any{
 		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
 		"metadata": map[string]any{"name": "bench-admins"},
