@@ -82,7 +82,7 @@ func benchAgentRSS(ctx context.Context, r *report, dir string, o agentRSSOpts) e
 	// inventoryHas reports whether the hub's inventory of the cluster lists
 	// the bench's namespace: the agent is connected and its informers run.
 	inventoryHas := func() bool {
-		req, _ := http.NewRequestWithContext(ctx, "GET", hubURL+"/api/clusters/bench/resources", nil)
+		req, _ := http.NewRequestWithContext(ctx, "GET", hubURL+"/api/clusters/bench/resources?kind=namespaces", nil)
 		req.Header.Set("Authorization", "Bearer "+userToken)
 		resp, err := api.Do(req)
 		if err != nil {

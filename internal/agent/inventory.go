@@ -9,9 +9,6 @@ import (
 
 	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/version"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
-	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
 	"k8s.io/client-go/rest"
 )
 
@@ -27,25 +24,11 @@ func NewWatcher(o Options, log *slog.Logger) (*inventory.Watcher, error) {
 		QPS:             20,
 		Burst:           40,
 	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("inventory client: %w", err)
-	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("inventory client: %w", err)
-	}
-	authz, err := authorizationclient.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("inventory client: %w", err)
-	}
 	return inventory.NewWatcher(inventory.WatcherConfig{
-		Dynamic:    dyn,
-		Discovery:  disc,
-		Access:     authz.SelfSubjectAccessReviews(),
+		Rest:       cfg,
 		Namespaces: o.AllowedNamespaces,
 		Logger:     log,
-	}), nil
+	})
 }
 
 // inventoryRetry is how long the agent waits before it opens the inventory

@@ -11,25 +11,23 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/protocol"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 )
 
 // WatcherConfig is what a Watcher needs. Logger and Rediscover may be zero.
 type WatcherConfig struct {
-	Dynamic   dynamic.Interface
-	Discovery discovery.DiscoveryInterface
-	// Access asks the API server what the agent's own service account may
-	// do, so it never starts a watch it would only be refused.
-	Access authorizationclient.SelfSubjectAccessReviewInterface
+	// Rest says how to reach the API server and as whom. Besides list and
+	// watch, the watcher asks it which APIs it serves, and what the
+	// agent's own service account may do, so it never starts a watch it
+	// would only be refused.
+	Rest *rest.Config
 	// Namespaces are TETHER_ALLOWED_NAMESPACES: when set, namespaced kinds
 	// are watched in each of them separately, and nothing else is seen.
 	Namespaces []string
@@ -45,6 +43,8 @@ type WatcherConfig struct {
 type Watcher struct {
 	cfg WatcherConfig
 	log *slog.Logger
+	dyn dynamic.Interface
+	api apiServer
 
 	mu     sync.Mutex                        // guards the following
 	scopes map[scope]*running                // running informers
@@ -78,23 +78,37 @@ type running struct {
 }
 
 // NewWatcher returns a Watcher; call Run to start it.
-func NewWatcher(cfg WatcherConfig) *Watcher {
+func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
 	if cfg.Rediscover == 0 {
 		cfg.Rediscover = time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	hc, err := rest.HTTPClientFor(cfg.Rest)
+	if err != nil {
+		return nil, fmt.Errorf("inventory client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfigAndClient(cfg.Rest, hc)
+	if err != nil {
+		return nil, fmt.Errorf("inventory client: %w", err)
+	}
+	host, _, err := rest.DefaultServerUrlFor(cfg.Rest)
+	if err != nil {
+		return nil, fmt.Errorf("inventory client: %w", err)
+	}
 	return &Watcher{
 		cfg:    cfg,
 		log:    cfg.Logger,
+		dyn:    dyn,
+		api:    apiServer{client: hc, host: strings.TrimSuffix(host.String(), "/")},
 		scopes: map[scope]*running{},
 		states: map[scope]stateOf{},
 		dirty:  map[protocol.ResourceRef]struct{}{},
 		wake:   make(chan struct{}, 1),
 
 		reconciled: make(chan struct{}),
-	}
+	}, nil
 }
 
 // Run discovers the kinds the cluster serves, starts an informer for each
@@ -125,7 +139,7 @@ func (w *Watcher) Run(ctx context.Context) {
 // reconcile makes the running informers match what the cluster serves and
 // permits.
 func (w *Watcher) reconcile(ctx context.Context) {
-	served, err := w.served()
+	served, err := w.served(ctx)
 	if err != nil && len(served) == 0 {
 		w.log.Warn("Can't discover the cluster's APIs; the inventory waits", "err", err)
 		return
@@ -190,51 +204,9 @@ func (w *Watcher) reconcile(ctx context.Context) {
 
 // served maps each inventory kind the cluster serves to the version to
 // watch.
-func (w *Watcher) served() (map[schema.GroupResource]string, error) {
-	lists, err := w.cfg.Discovery.ServerPreferredResources()
-	// A partial answer (one aggregated API down) still names the rest.
-	out := map[schema.GroupResource]string{}
-	for _, list := range lists {
-		gv, perr := schema.ParseGroupVersion(list.GroupVersion)
-		if perr != nil {
-			continue
-		}
-		for _, r := range list.APIResources {
-			if strings.Contains(r.Name, "/") {
-				continue
-			}
-			gr := schema.GroupResource{Group: gv.Group, Resource: r.Name}
-			if k, ok := LookupKind(r.Name); ok && k.Group == gv.Group {
-				for _, v := range k.Versions {
-					if v == gv.Version {
-						out[gr] = v
-					}
-				}
-			}
-		}
-	}
-	// The preferred version may be one the summary doesn't know; look for
-	// one it does.
-	for _, k := range Kinds {
-		if _, ok := out[k.Resource()]; ok {
-			continue
-		}
-		for _, v := range k.Versions {
-			list, err := w.cfg.Discovery.ServerResourcesForGroupVersion(schema.GroupVersion{Group: k.Group, Version: v}.String())
-			if err != nil {
-				continue
-			}
-			for _, r := range list.APIResources {
-				if r.Name == k.Name {
-					out[k.Resource()] = v
-				}
-			}
-			if _, ok := out[k.Resource()]; ok {
-				break
-			}
-		}
-	}
-	return out, err
+func (w *Watcher) served(ctx context.Context) (map[schema.GroupResource]string, error) {
+	d, err := w.api.discover(ctx, Kinds)
+	return versionsFor(Kinds, d), err
 }
 
 func (w *Watcher) namespacesFor(k Kind) []string {
@@ -248,16 +220,13 @@ func (w *Watcher) namespacesFor(k Kind) []string {
 // why not when it may not.
 func (w *Watcher) mayNotList(ctx context.Context, k Kind, ns string) string {
 	for _, verb := range []string{"list", "watch"} {
-		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: k.Group, Resource: k.Name, Namespace: ns},
-		}}
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		res, err := w.cfg.Access.Create(ctx, review, metav1.CreateOptions{})
+		allowed, err := w.api.allowed(ctx, verb, k.Group, k.Name, ns)
 		cancel()
 		if err != nil {
 			return fmt.Sprintf("can't ask the API server whether the agent may %s %s: %v", verb, k.Name, err)
 		}
-		if !res.Status.Allowed {
+		if !allowed {
 			where := "in every namespace"
 			if ns != "" {
 				where = "in namespace " + ns
@@ -273,7 +242,7 @@ func (w *Watcher) mayNotList(ctx context.Context, k Kind, ns string) string {
 
 // start runs an informer for sc; Run owns it.
 func (w *Watcher) start(ctx context.Context, sc scope, k Kind, version string) {
-	res := w.cfg.Dynamic.Resource(schema.GroupVersionResource{Group: k.Group, Version: version, Resource: k.Name}).Namespace(sc.namespace)
+	res := w.dyn.Resource(schema.GroupVersionResource{Group: k.Group, Version: version, Resource: k.Name}).Namespace(sc.namespace)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			list, err := res.List(ctx, opts)

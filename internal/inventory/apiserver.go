@@ -1,0 +1,300 @@
+package inventory
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// apiServer asks the API server what the watcher needs beyond list and
+// watch: which APIs it serves (discovery) and what the agent's own service
+// account may do (SelfSubjectAccessReviews). It speaks JSON over the same
+// authenticated HTTP client as the informers, into small local structs:
+// client-go's discovery package and typed clients link every built-in API
+// type into the binary and register them at start, which costs the agent
+// megabytes of memory for types it never uses.
+type apiServer struct {
+	client *http.Client
+	host   string // scheme://host:port, no trailing slash
+}
+
+// acceptDiscovery asks for aggregated discovery (every group's versions and
+// resources in one answer), and takes the older lists from a server that
+// doesn't serve it.
+const acceptDiscovery = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+
+// maxDiscoveryBytes bounds one discovery answer; a cluster with hundreds of
+// CRDs answers a few MB.
+const maxDiscoveryBytes = 64 << 20
+
+// do sends one request and decodes a 2xx answer's JSON into out, or returns
+// the API server's message as the error.
+func (a apiServer) do(ctx context.Context, method, path, accept string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.host+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", accept)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxDiscoveryBytes+1))
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if len(b) > maxDiscoveryBytes {
+		return fmt.Errorf("%s %s: the answer is larger than %d bytes", method, path, maxDiscoveryBytes)
+	}
+	if resp.StatusCode/100 != 2 {
+		return &statusError{code: resp.StatusCode, msg: statusMessage(b, resp.Status)}
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// statusError is an API server's refusal.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+// statusMessage is the message of a metav1.Status body, or the HTTP status.
+func statusMessage(body []byte, status string) string {
+	var st struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &st) == nil && st.Message != "" {
+		return st.Message
+	}
+	return status
+}
+
+// discovered is what a cluster serves: for each API group ("" is the core
+// group), its versions, the server's preferred first.
+type discovered map[string][]servedVersion
+
+type servedVersion struct {
+	version   string
+	resources []string // top-level resources; no subresources
+}
+
+// aggregatedDiscovery is the part of an apidiscovery.k8s.io/v2
+// APIGroupDiscoveryList the watcher reads.
+type aggregatedDiscovery struct {
+	Kind  string `json:"kind"`
+	Items []struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Versions []struct {
+			Version   string `json:"version"`
+			Resources []struct {
+				Resource string `json:"resource"`
+			} `json:"resources"`
+		} `json:"versions"`
+	} `json:"items"`
+}
+
+// errNotAggregated is returned for a discovery answer in the older format.
+var errNotAggregated = errors.New("not an aggregated discovery list")
+
+// parseAggregated adds an APIGroupDiscoveryList (the answer to GET /api or
+// /apis with acceptDiscovery) to d. It returns errNotAggregated when the
+// JSON is another kind, as from a server without aggregated discovery.
+func parseAggregated(b []byte, d discovered) error {
+	var list aggregatedDiscovery
+	if err := json.Unmarshal(b, &list); err != nil {
+		return err
+	}
+	if list.Kind != "APIGroupDiscoveryList" {
+		return errNotAggregated
+	}
+	for _, g := range list.Items {
+		for _, v := range g.Versions {
+			if v.Version == "" {
+				continue
+			}
+			sv := servedVersion{version: v.Version}
+			for _, r := range v.Resources {
+				if r.Resource != "" && !strings.Contains(r.Resource, "/") {
+					sv.resources = append(sv.resources, r.Resource)
+				}
+			}
+			d[g.Metadata.Name] = append(d[g.Metadata.Name], sv)
+		}
+	}
+	return nil
+}
+
+// parseResourceList reads an APIResourceList (the answer to GET /api/v1 or
+// /apis/<group>/<version>) as one served version.
+func parseResourceList(b []byte) (servedVersion, error) {
+	var list struct {
+		GroupVersion string `json:"groupVersion"`
+		Resources    []struct {
+			Name string `json:"name"`
+		} `json:"resources"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return servedVersion{}, err
+	}
+	gv, err := schema.ParseGroupVersion(list.GroupVersion)
+	if err != nil {
+		return servedVersion{}, err
+	}
+	if gv.Version == "" {
+		return servedVersion{}, fmt.Errorf("no version in %q", list.GroupVersion)
+	}
+	sv := servedVersion{version: gv.Version}
+	for _, r := range list.Resources {
+		if r.Name != "" && !strings.Contains(r.Name, "/") {
+			sv.resources = append(sv.resources, r.Name)
+		}
+	}
+	return sv, nil
+}
+
+// versionsFor maps each of kinds the cluster serves to the version to watch:
+// the cluster's preferred version of it when the summary understands that
+// one, otherwise the first of the kind's Versions the cluster serves.
+func versionsFor(kinds []Kind, d discovered) map[schema.GroupResource]string {
+	out := map[schema.GroupResource]string{}
+	for _, k := range kinds {
+		vs := d[k.Group]
+		// The preferred version of a resource is the first of its
+		// group's versions, in the server's order, that serves it.
+		for _, v := range vs {
+			if slices.Contains(v.resources, k.Name) {
+				if slices.Contains(k.Versions, v.version) {
+					out[k.Resource()] = v.version
+				}
+				break
+			}
+		}
+		if _, ok := out[k.Resource()]; ok {
+			continue
+		}
+		for _, want := range k.Versions {
+			if slices.ContainsFunc(vs, func(v servedVersion) bool { return v.version == want && slices.Contains(v.resources, k.Name) }) {
+				out[k.Resource()] = want
+				break
+			}
+		}
+	}
+	return out
+}
+
+// discover asks the API server which groups, versions and resources it
+// serves. With aggregated discovery that is GET /api and /apis; from a
+// server without it, the resource list of each version of the kinds'
+// groups the summary understands. A partial answer (one aggregated API
+// down) still names the rest, with the error.
+func (a apiServer) discover(ctx context.Context, kinds []Kind) (discovered, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	d := discovered{}
+	var errs []error
+	legacy := false
+	for _, path := range []string{"/api", "/apis"} {
+		var raw json.RawMessage
+		if err := a.do(ctx, "GET", path, acceptDiscovery, nil, &raw); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := parseAggregated(raw, d); errors.Is(err, errNotAggregated) {
+			legacy = true
+		} else if err != nil {
+			errs = append(errs, fmt.Errorf("GET %s: %w", path, err))
+		}
+	}
+	if !legacy {
+		return d, errors.Join(errs...)
+	}
+	return a.discoverLegacy(ctx, kinds)
+}
+
+// discoverLegacy asks a server without aggregated discovery for the
+// resource list of each version of kinds the summary understands. It can't
+// tell the server's preferred version, so the first of a kind's Versions
+// that is served wins.
+func (a apiServer) discoverLegacy(ctx context.Context, kinds []Kind) (discovered, error) {
+	d := discovered{}
+	var errs []error
+	seen := map[schema.GroupVersion]bool{}
+	for _, k := range kinds {
+		for _, v := range k.Versions {
+			gv := schema.GroupVersion{Group: k.Group, Version: v}
+			if seen[gv] {
+				continue
+			}
+			seen[gv] = true
+			path := "/apis/" + gv.String()
+			if gv.Group == "" {
+				path = "/api/" + v
+			}
+			var raw json.RawMessage
+			if err := a.do(ctx, "GET", path, "application/json", nil, &raw); err != nil {
+				var se *statusError
+				if !errors.As(err, &se) || se.code != http.StatusNotFound {
+					errs = append(errs, fmt.Errorf("GET %s: %w", path, err))
+				}
+				continue
+			}
+			sv, err := parseResourceList(raw)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("GET %s: %w", path, err))
+				continue
+			}
+			d[gv.Group] = append(d[gv.Group], sv)
+		}
+	}
+	return d, errors.Join(errs...)
+}
+
+// allowed asks the API server, with a SelfSubjectAccessReview, whether the
+// agent may verb resource of group in namespace ns ("" for every namespace).
+func (a apiServer) allowed(ctx context.Context, verb, group, resource, ns string) (bool, error) {
+	attrs := map[string]string{"verb": verb, "group": group, "resource": resource}
+	if ns != "" {
+		attrs["namespace"] = ns
+	}
+	body, err := json.Marshal(map[string]any{
+		"apiVersion": "authorization.k8s.io/v1",
+		"kind":       "SelfSubjectAccessReview",
+		"spec":       map[string]any{"resourceAttributes": attrs},
+	})
+	if err != nil {
+		return false, err
+	}
+	var review struct {
+		Status struct {
+			Allowed bool `json:"allowed"`
+		} `json:"status"`
+	}
+	if err := a.do(ctx, "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "application/json", body, &review); err != nil {
+		return false, err
+	}
+	return review.Status.Allowed, nil
+}
