@@ -3,13 +3,18 @@ package inventory
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -27,14 +32,94 @@ type apiServer struct {
 	host   string // scheme://host:port, no trailing slash
 }
 
+// newAPIServer returns an apiServer for cfg: TLS checked against cfg.CAFile,
+// the bearer token read from cfg.TokenFile and read again as it rotates.
+func newAPIServer(cfg WatcherConfig) (apiServer, error) {
+	u, err := url.Parse(cfg.Host)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return apiServer{}, fmt.Errorf("the API server's address %q is not an https:// URL", cfg.Host)
+	}
+	pem, err := os.ReadFile(cfg.CAFile)
+	if err != nil {
+		return apiServer{}, fmt.Errorf("the API server's CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return apiServer{}, fmt.Errorf("the API server's CA: no certificate in %s", cfg.CAFile)
+	}
+	tr := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout:     90 * time.Second,
+		MaxIdleConnsPerHost: 4,
+		ForceAttemptHTTP2:   true,
+	}
+	return apiServer{
+		client: &http.Client{Transport: &tokenTransport{next: tr, file: cfg.TokenFile, userAgent: cfg.UserAgent}},
+		host:   strings.TrimSuffix(u.String(), "/"),
+	}, nil
+}
+
+// tokenRefresh is how long a token read from its file is used before the
+// file is read again; kubelet rotates a projected token well before it
+// expires.
+const tokenRefresh = time.Minute
+
+// tokenTransport adds the service account's bearer token and the
+// User-Agent to each request.
+type tokenTransport struct {
+	next      http.RoundTripper
+	file      string
+	userAgent string
+
+	mu    sync.Mutex // guards the following
+	token string
+	read  time.Time
+}
+
+func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	tok, err := t.currentToken()
+	if err != nil {
+		return nil, err
+	}
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if t.userAgent != "" {
+		req.Header.Set("User-Agent", t.userAgent)
+	}
+	return t.next.RoundTrip(req)
+}
+
+func (t *tokenTransport) currentToken() (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.token != "" && time.Since(t.read) < tokenRefresh {
+		return t.token, nil
+	}
+	b, err := os.ReadFile(t.file)
+	if err != nil {
+		if t.token != "" {
+			return t.token, nil // keep the last one while the file is replaced
+		}
+		return "", fmt.Errorf("the service account token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("the service account token: %s is empty", t.file)
+	}
+	t.token, t.read = tok, time.Now()
+	return tok, nil
+}
+
 // acceptDiscovery asks for aggregated discovery (every group's versions and
 // resources in one answer), and takes the older lists from a server that
 // doesn't serve it.
 const acceptDiscovery = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
 
-// maxDiscoveryBytes bounds one discovery answer; a cluster with hundreds of
-// CRDs answers a few MB.
-const maxDiscoveryBytes = 64 << 20
+// maxAnswerBytes bounds one answer read whole: a discovery answer (a
+// cluster with hundreds of CRDs answers a few MB) or a page of a list.
+const maxAnswerBytes = 64 << 20
 
 // do sends one request and decodes a 2xx answer's JSON into out, or returns
 // the API server's message as the error.
@@ -56,15 +141,15 @@ func (a apiServer) do(ctx context.Context, method, path, accept string, body []b
 		return err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxDiscoveryBytes+1))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	if len(b) > maxDiscoveryBytes {
-		return fmt.Errorf("%s %s: the answer is larger than %d bytes", method, path, maxDiscoveryBytes)
+	if len(b) > maxAnswerBytes {
+		return fmt.Errorf("%s %s: the answer is larger than %d bytes", method, path, maxAnswerBytes)
 	}
 	if resp.StatusCode/100 != 2 {
-		return &statusError{code: resp.StatusCode, msg: statusMessage(b, resp.Status)}
+		return &statusError{code: resp.StatusCode, msg: fmt.Sprintf("%s %s: %s", method, path, statusMessage(b, resp.Status))}
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
@@ -79,6 +164,12 @@ type statusError struct {
 }
 
 func (e *statusError) Error() string { return e.msg }
+
+// readStatusError reads a refusal's body as an error.
+func readStatusError(resp *http.Response, what string) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return &statusError{code: resp.StatusCode, msg: what + ": " + statusMessage(b, resp.Status)}
+}
 
 // statusMessage is the message of a metav1.Status body, or the HTTP status.
 func statusMessage(body []byte, status string) string {

@@ -6,28 +6,24 @@ import (
 	"log/slog"
 	"reflect"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/internal/protocol"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 )
 
 // WatcherConfig is what a Watcher needs. Logger and Rediscover may be zero.
 type WatcherConfig struct {
-	// Rest says how to reach the API server and as whom. Besides list and
-	// watch, the watcher asks it which APIs it serves, and what the
-	// agent's own service account may do, so it never starts a watch it
-	// would only be refused.
-	Rest *rest.Config
+	// Host is the API server's https:// URL, CAFile the CA its
+	// certificate is checked against, and TokenFile the service account
+	// token the agent reads as (read again as it rotates). Besides list
+	// and watch, the watcher asks the API server which APIs it serves, and
+	// what the agent's own service account may do, so it never starts a
+	// watch it would only be refused.
+	Host, CAFile, TokenFile string
+	// UserAgent goes with every request.
+	UserAgent string
 	// Namespaces are TETHER_ALLOWED_NAMESPACES: when set, namespaced kinds
 	// are watched in each of them separately, and nothing else is seen.
 	Namespaces []string
@@ -43,7 +39,6 @@ type WatcherConfig struct {
 type Watcher struct {
 	cfg WatcherConfig
 	log *slog.Logger
-	dyn dynamic.Interface
 	api apiServer
 
 	mu     sync.Mutex                        // guards the following
@@ -70,11 +65,11 @@ type stateOf struct {
 	missing bool
 }
 
-// running is one running informer.
+// running is one running reflector.
 type running struct {
-	informer cache.SharedIndexInformer
-	stop     context.CancelFunc
-	done     chan struct{}
+	refl *reflector
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 // NewWatcher returns a Watcher; call Run to start it.
@@ -85,23 +80,14 @@ func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	hc, err := rest.HTTPClientFor(cfg.Rest)
-	if err != nil {
-		return nil, fmt.Errorf("inventory client: %w", err)
-	}
-	dyn, err := dynamic.NewForConfigAndClient(cfg.Rest, hc)
-	if err != nil {
-		return nil, fmt.Errorf("inventory client: %w", err)
-	}
-	host, _, err := rest.DefaultServerUrlFor(cfg.Rest)
+	api, err := newAPIServer(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("inventory client: %w", err)
 	}
 	return &Watcher{
 		cfg:    cfg,
 		log:    cfg.Logger,
-		dyn:    dyn,
-		api:    apiServer{client: hc, host: strings.TrimSuffix(host.String(), "/")},
+		api:    api,
 		scopes: map[scope]*running{},
 		states: map[scope]stateOf{},
 		dirty:  map[protocol.ResourceRef]struct{}{},
@@ -195,8 +181,8 @@ func (w *Watcher) reconcile(ctx context.Context) {
 		<-r.done
 		// Its objects are gone from the inventory too.
 		w.mu.Lock()
-		for _, obj := range r.informer.GetStore().List() {
-			w.markLocked(obj.(*item).res.ResourceRef)
+		for _, res := range r.refl.all() {
+			w.markLocked(res.ResourceRef)
 		}
 		w.mu.Unlock()
 	}
@@ -240,53 +226,25 @@ func (w *Watcher) mayNotList(ctx context.Context, k Kind, ns string) string {
 	return ""
 }
 
-// start runs an informer for sc; Run owns it.
+// start runs a reflector for sc; Run owns it. Its store keeps summaries,
+// never whole objects: memory stays small however big the objects are.
 func (w *Watcher) start(ctx context.Context, sc scope, k Kind, version string) {
-	res := w.dyn.Resource(schema.GroupVersionResource{Group: k.Group, Version: version, Resource: k.Name}).Namespace(sc.namespace)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			list, err := res.List(ctx, opts)
-			w.noteErr(sc, err)
-			return list, err
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			wi, err := res.Watch(ctx, opts)
-			w.noteErr(sc, err)
-			return wi, err
-		},
-	}
-	inf := cache.NewSharedIndexInformerWithOptions(lw, &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{ObjectDescription: k.Name})
-	// The store keeps summaries, never whole objects: memory stays small
-	// however big the objects are.
-	inf.SetTransform(func(obj any) (any, error) {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return obj, nil
-		}
-		return &item{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(), ResourceVersion: u.GetResourceVersion()}, res: Summarize(k, u)}, nil
-	})
-	// Errors are noted by the list and watch above; the reflector backs
-	// off by itself.
-	inf.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) {})
-	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { w.mark(obj) },
-		UpdateFunc: func(old, obj any) {
-			o, n := old.(*item), obj.(*item)
-			if !reflect.DeepEqual(o.res, n.res) {
-				w.mark(obj)
-			}
-		},
-		DeleteFunc: func(obj any) { w.mark(obj) },
-	})
+	refl := newReflector(w.api, k, version, sc.namespace,
+		func(err error) { w.noteErr(sc, err) },
+		func(ref protocol.ResourceRef) {
+			w.mu.Lock()
+			w.markLocked(ref)
+			w.mu.Unlock()
+		})
 	ictx, stop := context.WithCancel(ctx)
-	r := &running{informer: inf, stop: stop, done: make(chan struct{})}
+	r := &running{refl: refl, stop: stop, done: make(chan struct{})}
 	w.mu.Lock()
 	w.scopes[sc] = r
 	w.epoch++ // the kinds watched changed
 	w.mu.Unlock()
 	go func() {
 		defer close(r.done)
-		inf.RunWithContext(ictx)
+		refl.run(ictx)
 	}()
 }
 
@@ -310,25 +268,6 @@ func (w *Watcher) noteErr(sc scope, err error) {
 	w.signalLocked()
 }
 
-func (w *Watcher) mark(obj any) {
-	var ref protocol.ResourceRef
-	switch o := obj.(type) {
-	case *item:
-		ref = o.res.ResourceRef
-	case cache.DeletedFinalStateUnknown:
-		it, ok := o.Obj.(*item)
-		if !ok {
-			return
-		}
-		ref = it.res.ResourceRef
-	default:
-		return
-	}
-	w.mu.Lock()
-	w.markLocked(ref)
-	w.mu.Unlock()
-}
-
 func (w *Watcher) markLocked(ref protocol.ResourceRef) {
 	if !w.sub {
 		return // the next Stream starts with a snapshot anyway
@@ -342,21 +281,6 @@ func (w *Watcher) signalLocked() {
 	case w.wake <- struct{}{}:
 	default:
 	}
-}
-
-// item is what the informers' stores hold: enough metadata for their keys,
-// and the summary.
-type item struct {
-	metav1.ObjectMeta
-	res protocol.Resource
-}
-
-func (i *item) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-
-func (i *item) DeepCopyObject() runtime.Object {
-	c := *i
-	i.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
-	return &c
 }
 
 // kindStates lists every kind's state, sorted; scopes without an error are

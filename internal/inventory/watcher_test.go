@@ -19,7 +19,6 @@ import (
 	"github.com/tetherhq/tether/internal/protocol"
 	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/rest"
 )
 
 var cluster *localkube.Cluster // a real API server, shared: it takes seconds to start
@@ -52,12 +51,10 @@ func run(m *testing.M) int {
 // pod directory is saDir.
 func newTestWatcher(t *testing.T, saDir string, namespaces ...string) *inventory.Watcher {
 	t.Helper()
-	cfg := &rest.Config{
-		Host:            cluster.URL,
-		BearerTokenFile: filepath.Join(saDir, "token"),
-		TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(saDir, "ca.crt")},
-	}
-	w, err := inventory.NewWatcher(inventory.WatcherConfig{Rest: cfg, Namespaces: namespaces, Rediscover: time.Second})
+	w, err := inventory.NewWatcher(inventory.WatcherConfig{
+		Host: cluster.URL, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: filepath.Join(saDir, "token"),
+		Namespaces: namespaces, Rediscover: time.Second,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,11 +339,11 @@ func TestDiscoveryAndAccessOnARealServer(t *testing.T) {
 // newTestWatcherToken is newTestWatcher with a fixed bearer token.
 func newTestWatcherToken(t *testing.T, saDir, token string) *inventory.Watcher {
 	t.Helper()
-	w, err := inventory.NewWatcher(inventory.WatcherConfig{Rest: &rest.Config{
-		Host:            cluster.URL,
-		BearerToken:     token,
-		TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(saDir, "ca.crt")},
-	}})
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := inventory.NewWatcher(inventory.WatcherConfig{Host: cluster.URL, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: tokenFile})
 	if err != nil {
 		t.Fatal(err)
 	}
