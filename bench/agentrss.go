@@ -112,9 +112,10 @@ func benchAgentRSS(ctx context.Context, r *report, dir string, o agentRSSOpts) e
 			}
 			time.Sleep(o.rest)
 			v := float64(p.rss()) / (1 << 20)
+			parts := statusFields(p.pid(), "RssAnon", "RssFile")
 			p.stop(10 * time.Second)
 			rss[i] = append(rss[i], v)
-			log.Printf("bench: agentrss round %d %s: %.1f MiB", round, bins[i], v)
+			log.Printf("bench: agentrss round %d %s: %.1f MiB (%s)", round, bins[i], v, parts)
 		}
 	}
 	for i, bin := range bins {
@@ -124,4 +125,21 @@ func benchAgentRSS(ctx context.Context, r *report, dir string, o agentRSSOpts) e
 			Value: vs[len(vs)/2], Unit: "MiB", Detail: fmt.Sprintf("median of %d: %.1f", len(vs), rss[i])})
 	}
 	return nil
+}
+
+// statusFields returns the named lines of /proc/pid/status, joined.
+func statusFields(pid int, names ...string) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ""
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, n := range names {
+			if strings.HasPrefix(l, n+":") {
+				out = append(out, strings.Join(strings.Fields(l), " "))
+			}
+		}
+	}
+	return strings.Join(out, ", ")
 }
