@@ -104,7 +104,7 @@ func main() {
 		r.Notes = append(r.Notes, "The simulated fleet's agents stream no inventory; a real agent's inventory stream adds a goroutine and the stream's buffers on the hub. They run in separate processes on the same 2 cores as the hub, so the reconnect storm's time includes the old hub closing 10,000 connections while their agents react at the same time.")
 	}
 	if parts["kube"] {
-		r.Notes = append(r.Notes, "The agent at rest runs its inventory (client-go dynamic informers) against the local API server.")
+		r.Notes = append(r.Notes, "The agent at rest runs its inventory (its own list and watch of each kind, decision 009) against the local API server, with read access to the inventory kinds as the chart grants it.")
 	}
 	if err := r.write(*md, *js); err != nil {
 		log.Fatal(err)

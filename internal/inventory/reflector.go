@@ -95,6 +95,7 @@ func (r *reflector) run(ctx context.Context) {
 		}
 		backoff = backoffMin
 		for ctx.Err() == nil {
+			began := time.Now()
 			var gone bool
 			rv, gone, err = r.watch(ctx, rv)
 			if ctx.Err() != nil {
@@ -103,7 +104,8 @@ func (r *reflector) run(ctx context.Context) {
 			if gone {
 				break // list again
 			}
-			if err != nil {
+			// A watch that fails, or ends at once, waits before the next.
+			if err != nil || time.Since(began) < time.Second {
 				if !wait() {
 					return
 				}
@@ -184,7 +186,9 @@ func (r *reflector) watch(ctx context.Context, rv string) (last string, gone boo
 	timeout := r.watchTimeout + rand.N(r.watchTimeout)
 	q := url.Values{"watch": {"1"}, "resourceVersion": {rv}, "allowWatchBookmarks": {"true"},
 		"timeoutSeconds": {strconv.Itoa(int(timeout / time.Second))}}
-	ctx, cancel := context.WithCancel(ctx)
+	// The API server ends the watch; a connection gone quiet without
+	// closing ends a minute after it should have.
+	ctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", r.api.host+r.path+"?"+q.Encode(), nil)
 	if err != nil {
