@@ -23,7 +23,7 @@ import (
 // apiServer asks the API server what the watcher needs beyond list and
 // watch: which APIs it serves (discovery) and what the agent's own service
 // account may do (SelfSubjectAccessReviews). It speaks JSON over the same
-// authenticated HTTP client as the informers, into small local structs:
+// authenticated HTTP client as the reflectors, into small local structs:
 // client-go's discovery package and typed clients link every built-in API
 // type into the binary and register them at start, which costs the agent
 // megabytes of memory for types it never uses.

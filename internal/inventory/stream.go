@@ -18,7 +18,7 @@ type StreamOptions struct {
 	// Batch is how long changes gather before they go out together. Zero
 	// means 250 ms.
 	Batch time.Duration
-	// SyncWait bounds the wait for the informers' first lists before the
+	// SyncWait bounds the wait for the reflectors' first lists before the
 	// snapshot goes out; what arrives later follows as changes. Zero means
 	// 30 s.
 	SyncWait time.Duration

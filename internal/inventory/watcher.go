@@ -34,7 +34,7 @@ type WatcherConfig struct {
 	Logger     *slog.Logger
 }
 
-// Watcher runs the agent's informers: list and watch, never a write. Run
+// Watcher runs the agent's reflectors: list and watch, never a write. Run
 // keeps them going; Stream sends what they see to one hub connection.
 type Watcher struct {
 	cfg WatcherConfig
@@ -42,7 +42,7 @@ type Watcher struct {
 	api apiServer
 
 	mu     sync.Mutex                        // guards the following
-	scopes map[scope]*running                // running informers
+	scopes map[scope]*running                // running reflectors
 	states map[scope]stateOf                 // why a kind isn't watched, per scope
 	dirty  map[protocol.ResourceRef]struct{} // changed since the subscriber last took them
 	sub    bool                              // a Stream is running
@@ -97,9 +97,9 @@ func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
 	}, nil
 }
 
-// Run discovers the kinds the cluster serves, starts an informer for each
+// Run discovers the kinds the cluster serves, starts a reflector for each
 // the agent may list, and looks again every Rediscover interval, until ctx
-// ends. It returns once every informer has stopped.
+// ends. It returns once every reflector has stopped.
 func (w *Watcher) Run(ctx context.Context) {
 	t := time.NewTicker(w.cfg.Rediscover)
 	defer t.Stop()
@@ -122,7 +122,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	}
 }
 
-// reconcile makes the running informers match what the cluster serves and
+// reconcile makes the running reflectors match what the cluster serves and
 // permits.
 func (w *Watcher) reconcile(ctx context.Context) {
 	served, err := w.served(ctx)
