@@ -24,6 +24,7 @@ FUZZ_TARGETS = \
 	./internal/agent:FuzzParseHubURL \
 	./internal/agent:FuzzOptionsFromEnv \
 	./internal/agent:FuzzRetryAfter \
+	./internal/inventory:FuzzParseDiscovery \
 	./internal/hub:FuzzAgentUpgradeHeaders \
 	./internal/hub:FuzzRewrite \
 	./internal/hub:FuzzCheckHello \

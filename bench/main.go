@@ -28,12 +28,13 @@ func main() {
 		os.Exit(runChild(os.Args[2], os.Args[3:]))
 	}
 	var (
-		only    = flag.String("only", "tunnel,kube,fleet", "the parts to run, comma-separated: tunnel, kube, fleet")
+		only    = flag.String("only", "tunnel,kube,fleet", "the parts to run, comma-separated: tunnel, kube, fleet, and agentrss (not run by default)")
 		md      = flag.String("md", "docs/PERFORMANCE.md", "where the report goes")
 		js      = flag.String("json", "bench/results.json", "where the figures go as JSON")
 		rounds  = flag.Int("rounds", 5, "alternated rounds of each throughput case")
 		fleetN  = flag.Int("fleet", 10000, "the largest idle fleet")
 		workDir = flag.String("dir", "", "where logs and files go; empty: a new temporary directory")
+		agents  = flag.String("agents", "", "agentrss: tether binaries to compare, comma-separated; empty: this tree's")
 	)
 	rewrite := flag.Bool("rewrite", false, "only write the report again from the JSON file's figures")
 	flag.Parse()
@@ -85,6 +86,13 @@ func main() {
 	run("kube", func() error {
 		return benchKube(ctx, r, filepath.Join(dir, "kube"), kubeOpts{gets: 1200, blocks200: 8, lists: 9, agentRest: 12 * time.Second})
 	})
+	run("agentrss", func() error {
+		var bins []string
+		if *agents != "" {
+			bins = strings.Split(*agents, ",")
+		}
+		return benchAgentRSS(ctx, r, filepath.Join(dir, "agentrss"), agentRSSOpts{bins: bins, rounds: *rounds, rest: 12 * time.Second})
+	})
 	run("fleet", func() error {
 		return benchFleet(ctx, r, filepath.Join(dir, "fleet"), fleetOpts{sizes: []int{1000, *fleetN}, settle: 15 * time.Second, storm: true})
 	})
@@ -96,7 +104,7 @@ func main() {
 		r.Notes = append(r.Notes, "The simulated fleet's agents stream no inventory; a real agent's inventory stream adds a goroutine and the stream's buffers on the hub. They run in separate processes on the same 2 cores as the hub, so the reconnect storm's time includes the old hub closing 10,000 connections while their agents react at the same time.")
 	}
 	if parts["kube"] {
-		r.Notes = append(r.Notes, "The agent at rest runs its inventory (client-go dynamic informers) against the local API server.")
+		r.Notes = append(r.Notes, "The agent at rest runs its inventory (its own list and watch of each kind, decision 009) against the local API server, with read access to the inventory kinds as the chart grants it.")
 	}
 	if err := r.write(*md, *js); err != nil {
 		log.Fatal(err)

@@ -9,43 +9,20 @@ import (
 
 	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/version"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
-	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
-	"k8s.io/client-go/rest"
 )
 
 // NewWatcher returns the inventory watcher for the cluster the options
 // describe, as the pod's service account: list and watch only. Its token is
 // read again from the file as it rotates.
 func NewWatcher(o Options, log *slog.Logger) (*inventory.Watcher, error) {
-	cfg := &rest.Config{
-		Host:            "https://" + o.APIServer,
-		BearerTokenFile: filepath.Join(o.ServiceAccountDir, "token"),
-		TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(o.ServiceAccountDir, "ca.crt")},
-		UserAgent:       "tether-agent/" + version.Version,
-		QPS:             20,
-		Burst:           40,
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("inventory client: %w", err)
-	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("inventory client: %w", err)
-	}
-	authz, err := authorizationclient.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("inventory client: %w", err)
-	}
 	return inventory.NewWatcher(inventory.WatcherConfig{
-		Dynamic:    dyn,
-		Discovery:  disc,
-		Access:     authz.SelfSubjectAccessReviews(),
+		Host:       "https://" + o.APIServer,
+		CAFile:     filepath.Join(o.ServiceAccountDir, "ca.crt"),
+		TokenFile:  filepath.Join(o.ServiceAccountDir, "token"),
+		UserAgent:  "tether-agent/" + version.Version,
 		Namespaces: o.AllowedNamespaces,
 		Logger:     log,
-	}), nil
+	})
 }
 
 // inventoryRetry is how long the agent waits before it opens the inventory

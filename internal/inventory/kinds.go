@@ -1,6 +1,6 @@
 // Package inventory is the read-only summary of a cluster's state that the
 // agent streams to the hub (SPEC section 5): which kinds are watched, how an
-// object is summarized, the agent's informers (Watcher), and the hub's copy
+// object is summarized, the agent's list and watch (Watcher), and the hub's copy
 // of every cluster's state with its queries (Store).
 //
 // It exists apart from the agent and the hub because both sides must agree

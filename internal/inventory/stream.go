@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/protocol"
-	"k8s.io/client-go/tools/cache"
 )
 
 // StreamOptions shape what Stream sends.
@@ -19,7 +18,7 @@ type StreamOptions struct {
 	// Batch is how long changes gather before they go out together. Zero
 	// means 250 ms.
 	Batch time.Duration
-	// SyncWait bounds the wait for the informers' first lists before the
+	// SyncWait bounds the wait for the reflectors' first lists before the
 	// snapshot goes out; what arrives later follows as changes. Zero means
 	// 30 s.
 	SyncWait time.Duration
@@ -62,14 +61,14 @@ func (w *Watcher) Stream(ctx context.Context, out io.Writer, opts StreamOptions)
 	clear(w.dirty)
 	epoch := w.epoch
 	kinds := w.kindStatesLocked()
-	stores := w.storesLocked()
+	running := w.runningLocked()
 	w.mu.Unlock()
 
 	var all []protocol.Resource
-	for _, s := range stores {
-		for _, obj := range s.List() {
-			if r := obj.(*item).res; w.shows(r.ResourceRef) {
-				all = append(all, r)
+	for _, r := range running {
+		for _, res := range r.refl.all() {
+			if w.shows(res.ResourceRef) {
+				all = append(all, res)
 			}
 		}
 	}
@@ -161,23 +160,19 @@ func (w *Watcher) lookup(ref protocol.ResourceRef) (protocol.Resource, bool) {
 	if ref.Namespace != "" {
 		key = ref.Namespace + "/" + ref.Name
 	}
-	obj, ok, err := r.informer.GetStore().GetByKey(key)
-	if err != nil || !ok {
-		return protocol.Resource{}, false
-	}
-	return obj.(*item).res, true
+	return r.refl.lookup(key)
 }
 
-func (w *Watcher) storesLocked() []cache.Store {
-	var out []cache.Store
+func (w *Watcher) runningLocked() []*running {
+	out := make([]*running, 0, len(w.scopes))
 	for _, r := range w.scopes {
-		out = append(out, r.informer.GetStore())
+		out = append(out, r)
 	}
 	return out
 }
 
 // waitSynced waits until the watcher has looked at the cluster and every
-// informer it started has listed once, or max has passed.
+// reflector it started has listed once, or max has passed.
 func (w *Watcher) waitSynced(ctx context.Context, max time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, max)
 	defer cancel()
@@ -187,12 +182,15 @@ func (w *Watcher) waitSynced(ctx context.Context, max time.Duration) {
 		return
 	}
 	w.mu.Lock()
-	var synced []cache.InformerSynced
-	for _, r := range w.scopes {
-		synced = append(synced, r.informer.HasSynced)
-	}
+	running := w.runningLocked()
 	w.mu.Unlock()
-	cache.WaitForCacheSync(ctx.Done(), synced...)
+	for _, r := range running {
+		select {
+		case <-r.refl.synced:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // sendChunks sends head with ups and dels spread over as many Updates as

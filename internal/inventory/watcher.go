@@ -6,30 +6,24 @@ import (
 	"log/slog"
 	"reflect"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/internal/protocol"
-	authorizationv1 "k8s.io/api/authorization/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
-	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
-	"k8s.io/client-go/tools/cache"
 )
 
 // WatcherConfig is what a Watcher needs. Logger and Rediscover may be zero.
 type WatcherConfig struct {
-	Dynamic   dynamic.Interface
-	Discovery discovery.DiscoveryInterface
-	// Access asks the API server what the agent's own service account may
-	// do, so it never starts a watch it would only be refused.
-	Access authorizationclient.SelfSubjectAccessReviewInterface
+	// Host is the API server's https:// URL, CAFile the CA its
+	// certificate is checked against, and TokenFile the service account
+	// token the agent reads as (read again as it rotates). Besides list
+	// and watch, the watcher asks the API server which APIs it serves, and
+	// what the agent's own service account may do, so it never starts a
+	// watch it would only be refused.
+	Host, CAFile, TokenFile string
+	// UserAgent goes with every request.
+	UserAgent string
 	// Namespaces are TETHER_ALLOWED_NAMESPACES: when set, namespaced kinds
 	// are watched in each of them separately, and nothing else is seen.
 	Namespaces []string
@@ -40,14 +34,15 @@ type WatcherConfig struct {
 	Logger     *slog.Logger
 }
 
-// Watcher runs the agent's informers: list and watch, never a write. Run
+// Watcher runs the agent's reflectors: list and watch, never a write. Run
 // keeps them going; Stream sends what they see to one hub connection.
 type Watcher struct {
 	cfg WatcherConfig
 	log *slog.Logger
+	api apiServer
 
 	mu     sync.Mutex                        // guards the following
-	scopes map[scope]*running                // running informers
+	scopes map[scope]*running                // running reflectors
 	states map[scope]stateOf                 // why a kind isn't watched, per scope
 	dirty  map[protocol.ResourceRef]struct{} // changed since the subscriber last took them
 	sub    bool                              // a Stream is running
@@ -70,36 +65,41 @@ type stateOf struct {
 	missing bool
 }
 
-// running is one running informer.
+// running is one running reflector.
 type running struct {
-	informer cache.SharedIndexInformer
-	stop     context.CancelFunc
-	done     chan struct{}
+	refl *reflector
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 // NewWatcher returns a Watcher; call Run to start it.
-func NewWatcher(cfg WatcherConfig) *Watcher {
+func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
 	if cfg.Rediscover == 0 {
 		cfg.Rediscover = time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	api, err := newAPIServer(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("inventory client: %w", err)
+	}
 	return &Watcher{
 		cfg:    cfg,
 		log:    cfg.Logger,
+		api:    api,
 		scopes: map[scope]*running{},
 		states: map[scope]stateOf{},
 		dirty:  map[protocol.ResourceRef]struct{}{},
 		wake:   make(chan struct{}, 1),
 
 		reconciled: make(chan struct{}),
-	}
+	}, nil
 }
 
-// Run discovers the kinds the cluster serves, starts an informer for each
+// Run discovers the kinds the cluster serves, starts a reflector for each
 // the agent may list, and looks again every Rediscover interval, until ctx
-// ends. It returns once every informer has stopped.
+// ends. It returns once every reflector has stopped.
 func (w *Watcher) Run(ctx context.Context) {
 	t := time.NewTicker(w.cfg.Rediscover)
 	defer t.Stop()
@@ -122,10 +122,10 @@ func (w *Watcher) Run(ctx context.Context) {
 	}
 }
 
-// reconcile makes the running informers match what the cluster serves and
+// reconcile makes the running reflectors match what the cluster serves and
 // permits.
 func (w *Watcher) reconcile(ctx context.Context) {
-	served, err := w.served()
+	served, err := w.served(ctx)
 	if err != nil && len(served) == 0 {
 		w.log.Warn("Can't discover the cluster's APIs; the inventory waits", "err", err)
 		return
@@ -181,8 +181,8 @@ func (w *Watcher) reconcile(ctx context.Context) {
 		<-r.done
 		// Its objects are gone from the inventory too.
 		w.mu.Lock()
-		for _, obj := range r.informer.GetStore().List() {
-			w.markLocked(obj.(*item).res.ResourceRef)
+		for _, res := range r.refl.all() {
+			w.markLocked(res.ResourceRef)
 		}
 		w.mu.Unlock()
 	}
@@ -190,51 +190,9 @@ func (w *Watcher) reconcile(ctx context.Context) {
 
 // served maps each inventory kind the cluster serves to the version to
 // watch.
-func (w *Watcher) served() (map[schema.GroupResource]string, error) {
-	lists, err := w.cfg.Discovery.ServerPreferredResources()
-	// A partial answer (one aggregated API down) still names the rest.
-	out := map[schema.GroupResource]string{}
-	for _, list := range lists {
-		gv, perr := schema.ParseGroupVersion(list.GroupVersion)
-		if perr != nil {
-			continue
-		}
-		for _, r := range list.APIResources {
-			if strings.Contains(r.Name, "/") {
-				continue
-			}
-			gr := schema.GroupResource{Group: gv.Group, Resource: r.Name}
-			if k, ok := LookupKind(r.Name); ok && k.Group == gv.Group {
-				for _, v := range k.Versions {
-					if v == gv.Version {
-						out[gr] = v
-					}
-				}
-			}
-		}
-	}
-	// The preferred version may be one the summary doesn't know; look for
-	// one it does.
-	for _, k := range Kinds {
-		if _, ok := out[k.Resource()]; ok {
-			continue
-		}
-		for _, v := range k.Versions {
-			list, err := w.cfg.Discovery.ServerResourcesForGroupVersion(schema.GroupVersion{Group: k.Group, Version: v}.String())
-			if err != nil {
-				continue
-			}
-			for _, r := range list.APIResources {
-				if r.Name == k.Name {
-					out[k.Resource()] = v
-				}
-			}
-			if _, ok := out[k.Resource()]; ok {
-				break
-			}
-		}
-	}
-	return out, err
+func (w *Watcher) served(ctx context.Context) (map[schema.GroupResource]string, error) {
+	d, err := w.api.discover(ctx, Kinds)
+	return versionsFor(Kinds, d), err
 }
 
 func (w *Watcher) namespacesFor(k Kind) []string {
@@ -248,16 +206,13 @@ func (w *Watcher) namespacesFor(k Kind) []string {
 // why not when it may not.
 func (w *Watcher) mayNotList(ctx context.Context, k Kind, ns string) string {
 	for _, verb := range []string{"list", "watch"} {
-		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: k.Group, Resource: k.Name, Namespace: ns},
-		}}
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		res, err := w.cfg.Access.Create(ctx, review, metav1.CreateOptions{})
+		allowed, err := w.api.allowed(ctx, verb, k.Group, k.Name, ns)
 		cancel()
 		if err != nil {
 			return fmt.Sprintf("can't ask the API server whether the agent may %s %s: %v", verb, k.Name, err)
 		}
-		if !res.Status.Allowed {
+		if !allowed {
 			where := "in every namespace"
 			if ns != "" {
 				where = "in namespace " + ns
@@ -271,53 +226,25 @@ func (w *Watcher) mayNotList(ctx context.Context, k Kind, ns string) string {
 	return ""
 }
 
-// start runs an informer for sc; Run owns it.
+// start runs a reflector for sc; Run owns it. Its store keeps summaries,
+// never whole objects: memory stays small however big the objects are.
 func (w *Watcher) start(ctx context.Context, sc scope, k Kind, version string) {
-	res := w.cfg.Dynamic.Resource(schema.GroupVersionResource{Group: k.Group, Version: version, Resource: k.Name}).Namespace(sc.namespace)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			list, err := res.List(ctx, opts)
-			w.noteErr(sc, err)
-			return list, err
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			wi, err := res.Watch(ctx, opts)
-			w.noteErr(sc, err)
-			return wi, err
-		},
-	}
-	inf := cache.NewSharedIndexInformerWithOptions(lw, &unstructured.Unstructured{}, cache.SharedIndexInformerOptions{ObjectDescription: k.Name})
-	// The store keeps summaries, never whole objects: memory stays small
-	// however big the objects are.
-	inf.SetTransform(func(obj any) (any, error) {
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return obj, nil
-		}
-		return &item{ObjectMeta: metav1.ObjectMeta{Name: u.GetName(), Namespace: u.GetNamespace(), ResourceVersion: u.GetResourceVersion()}, res: Summarize(k, u)}, nil
-	})
-	// Errors are noted by the list and watch above; the reflector backs
-	// off by itself.
-	inf.SetWatchErrorHandlerWithContext(func(context.Context, *cache.Reflector, error) {})
-	inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { w.mark(obj) },
-		UpdateFunc: func(old, obj any) {
-			o, n := old.(*item), obj.(*item)
-			if !reflect.DeepEqual(o.res, n.res) {
-				w.mark(obj)
-			}
-		},
-		DeleteFunc: func(obj any) { w.mark(obj) },
-	})
+	refl := newReflector(w.api, k, version, sc.namespace,
+		func(err error) { w.noteErr(sc, err) },
+		func(ref protocol.ResourceRef) {
+			w.mu.Lock()
+			w.markLocked(ref)
+			w.mu.Unlock()
+		})
 	ictx, stop := context.WithCancel(ctx)
-	r := &running{informer: inf, stop: stop, done: make(chan struct{})}
+	r := &running{refl: refl, stop: stop, done: make(chan struct{})}
 	w.mu.Lock()
 	w.scopes[sc] = r
 	w.epoch++ // the kinds watched changed
 	w.mu.Unlock()
 	go func() {
 		defer close(r.done)
-		inf.RunWithContext(ictx)
+		refl.run(ictx)
 	}()
 }
 
@@ -341,25 +268,6 @@ func (w *Watcher) noteErr(sc scope, err error) {
 	w.signalLocked()
 }
 
-func (w *Watcher) mark(obj any) {
-	var ref protocol.ResourceRef
-	switch o := obj.(type) {
-	case *item:
-		ref = o.res.ResourceRef
-	case cache.DeletedFinalStateUnknown:
-		it, ok := o.Obj.(*item)
-		if !ok {
-			return
-		}
-		ref = it.res.ResourceRef
-	default:
-		return
-	}
-	w.mu.Lock()
-	w.markLocked(ref)
-	w.mu.Unlock()
-}
-
 func (w *Watcher) markLocked(ref protocol.ResourceRef) {
 	if !w.sub {
 		return // the next Stream starts with a snapshot anyway
@@ -373,21 +281,6 @@ func (w *Watcher) signalLocked() {
 	case w.wake <- struct{}{}:
 	default:
 	}
-}
-
-// item is what the informers' stores hold: enough metadata for their keys,
-// and the summary.
-type item struct {
-	metav1.ObjectMeta
-	res protocol.Resource
-}
-
-func (i *item) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-
-func (i *item) DeepCopyObject() runtime.Object {
-	c := *i
-	i.ObjectMeta.DeepCopyInto(&c.ObjectMeta)
-	return &c
 }
 
 // kindStates lists every kind's state, sorted; scopes without an error are

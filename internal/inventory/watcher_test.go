@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,10 +19,6 @@ import (
 	"github.com/tetherhq/tether/internal/protocol"
 	"go.uber.org/goleak"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
-	authorizationclient "k8s.io/client-go/kubernetes/typed/authorization/v1"
-	"k8s.io/client-go/rest"
 )
 
 var cluster *localkube.Cluster // a real API server, shared: it takes seconds to start
@@ -54,24 +51,14 @@ func run(m *testing.M) int {
 // pod directory is saDir.
 func newTestWatcher(t *testing.T, saDir string, namespaces ...string) *inventory.Watcher {
 	t.Helper()
-	cfg := &rest.Config{
-		Host:            cluster.URL,
-		BearerTokenFile: filepath.Join(saDir, "token"),
-		TLSClientConfig: rest.TLSClientConfig{CAFile: filepath.Join(saDir, "ca.crt")},
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	w, err := inventory.NewWatcher(inventory.WatcherConfig{
+		Host: cluster.URL, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: filepath.Join(saDir, "token"),
+		Namespaces: namespaces, Rediscover: time.Second,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	authz, err := authorizationclient.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return inventory.NewWatcher(inventory.WatcherConfig{Dynamic: dyn, Discovery: disc, Access: authz.SelfSubjectAccessReviews(), Namespaces: namespaces, Rediscover: time.Second})
+	return w
 }
 
 // feed runs w and streams it into a Receiver of store, as the agent and the
@@ -288,4 +275,77 @@ func TestAllowedNamespacesLimitWhatIsSeen(t *testing.T) {
 	if info.Summary.NodesTotal != nil || info.Summary.PodsNotReady == nil || *info.Summary.PodsNotReady != 3 {
 		t.Errorf("summary: nodes %v, pods not ready %v; want no node count and 3 pods not ready", info.Summary.NodesTotal, info.Summary.PodsNotReady)
 	}
+}
+
+// TestDiscoveryAndAccessOnARealServer checks the watcher's own discovery
+// (aggregated, and the older per-version lists) and SelfSubjectAccessReviews
+// against the API server.
+func TestDiscoveryAndAccessOnARealServer(t *testing.T) {
+	ctx := t.Context()
+	saDir, err := cluster.NewServiceAccountDir(ctx, "inv-disc", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.GrantInventory(ctx, "inv-disc", "agent", "disc-a"); err != nil {
+		t.Fatal(err)
+	}
+	w := newTestWatcher(t, saDir)
+	// The test server serves the built-in kinds; no Argo CD or Istio.
+	want := map[string]string{
+		"nodes": "v1", "namespaces": "v1", "pods": "v1", "services": "v1",
+		"deployments": "v1", "statefulsets": "v1", "daemonsets": "v1",
+		"jobs": "v1", "cronjobs": "v1", "ingresses": "v1",
+	}
+	for _, legacy := range []bool{false, true} {
+		served, err := w.Served(ctx, legacy)
+		if err != nil {
+			t.Errorf("legacy %v: %v", legacy, err)
+		}
+		got := map[string]string{}
+		for gr, v := range served {
+			k, ok := inventory.LookupKind(gr.Resource)
+			if !ok || k.Group != gr.Group {
+				t.Errorf("legacy %v: served %v", legacy, gr)
+			}
+			got[gr.Resource] = v
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("legacy %v: served %v, want %v", legacy, got, want)
+		}
+	}
+	for _, tc := range []struct {
+		verb, group, resource, ns string
+		want                      bool
+	}{
+		{"list", "", "pods", "disc-a", true},
+		{"watch", "apps", "deployments", "disc-a", true},
+		{"list", "", "pods", "", false},
+		{"list", "", "pods", "disc-b", false},
+		{"list", "", "secrets", "disc-a", false},
+		{"delete", "", "pods", "disc-a", false},
+	} {
+		got, err := w.Allowed(ctx, tc.verb, tc.group, tc.resource, tc.ns)
+		if err != nil || got != tc.want {
+			t.Errorf("may %s %s %q in %q: %v, %v; want %v", tc.verb, tc.group, tc.resource, tc.ns, got, err, tc.want)
+		}
+	}
+	// A refused review is reported with the API server's message.
+	w2 := newTestWatcherToken(t, saDir, "not-a-token")
+	if _, err := w2.Allowed(ctx, "list", "", "pods", ""); err == nil || !strings.Contains(err.Error(), "Unauthorized") {
+		t.Errorf("review with a bad token: %v", err)
+	}
+}
+
+// newTestWatcherToken is newTestWatcher with a fixed bearer token.
+func newTestWatcherToken(t *testing.T, saDir, token string) *inventory.Watcher {
+	t.Helper()
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := inventory.NewWatcher(inventory.WatcherConfig{Host: cluster.URL, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: tokenFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

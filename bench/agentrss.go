@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/localkube"
+)
+
+// agentRSSOpts size the agentrss part.
+type agentRSSOpts struct {
+	bins   []string      // tether binaries to compare; empty: build this tree's
+	rounds int           // alternated rounds, each binary once per round
+	rest   time.Duration // how long each agent rests before its RSS is read
+}
+
+// benchAgentRSS measures only the agent at rest, as the kube part does (the
+// same API server, cluster contents, hub and settings), for one or more
+// tether binaries taken in turn, the order rotating each round: each agent
+// is started, waits until its inventory reached the hub, rests, and has its
+// VmRSS read before it is stopped. It reports each binary's median.
+func benchAgentRSS(ctx context.Context, r *report, dir string, o agentRSSOpts) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	bins := o.bins
+	if len(bins) == 0 {
+		bin, err := buildTether(ctx, dir)
+		if err != nil {
+			return err
+		}
+		bins = []string{bin}
+	}
+	cluster, err := localkube.Start(ctx, localkube.Config{TempDir: dir})
+	if err != nil {
+		return fmt.Errorf("start the API server: %w", err)
+	}
+	defer cluster.Close()
+	if err := prepareCluster(ctx, cluster); err != nil {
+		return err
+	}
+	hf, err := writeHubCert(dir)
+	if err != nil {
+		return err
+	}
+	agentToken, _ := fleet.NewToken()
+	userToken, _ := fleet.NewToken()
+	addr, err := freePort()
+	if err != nil {
+		return err
+	}
+	self, _ := os.Executable()
+	hubURL := "https://" + addr
+	hubEnv := []string{
+		"TETHER_ADDR=" + addr, "TETHER_PUBLIC_URL=" + hubURL,
+		"TETHER_TLS_CERT_FILE=" + hf.cert, "TETHER_TLS_KEY_FILE=" + hf.key,
+		"TETHER_FLEET_AGENTS=" + fleet.AgentsEntry("bench", fleet.TokenSHA256(agentToken)),
+		"TETHER_USERS=" + fmt.Sprintf("- name: %s\n  tokenSha256: %s\n  groups: [%q]\n", benchUser, fleet.TokenSHA256(userToken), benchGroup),
+		"TETHER_METRICS_ADDR=0", "TETHER_AUDIT_FILE=" + filepath.Join(dir, "audit.jsonl"),
+	}
+	hubProc, err := startChild(ctx, "hub", []string{self, "child", "hub"}, hubEnv, filepath.Join(dir, "hub.log"), true)
+	if err != nil {
+		return err
+	}
+	defer hubProc.stop(10 * time.Second)
+	agentEnv := []string{
+		"TETHER_HUB_URL=" + hubURL, "TETHER_AGENT_NAME=bench", "TETHER_AGENT_TOKEN=" + agentToken,
+		"TETHER_HUB_CA=" + hf.caFile, "TETHER_HEALTH_ADDR=0", "TETHER_SERVICEACCOUNT_DIR=" + cluster.ServiceAccountDir,
+		"KUBERNETES_SERVICE_HOST=" + cluster.Host, "KUBERNETES_SERVICE_PORT=" + cluster.Port,
+	}
+	api := &http.Client{Transport: &http.Transport{TLSClientConfig: hf.pool}}
+	defer api.CloseIdleConnections()
+	// inventoryHas reports whether the hub's inventory of the cluster lists
+	// the bench's namespace: the agent is connected and its informers run.
+	inventoryHas := func() bool {
+		req, _ := http.NewRequestWithContext(ctx, "GET", hubURL+"/api/clusters/bench/resources?kind=namespaces", nil)
+		req.Header.Set("Authorization", "Bearer "+userToken)
+		resp, err := api.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == 200 && strings.Contains(string(b), `"`+benchNS+`"`)
+	}
+
+	rss := make([][]float64, len(bins))
+	for round := range o.rounds {
+		for j := range bins {
+			i := (round + j) % len(bins)
+			logPath := filepath.Join(dir, fmt.Sprintf("agent-%d-%d.log", i, round))
+			p, err := startChild(ctx, "agent", []string{bins[i], "agent"}, agentEnv, logPath, false)
+			if err != nil {
+				return err
+			}
+			deadline := time.Now().Add(time.Minute)
+			for !inventoryHas() {
+				if time.Now().After(deadline) || ctx.Err() != nil {
+					p.stop(10 * time.Second)
+					return fmt.Errorf("%s: the inventory didn't reach the hub in a minute; see %s", bins[i], logPath)
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			time.Sleep(o.rest)
+			v := float64(p.rss()) / (1 << 20)
+			parts := statusFields(p.pid(), "RssAnon", "RssFile")
+			p.stop(10 * time.Second)
+			rss[i] = append(rss[i], v)
+			log.Printf("bench: agentrss round %d %s: %.1f MiB (%s)", round, bins[i], v, parts)
+		}
+	}
+	for i, bin := range bins {
+		vs := slices.Clone(rss[i])
+		slices.Sort(vs)
+		r.add(figure{Section: "fleet", Name: fmt.Sprintf("agent idle RSS (%s, connected, after %s at rest)", filepath.Base(bin), o.rest),
+			Value: vs[len(vs)/2], Unit: "MiB", Detail: fmt.Sprintf("median of %d: %.1f", len(vs), rss[i])})
+	}
+	return nil
+}
+
+// statusFields returns the named lines of /proc/pid/status, joined.
+func statusFields(pid int, names ...string) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ""
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, n := range names {
+			if strings.HasPrefix(l, n+":") {
+				out = append(out, strings.Join(strings.Fields(l), " "))
+			}
+		}
+	}
+	return strings.Join(out, ", ")
+}

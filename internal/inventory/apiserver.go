@@ -1,0 +1,391 @@
+package inventory
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// apiServer asks the API server what the watcher needs beyond list and
+// watch: which APIs it serves (discovery) and what the agent's own service
+// account may do (SelfSubjectAccessReviews). It speaks JSON over the same
+// authenticated HTTP client as the reflectors, into small local structs:
+// client-go's discovery package and typed clients link every built-in API
+// type into the binary and register them at start, which costs the agent
+// megabytes of memory for types it never uses.
+type apiServer struct {
+	client *http.Client
+	host   string // scheme://host:port, no trailing slash
+}
+
+// newAPIServer returns an apiServer for cfg: TLS checked against cfg.CAFile,
+// the bearer token read from cfg.TokenFile and read again as it rotates.
+func newAPIServer(cfg WatcherConfig) (apiServer, error) {
+	u, err := url.Parse(cfg.Host)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return apiServer{}, fmt.Errorf("the API server's address %q is not an https:// URL", cfg.Host)
+	}
+	pem, err := os.ReadFile(cfg.CAFile)
+	if err != nil {
+		return apiServer{}, fmt.Errorf("the API server's CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return apiServer{}, fmt.Errorf("the API server's CA: no certificate in %s", cfg.CAFile)
+	}
+	tr := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout: 10 * time.Second,
+		IdleConnTimeout:     90 * time.Second,
+		MaxIdleConnsPerHost: 4,
+		ForceAttemptHTTP2:   true,
+	}
+	return apiServer{
+		client: &http.Client{Transport: &tokenTransport{next: tr, file: cfg.TokenFile, userAgent: cfg.UserAgent}},
+		host:   strings.TrimSuffix(u.String(), "/"),
+	}, nil
+}
+
+// tokenRefresh is how long a token read from its file is used before the
+// file is read again; kubelet rotates a projected token well before it
+// expires.
+const tokenRefresh = time.Minute
+
+// tokenTransport adds the service account's bearer token and the
+// User-Agent to each request.
+type tokenTransport struct {
+	next      http.RoundTripper
+	file      string
+	userAgent string
+
+	mu    sync.Mutex // guards the following
+	token string
+	read  time.Time
+}
+
+func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	tok, err := t.currentToken()
+	if err != nil {
+		return nil, err
+	}
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if t.userAgent != "" {
+		req.Header.Set("User-Agent", t.userAgent)
+	}
+	return t.next.RoundTrip(req)
+}
+
+func (t *tokenTransport) currentToken() (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.token != "" && time.Since(t.read) < tokenRefresh {
+		return t.token, nil
+	}
+	b, err := os.ReadFile(t.file)
+	if err != nil {
+		if t.token != "" {
+			return t.token, nil // keep the last one while the file is replaced
+		}
+		return "", fmt.Errorf("the service account token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("the service account token: %s is empty", t.file)
+	}
+	t.token, t.read = tok, time.Now()
+	return tok, nil
+}
+
+// acceptDiscovery asks for aggregated discovery (every group's versions and
+// resources in one answer), and takes the older lists from a server that
+// doesn't serve it.
+const acceptDiscovery = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json"
+
+// maxAnswerBytes bounds one answer read whole: a discovery answer (a
+// cluster with hundreds of CRDs answers a few MB) or a page of a list.
+const maxAnswerBytes = 64 << 20
+
+// do sends one request and decodes a 2xx answer's JSON into out, or returns
+// the API server's message as the error.
+func (a apiServer) do(ctx context.Context, method, path, accept string, body []byte, out any) error {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.host+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", accept)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if len(b) > maxAnswerBytes {
+		return fmt.Errorf("%s %s: the answer is larger than %d bytes", method, path, maxAnswerBytes)
+	}
+	if resp.StatusCode/100 != 2 {
+		return &statusError{code: resp.StatusCode, msg: fmt.Sprintf("%s %s: %s", method, path, statusMessage(b, resp.Status))}
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// statusError is an API server's refusal.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+// readStatusError reads a refusal's body as an error.
+func readStatusError(resp *http.Response, what string) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	return &statusError{code: resp.StatusCode, msg: what + ": " + statusMessage(b, resp.Status)}
+}
+
+// statusMessage is the message of a metav1.Status body, or the HTTP status.
+func statusMessage(body []byte, status string) string {
+	var st struct {
+		Message string `json:"message"`
+	}
+	if json.Unmarshal(body, &st) == nil && st.Message != "" {
+		return st.Message
+	}
+	return status
+}
+
+// discovered is what a cluster serves: for each API group ("" is the core
+// group), its versions, the server's preferred first.
+type discovered map[string][]servedVersion
+
+type servedVersion struct {
+	version   string
+	resources []string // top-level resources; no subresources
+}
+
+// aggregatedDiscovery is the part of an apidiscovery.k8s.io/v2
+// APIGroupDiscoveryList the watcher reads.
+type aggregatedDiscovery struct {
+	Kind  string `json:"kind"`
+	Items []struct {
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Versions []struct {
+			Version   string `json:"version"`
+			Resources []struct {
+				Resource string `json:"resource"`
+			} `json:"resources"`
+		} `json:"versions"`
+	} `json:"items"`
+}
+
+// errNotAggregated is returned for a discovery answer in the older format.
+var errNotAggregated = errors.New("not an aggregated discovery list")
+
+// parseAggregated adds an APIGroupDiscoveryList (the answer to GET /api or
+// /apis with acceptDiscovery) to d. It returns errNotAggregated when the
+// JSON is another kind, as from a server without aggregated discovery.
+func parseAggregated(b []byte, d discovered) error {
+	var list aggregatedDiscovery
+	if err := json.Unmarshal(b, &list); err != nil {
+		return err
+	}
+	if list.Kind != "APIGroupDiscoveryList" {
+		return errNotAggregated
+	}
+	for _, g := range list.Items {
+		for _, v := range g.Versions {
+			if v.Version == "" {
+				continue
+			}
+			sv := servedVersion{version: v.Version}
+			for _, r := range v.Resources {
+				if r.Resource != "" && !strings.Contains(r.Resource, "/") {
+					sv.resources = append(sv.resources, r.Resource)
+				}
+			}
+			d[g.Metadata.Name] = append(d[g.Metadata.Name], sv)
+		}
+	}
+	return nil
+}
+
+// parseResourceList reads an APIResourceList (the answer to GET /api/v1 or
+// /apis/<group>/<version>) as one served version.
+func parseResourceList(b []byte) (servedVersion, error) {
+	var list struct {
+		GroupVersion string `json:"groupVersion"`
+		Resources    []struct {
+			Name string `json:"name"`
+		} `json:"resources"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return servedVersion{}, err
+	}
+	gv, err := schema.ParseGroupVersion(list.GroupVersion)
+	if err != nil {
+		return servedVersion{}, err
+	}
+	if gv.Version == "" {
+		return servedVersion{}, fmt.Errorf("no version in %q", list.GroupVersion)
+	}
+	sv := servedVersion{version: gv.Version}
+	for _, r := range list.Resources {
+		if r.Name != "" && !strings.Contains(r.Name, "/") {
+			sv.resources = append(sv.resources, r.Name)
+		}
+	}
+	return sv, nil
+}
+
+// versionsFor maps each of kinds the cluster serves to the version to watch:
+// the cluster's preferred version of it when the summary understands that
+// one, otherwise the first of the kind's Versions the cluster serves.
+func versionsFor(kinds []Kind, d discovered) map[schema.GroupResource]string {
+	out := map[schema.GroupResource]string{}
+	for _, k := range kinds {
+		vs := d[k.Group]
+		// The preferred version of a resource is the first of its
+		// group's versions, in the server's order, that serves it.
+		for _, v := range vs {
+			if slices.Contains(v.resources, k.Name) {
+				if slices.Contains(k.Versions, v.version) {
+					out[k.Resource()] = v.version
+				}
+				break
+			}
+		}
+		if _, ok := out[k.Resource()]; ok {
+			continue
+		}
+		for _, want := range k.Versions {
+			if slices.ContainsFunc(vs, func(v servedVersion) bool { return v.version == want && slices.Contains(v.resources, k.Name) }) {
+				out[k.Resource()] = want
+				break
+			}
+		}
+	}
+	return out
+}
+
+// discover asks the API server which groups, versions and resources it
+// serves. With aggregated discovery that is GET /api and /apis; from a
+// server without it, the resource list of each version of the kinds'
+// groups the summary understands. A partial answer (one aggregated API
+// down) still names the rest, with the error.
+func (a apiServer) discover(ctx context.Context, kinds []Kind) (discovered, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	d := discovered{}
+	var errs []error
+	legacy := false
+	for _, path := range []string{"/api", "/apis"} {
+		var raw json.RawMessage
+		if err := a.do(ctx, "GET", path, acceptDiscovery, nil, &raw); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := parseAggregated(raw, d); errors.Is(err, errNotAggregated) {
+			legacy = true
+		} else if err != nil {
+			errs = append(errs, fmt.Errorf("GET %s: %w", path, err))
+		}
+	}
+	if !legacy {
+		return d, errors.Join(errs...)
+	}
+	return a.discoverLegacy(ctx, kinds)
+}
+
+// discoverLegacy asks a server without aggregated discovery for the
+// resource list of each version of kinds the summary understands. It can't
+// tell the server's preferred version, so the first of a kind's Versions
+// that is served wins.
+func (a apiServer) discoverLegacy(ctx context.Context, kinds []Kind) (discovered, error) {
+	d := discovered{}
+	var errs []error
+	seen := map[schema.GroupVersion]bool{}
+	for _, k := range kinds {
+		for _, v := range k.Versions {
+			gv := schema.GroupVersion{Group: k.Group, Version: v}
+			if seen[gv] {
+				continue
+			}
+			seen[gv] = true
+			path := "/apis/" + gv.String()
+			if gv.Group == "" {
+				path = "/api/" + v
+			}
+			var raw json.RawMessage
+			if err := a.do(ctx, "GET", path, "application/json", nil, &raw); err != nil {
+				var se *statusError
+				if !errors.As(err, &se) || se.code != http.StatusNotFound {
+					errs = append(errs, fmt.Errorf("GET %s: %w", path, err))
+				}
+				continue
+			}
+			sv, err := parseResourceList(raw)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("GET %s: %w", path, err))
+				continue
+			}
+			d[gv.Group] = append(d[gv.Group], sv)
+		}
+	}
+	return d, errors.Join(errs...)
+}
+
+// allowed asks the API server, with a SelfSubjectAccessReview, whether the
+// agent may verb resource of group in namespace ns ("" for every namespace).
+func (a apiServer) allowed(ctx context.Context, verb, group, resource, ns string) (bool, error) {
+	attrs := map[string]string{"verb": verb, "group": group, "resource": resource}
+	if ns != "" {
+		attrs["namespace"] = ns
+	}
+	body, err := json.Marshal(map[string]any{
+		"apiVersion": "authorization.k8s.io/v1",
+		"kind":       "SelfSubjectAccessReview",
+		"spec":       map[string]any{"resourceAttributes": attrs},
+	})
+	if err != nil {
+		return false, err
+	}
+	var review struct {
+		Status struct {
+			Allowed bool `json:"allowed"`
+		} `json:"status"`
+	}
+	if err := a.do(ctx, "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", "application/json", body, &review); err != nil {
+		return false, err
+	}
+	return review.Status.Allowed, nil
+}

@@ -1,0 +1,172 @@
+package inventory
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// coreAggregated and groupsAggregated are shaped as kube-apiserver's
+// answers to GET /api and /apis with acceptDiscovery (trimmed).
+const coreAggregated = `{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","metadata":{},
+"items":[{"metadata":{"creationTimestamp":null},"versions":[{"version":"v1","resources":[
+ {"resource":"pods","responseKind":{"group":"","version":"v1","kind":"Pod"},"scope":"Namespaced","singularResource":"pod","verbs":["get","list","watch"],
+  "subresources":[{"subresource":"log","verbs":["get"]}]},
+ {"resource":"nodes","scope":"Cluster","verbs":["get","list","watch"]},
+ {"resource":"namespaces","scope":"Cluster","verbs":["get","list","watch"]},
+ {"resource":"services","scope":"Namespaced","verbs":["get","list","watch"]}],"freshness":"Current"}]}]}`
+
+const groupsAggregated = `{"kind":"APIGroupDiscoveryList","apiVersion":"apidiscovery.k8s.io/v2","metadata":{},
+"items":[
+ {"metadata":{"name":"apps"},"versions":[{"version":"v1","resources":[{"resource":"deployments","scope":"Namespaced"},{"resource":"statefulsets","scope":"Namespaced"},{"resource":"daemonsets","scope":"Namespaced"}]}]},
+ {"metadata":{"name":"networking.istio.io"},"versions":[
+   {"version":"v1beta1","resources":[{"resource":"gateways","scope":"Namespaced"}]},
+   {"version":"v1","resources":[{"resource":"gateways","scope":"Namespaced"}]},
+   {"version":"v1alpha3","resources":[{"resource":"gateways","scope":"Namespaced"}]}]},
+ {"metadata":{"name":"argoproj.io"},"versions":[{"version":"v1beta9","resources":[{"resource":"applications","scope":"Namespaced"}]}],"freshness":"Stale"},
+ {"metadata":{"name":"batch"},"versions":[{"version":"v1","resources":[{"resource":"jobs","scope":"Namespaced"},{"resource":"jobs/status"}]}]}]}`
+
+func TestParseAggregated(t *testing.T) {
+	d := discovered{}
+	for _, b := range []string{coreAggregated, groupsAggregated} {
+		if err := parseAggregated([]byte(b), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := discovered{
+		"":                    {{version: "v1", resources: []string{"pods", "nodes", "namespaces", "services"}}},
+		"apps":                {{version: "v1", resources: []string{"deployments", "statefulsets", "daemonsets"}}},
+		"networking.istio.io": {{version: "v1beta1", resources: []string{"gateways"}}, {version: "v1", resources: []string{"gateways"}}, {version: "v1alpha3", resources: []string{"gateways"}}},
+		"argoproj.io":         {{version: "v1beta9", resources: []string{"applications"}}},
+		"batch":               {{version: "v1", resources: []string{"jobs"}}},
+	}
+	if !reflect.DeepEqual(d, want) {
+		t.Errorf("parsed\n%+v\nwant\n%+v", d, want)
+	}
+
+	for _, tc := range []struct {
+		name, in string
+		notAgg   bool
+	}{
+		{"legacy group list", `{"kind":"APIGroupList","apiVersion":"v1","groups":[]}`, true},
+		{"legacy versions", `{"kind":"APIVersions","versions":["v1"]}`, true},
+		{"not JSON", `<html>`, false},
+		{"wrong types", `{"kind":"APIGroupDiscoveryList","items":{"a":1}}`, false},
+	} {
+		err := parseAggregated([]byte(tc.in), discovered{})
+		if err == nil {
+			t.Errorf("%s: no error", tc.name)
+		} else if errors.Is(err, errNotAggregated) != tc.notAgg {
+			t.Errorf("%s: error %v; want errNotAggregated: %v", tc.name, err, tc.notAgg)
+		}
+	}
+}
+
+func TestParseResourceList(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     servedVersion
+		err      bool
+	}{
+		{"core", `{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"pods","namespaced":true},{"name":"pods/log"},{"name":"nodes"}]}`,
+			servedVersion{version: "v1", resources: []string{"pods", "nodes"}}, false},
+		{"group", `{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"networking.istio.io/v1beta1","resources":[{"name":"gateways"}]}`,
+			servedVersion{version: "v1beta1", resources: []string{"gateways"}}, false},
+		{"no resources", `{"groupVersion":"apps/v1"}`, servedVersion{version: "v1"}, false},
+		{"no group version", `{"resources":[{"name":"pods"}]}`, servedVersion{}, true},
+		{"bad group version", `{"groupVersion":"a/b/c"}`, servedVersion{}, true},
+		{"not JSON", `404 page not found`, servedVersion{}, true},
+	} {
+		got, err := parseResourceList([]byte(tc.in))
+		if (err != nil) != tc.err {
+			t.Errorf("%s: error %v, want error: %v", tc.name, err, tc.err)
+			continue
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestVersionsFor(t *testing.T) {
+	gateways, _ := LookupKind("gateways")
+	pods, _ := LookupKind("pods")
+	apps, _ := LookupKind("applications")
+	for _, tc := range []struct {
+		name string
+		d    discovered
+		want map[schema.GroupResource]string
+	}{
+		{"the server's preferred version, when the summary knows it",
+			discovered{"networking.istio.io": {{"v1beta1", []string{"gateways"}}, {"v1", []string{"gateways"}}}},
+			map[schema.GroupResource]string{gateways.Resource(): "v1beta1"}},
+		{"otherwise the summary's first that is served",
+			discovered{"networking.istio.io": {{"v2", []string{"gateways"}}, {"v1alpha3", []string{"gateways"}}, {"v1", []string{"gateways"}}}},
+			map[schema.GroupResource]string{gateways.Resource(): "v1"}},
+		{"a version without the resource doesn't count",
+			discovered{"networking.istio.io": {{"v1", []string{"virtualservices"}}, {"v1alpha3", []string{"gateways"}}}},
+			map[schema.GroupResource]string{gateways.Resource(): "v1alpha3"}},
+		{"no version the summary knows",
+			discovered{"argoproj.io": {{"v1beta9", []string{"applications"}}}},
+			map[schema.GroupResource]string{}},
+		{"the resource in another group",
+			discovered{"example.com": {{"v1", []string{"pods"}}}},
+			map[schema.GroupResource]string{}},
+		{"core",
+			discovered{"": {{"v1", []string{"pods", "nodes"}}}},
+			map[schema.GroupResource]string{pods.Resource(): "v1"}},
+		{"nothing", discovered{}, map[schema.GroupResource]string{}},
+	} {
+		got := versionsFor([]Kind{gateways, pods, apps}, tc.d)
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// FuzzParseDiscovery feeds the API server's discovery answers (untrusted:
+// an aggregated API's server contributes to them) to both parsers and the
+// version choice.
+func FuzzParseDiscovery(f *testing.F) {
+	f.Add([]byte(coreAggregated))
+	f.Add([]byte(groupsAggregated))
+	f.Add([]byte(`{"kind":"APIResourceList","groupVersion":"apps/v1","resources":[{"name":"deployments"},{"name":"deployments/scale"}]}`))
+	f.Add([]byte(`{"kind":"APIGroupList","groups":[]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		d := discovered{}
+		if err := parseAggregated(b, d); err != nil && len(d) != 0 {
+			t.Fatalf("an error (%v) with a result", err)
+		}
+		if sv, err := parseResourceList(b); err == nil {
+			if sv.version == "" {
+				t.Fatal("a resource list without a version")
+			}
+			d["x"] = append(d["x"], sv)
+		}
+		for _, vs := range d {
+			for _, v := range vs {
+				for _, r := range v.resources {
+					if r == "" || strings.Contains(r, "/") {
+						t.Fatalf("resource %q kept", r)
+					}
+				}
+			}
+		}
+		for gr, v := range versionsFor(Kinds, d) {
+			k, ok := LookupKind(gr.Resource)
+			if !ok || k.Group != gr.Group {
+				t.Fatalf("chose %v, not an inventory kind", gr)
+			}
+			known := false
+			for _, kv := range k.Versions {
+				known = known || kv == v
+			}
+			if !known {
+				t.Fatalf("chose %s for %v, a version the summary doesn't know", v, gr)
+			}
+		}
+	})
+}

@@ -1,0 +1,51 @@
+package inventory
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/tetherhq/tether/internal/protocol"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Served is what the watcher finds the cluster serves, with aggregated
+// discovery, or with the older per-version lists when legacy.
+func (w *Watcher) Served(ctx context.Context, legacy bool) (map[schema.GroupResource]string, error) {
+	if !legacy {
+		return w.served(ctx)
+	}
+	d, err := w.api.discoverLegacy(ctx, Kinds)
+	return versionsFor(Kinds, d), err
+}
+
+// Allowed is the watcher's SelfSubjectAccessReview.
+func (w *Watcher) Allowed(ctx context.Context, verb, group, resource, ns string) (bool, error) {
+	return w.api.allowed(ctx, verb, group, resource, ns)
+}
+
+// Reflector is one reflector of w's, for tests.
+type Reflector struct{ r *reflector }
+
+// NewReflector returns a reflector of kind in namespace (all when "")
+// whose watches last watchTimeout to twice that and whose lists ask for
+// pages of page objects.
+func (w *Watcher) NewReflector(kind, namespace string, watchTimeout time.Duration, page int, changed func(protocol.ResourceRef)) *Reflector {
+	k, _ := LookupKind(kind)
+	r := newReflector(w.api, k, k.Versions[0], namespace, func(error) {}, changed)
+	r.watchTimeout, r.page = watchTimeout, page
+	return &Reflector{r}
+}
+
+// Run runs the reflector until ctx ends.
+func (r *Reflector) Run(ctx context.Context) { r.r.run(ctx) }
+
+// Names lists "namespace/name" of every summary, sorted.
+func (r *Reflector) Names() []string {
+	var out []string
+	for _, res := range r.r.all() {
+		out = append(out, res.Namespace+"/"+res.Name)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,289 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"reflect"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/internal/protocol"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// reflector keeps the summaries of one kind in one scope: it lists, then
+// watches from the list's resourceVersion (with bookmarks), and lists again
+// when the watch's history has expired. It does what client-go's
+// informers did for the watcher, with only the summaries kept: client-go's
+// packages alone made the agent's binary, and so its memory, megabytes
+// larger.
+type reflector struct {
+	api  apiServer
+	kind Kind
+	path string // the collection, like /apis/apps/v1/namespaces/team-a/deployments
+	// noteErr records the last list or watch request's error, or nil once
+	// one succeeds; changed is called with each object added, changed or
+	// removed. Both are called without r.mu held.
+	noteErr func(error)
+	changed func(protocol.ResourceRef)
+
+	// watchTimeout is the shortest a watch lasts before the API server
+	// ends it; each asks for a random time between it and twice it.
+	watchTimeout time.Duration
+	page         int // objects per page of a list
+
+	synced chan struct{} // closed after the first complete list
+
+	mu    sync.Mutex // guards items
+	items map[string]protocol.Resource
+}
+
+// Paging and timing of list and watch requests, as client-go's reflector
+// has them.
+const (
+	listPage        = 500
+	watchMinTimeout = 5 * time.Minute // a watch ends after 5 to 10 minutes
+	backoffMin      = 800 * time.Millisecond
+	backoffMax      = 30 * time.Second
+)
+
+func newReflector(api apiServer, k Kind, version, namespace string, noteErr func(error), changed func(protocol.ResourceRef)) *reflector {
+	path := "/apis/" + k.Group + "/" + version
+	if k.Group == "" {
+		path = "/api/" + version
+	}
+	if namespace != "" {
+		path += "/namespaces/" + url.PathEscape(namespace)
+	}
+	path += "/" + k.Name
+	return &reflector{api: api, kind: k, path: path, noteErr: noteErr, changed: changed,
+		watchTimeout: watchMinTimeout, page: listPage, synced: make(chan struct{}), items: map[string]protocol.Resource{}}
+}
+
+// run lists and watches until ctx ends.
+func (r *reflector) run(ctx context.Context) {
+	backoff := backoffMin
+	wait := func() bool {
+		t := time.NewTimer(backoff + rand.N(backoff/2))
+		defer t.Stop()
+		backoff = min(2*backoff, backoffMax)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
+	for ctx.Err() == nil {
+		rv, err := r.list(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		r.noteErr(err)
+		if err != nil {
+			if !wait() {
+				return
+			}
+			continue
+		}
+		backoff = backoffMin
+		for ctx.Err() == nil {
+			began := time.Now()
+			var gone bool
+			rv, gone, err = r.watch(ctx, rv)
+			if ctx.Err() != nil {
+				return
+			}
+			if gone {
+				break // list again
+			}
+			// A watch that fails, or ends at once, waits before the next.
+			if err != nil || time.Since(began) < time.Second {
+				if !wait() {
+					return
+				}
+				continue
+			}
+			backoff = backoffMin
+		}
+	}
+}
+
+// listPageJSON is one page of a list.
+type listPageJSON struct {
+	Metadata struct {
+		ResourceVersion string `json:"resourceVersion"`
+		Continue        string `json:"continue"`
+	} `json:"metadata"`
+	Items []map[string]any `json:"items"`
+}
+
+// list reads the whole collection, page by page, replaces the summaries
+// with it, and returns its resourceVersion.
+func (r *reflector) list(ctx context.Context) (string, error) {
+	fresh := map[string]protocol.Resource{}
+	cont, rv := "", ""
+	for {
+		q := url.Values{"limit": {strconv.Itoa(r.page)}}
+		if cont != "" {
+			q.Set("continue", cont)
+		}
+		var page listPageJSON
+		if err := r.api.do(ctx, "GET", r.path+"?"+q.Encode(), "application/json", nil, &page); err != nil {
+			return "", err
+		}
+		for _, o := range page.Items {
+			key, res := r.summarize(o)
+			fresh[key] = res
+		}
+		rv, cont = page.Metadata.ResourceVersion, page.Metadata.Continue
+		if cont == "" {
+			break
+		}
+	}
+	var changed []protocol.ResourceRef
+	r.mu.Lock()
+	for key, old := range r.items {
+		if _, ok := fresh[key]; !ok {
+			changed = append(changed, old.ResourceRef)
+		}
+	}
+	for key, res := range fresh {
+		if old, ok := r.items[key]; !ok || !reflect.DeepEqual(old, res) {
+			changed = append(changed, res.ResourceRef)
+		}
+	}
+	r.items = fresh
+	r.mu.Unlock()
+	select {
+	case <-r.synced:
+	default:
+		close(r.synced)
+	}
+	for _, ref := range changed {
+		r.changed(ref)
+	}
+	return rv, nil
+}
+
+// watchEvent is one line of a watch.
+type watchEvent struct {
+	Type   string         `json:"type"`
+	Object map[string]any `json:"object"`
+}
+
+// watch follows the collection from rv until the watch ends, and returns
+// the last resourceVersion seen. gone says the API server no longer has
+// rv's history: list again.
+func (r *reflector) watch(ctx context.Context, rv string) (last string, gone bool, err error) {
+	timeout := r.watchTimeout + rand.N(r.watchTimeout)
+	q := url.Values{"watch": {"1"}, "resourceVersion": {rv}, "allowWatchBookmarks": {"true"},
+		"timeoutSeconds": {strconv.Itoa(int(timeout / time.Second))}}
+	// The API server ends the watch; a connection gone quiet without
+	// closing ends a minute after it should have.
+	ctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", r.api.host+r.path+"?"+q.Encode(), nil)
+	if err != nil {
+		return rv, false, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := r.api.client.Do(req)
+	if err != nil {
+		r.noteErr(err)
+		return rv, false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		err := readStatusError(resp, "GET "+r.path)
+		if resp.StatusCode == http.StatusGone {
+			return rv, true, err
+		}
+		r.noteErr(err)
+		return rv, false, err
+	}
+	r.noteErr(nil)
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var ev watchEvent
+		if err := dec.Decode(&ev); err != nil {
+			if ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return rv, false, nil
+			}
+			return rv, false, fmt.Errorf("watch %s: %w", r.path, err)
+		}
+		switch ev.Type {
+		case "ADDED", "MODIFIED", "DELETED":
+			key, res := r.summarize(ev.Object)
+			r.mu.Lock()
+			old, had := r.items[key]
+			if ev.Type == "DELETED" {
+				delete(r.items, key)
+			} else {
+				r.items[key] = res
+			}
+			r.mu.Unlock()
+			if ev.Type == "DELETED" || !had || !reflect.DeepEqual(old, res) {
+				r.changed(res.ResourceRef)
+			}
+			if v := objectRV(ev.Object); v != "" {
+				rv = v
+			}
+		case "BOOKMARK":
+			if v := objectRV(ev.Object); v != "" {
+				rv = v
+			}
+		case "ERROR":
+			// A metav1.Status; 410 Gone: the history is compacted.
+			code, _ := ev.Object["code"].(float64)
+			msg, _ := ev.Object["message"].(string)
+			if code == http.StatusGone {
+				return rv, true, nil
+			}
+			err := fmt.Errorf("watch %s: %s", r.path, msg)
+			r.noteErr(err)
+			return rv, false, err
+		}
+	}
+}
+
+func objectRV(o map[string]any) string {
+	s, _, _ := unstructured.NestedString(o, "metadata", "resourceVersion")
+	return s
+}
+
+// summarize returns the store key (namespace/name) and summary of o.
+func (r *reflector) summarize(o map[string]any) (string, protocol.Resource) {
+	u := &unstructured.Unstructured{Object: o}
+	key := u.GetName()
+	if ns := u.GetNamespace(); ns != "" {
+		key = ns + "/" + key
+	}
+	return key, Summarize(r.kind, u)
+}
+
+// lookup returns the summary stored under key.
+func (r *reflector) lookup(key string) (protocol.Resource, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	res, ok := r.items[key]
+	return res, ok
+}
+
+// all returns every summary.
+func (r *reflector) all() []protocol.Resource {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]protocol.Resource, 0, len(r.items))
+	for _, res := range r.items {
+		out = append(out, res)
+	}
+	return out
+}
