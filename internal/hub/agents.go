@@ -81,7 +81,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 	// The connection outlives this handler, in a goroutine of its own:
 	// returning lets net/http drop what it kept for the request (its
 	// buffered writer, the request, the handler's grown stack), about a
-	// third of what an idle agent costs the hub (decision 009).
+	// third of what an idle agent costs the hub (decision 010).
 	go func() {
 		defer h.conns.Done()
 		defer sess.Close()

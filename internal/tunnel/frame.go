@@ -8,7 +8,7 @@ import (
 // The wire format is yamux's (github.com/hashicorp/yamux/blob/master/spec.md),
 // so either end may still be hashicorp/yamux: a 12-byte header of version,
 // type, flags, stream ID and length, then, for data frames, length bytes.
-// docs/protocol.md describes it; docs/decisions/009-multiplexer.md says why
+// docs/protocol.md describes it; docs/decisions/010-multiplexer.md says why
 // Tether has its own implementation.
 const (
 	headerSize   = 12

@@ -38,7 +38,7 @@ type transport interface {
 // loop, reads frames and hands their data to streams; whoever writes to a
 // stream writes the frame itself, under the session's write lock, so no
 // frame passes from goroutine to goroutine on its way out. An idle session
-// costs that goroutine and a few hundred bytes (decision 009).
+// costs that goroutine and a few hundred bytes (decision 010).
 type Session struct {
 	t      transport
 	cfg    Config

@@ -3,7 +3,7 @@
 // The frames are yamux's (github.com/hashicorp/yamux/blob/master/spec.md);
 // the implementation is Tether's own, one goroutine per session and no
 // hand-offs between goroutines on a frame's way out. docs/decisions/001
-// says why gorilla/websocket, and 009 why this multiplexer.
+// says why gorilla/websocket, and 010 why this multiplexer.
 //
 // The agent dials and numbers its streams odd; the hub accepts and numbers
 // its streams even. Either side may open streams.
@@ -70,7 +70,7 @@ type DialOptions struct {
 // 32 KiB write became 8 masked frames, and 64 KiB halved the CPU an agent
 // spends per byte sent (decision 001). The write buffer holds the largest
 // frame the tunnel writes with its header (gorilla adds room for its own),
-// so each frame is one WebSocket frame (decision 009). The hub keeps the defaults: it pays
+// so each frame is one WebSocket frame (decision 010). The hub keeps the defaults: it pays
 // per agent.
 const (
 	dialReadBuffer  = 64 << 10
@@ -116,7 +116,7 @@ func Dial(ctx context.Context, url string, opts DialOptions, cfg Config) (*Sessi
 // record of up to 16 KiB with a write of its own; while the session writes
 // a frame, batchConn holds those writes and sends them together when the
 // frame is done, so a 256 KiB frame costs one system call instead of
-// seventeen (decision 009). Other writes (the TLS handshake, gorilla's
+// seventeen (decision 010). Other writes (the TLS handshake, gorilla's
 // control frames) pass straight through unless a frame is being written,
 // in which case they go with it.
 type batchConn struct {
@@ -160,7 +160,7 @@ func (c *batchConn) release() error {
 // upgrader accepts agents. Its 1 KiB read buffer replaces the 4 KiB one
 // net/http kept for the request, which gorilla would otherwise go on using
 // (decision 001): the hub holds one per idle agent, and bulk data is read
-// past it, straight into the streams' buffers (decision 009). Writes take a
+// past it, straight into the streams' buffers (decision 010). Writes take a
 // 4 KiB buffer from writeBuffers for the length of one message, so an idle
 // agent holds no write buffer (decision 008). Origins are not checked:
 // agents are not browsers, and they are authenticated by the request's
