@@ -331,13 +331,20 @@ func (st *stream) peerFinished() {
 	}
 }
 
-// peerReset ends the stream at once: reads and writes fail, and what was
-// buffered is dropped.
+// peerReset ends the stream at once: writes fail, and reads fail once
+// what arrived before the reset is read, so the last bytes the peer sent
+// (a TLS alert, say) still reach whoever reads them.
 func (st *stream) peerReset() {
-	st.abandon()
+	st.mu.Lock()
+	st.reset = true
+	st.stopTimersLocked()
+	notify(st.readable)
+	notify(st.writable)
+	st.mu.Unlock()
+	st.s.forget(st)
 }
 
-// abandon resets the stream here and forgets it.
+// abandon resets the stream here, drops what it buffered, and forgets it.
 func (st *stream) abandon() {
 	st.mu.Lock()
 	st.reset = true

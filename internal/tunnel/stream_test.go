@@ -295,3 +295,30 @@ func TestManyStreamsAreForgotten(t *testing.T) {
 	wg.Wait()
 	noStreams(t, c, s)
 }
+
+// TestDataBeforeAResetIsRead: what the peer wrote before it reset the
+// stream is still read, then the reset; as a relay, the agent passes the
+// hub's last bytes (a TLS alert) on before it drops the connection.
+func TestDataBeforeAResetIsRead(t *testing.T) {
+	c, s := pair(t, false)
+	st := open(t, c)
+	st.Write([]byte("unread by the server"))
+	in := accept(t, s)
+	waitFor(t, "the server to have the data", func() bool {
+		in := in.(*stream)
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		return len(in.chunks) > 0
+	})
+	in.Write([]byte("last words"))
+	in.Close() // unread data, the client still writing: a reset
+	got, err := io.ReadAll(st)
+	if string(got) != "last words" || !errors.Is(err, ErrStreamReset) {
+		t.Fatalf("the client read %q, %v; want the last words, then ErrStreamReset", got, err)
+	}
+	if _, err := st.Write([]byte("x")); !errors.Is(err, ErrStreamReset) {
+		t.Errorf("a write after the reset = %v, want ErrStreamReset", err)
+	}
+	st.Close()
+	noStreams(t, c, s)
+}
