@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/localkube"
 )
 
@@ -45,38 +44,12 @@ func benchAgentRSS(ctx context.Context, r *report, dir string, o agentRSSOpts) e
 		return fmt.Errorf("start the API server: %w", err)
 	}
 	defer cluster.Close()
-	if err := prepareCluster(ctx, cluster); err != nil {
-		return err
-	}
-	hf, err := writeHubCert(dir)
+	bed, err := startHubBed(ctx, dir, cluster)
 	if err != nil {
 		return err
 	}
-	agentToken, _ := fleet.NewToken()
-	userToken, _ := fleet.NewToken()
-	addr, err := freePort()
-	if err != nil {
-		return err
-	}
-	self, _ := os.Executable()
-	hubURL := "https://" + addr
-	hubEnv := []string{
-		"TETHER_ADDR=" + addr, "TETHER_PUBLIC_URL=" + hubURL,
-		"TETHER_TLS_CERT_FILE=" + hf.cert, "TETHER_TLS_KEY_FILE=" + hf.key,
-		"TETHER_FLEET_AGENTS=" + fleet.AgentsEntry("bench", fleet.TokenSHA256(agentToken)),
-		"TETHER_USERS=" + fmt.Sprintf("- name: %s\n  tokenSha256: %s\n  groups: [%q]\n", benchUser, fleet.TokenSHA256(userToken), benchGroup),
-		"TETHER_METRICS_ADDR=0", "TETHER_AUDIT_FILE=" + filepath.Join(dir, "audit.jsonl"),
-	}
-	hubProc, err := startChild(ctx, "hub", []string{self, "child", "hub"}, hubEnv, filepath.Join(dir, "hub.log"), true)
-	if err != nil {
-		return err
-	}
-	defer hubProc.stop(10 * time.Second)
-	agentEnv := []string{
-		"TETHER_HUB_URL=" + hubURL, "TETHER_AGENT_NAME=bench", "TETHER_AGENT_TOKEN=" + agentToken,
-		"TETHER_HUB_CA=" + hf.caFile, "TETHER_HEALTH_ADDR=0", "TETHER_SERVICEACCOUNT_DIR=" + cluster.ServiceAccountDir,
-		"KUBERNETES_SERVICE_HOST=" + cluster.Host, "KUBERNETES_SERVICE_PORT=" + cluster.Port,
-	}
+	defer bed.proc.stop(10 * time.Second)
+	hf, hubURL, userToken, agentEnv := bed.files, bed.url, bed.userToken, bed.agentEnv
 	api := &http.Client{Transport: &http.Transport{TLSClientConfig: hf.pool}}
 	defer api.CloseIdleConnections()
 	// inventoryHas reports whether the hub's inventory of the cluster lists

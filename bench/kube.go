@@ -109,38 +109,12 @@ func benchKube(ctx context.Context, r *report, dir string, o kubeOpts) error {
 		return b.err
 	}
 	bin := b.bin
-	if err := prepareCluster(ctx, cluster); err != nil {
-		return err
-	}
-	hf, err := writeHubCert(dir)
+	bed, err := startHubBed(ctx, dir, cluster)
 	if err != nil {
 		return err
 	}
-	agentToken, _ := fleet.NewToken()
-	userToken, _ := fleet.NewToken()
-	addr, err := freePort()
-	if err != nil {
-		return err
-	}
-	self, _ := os.Executable()
-	hubURL := "https://" + addr
-	hubEnv := []string{
-		"TETHER_ADDR=" + addr, "TETHER_PUBLIC_URL=" + hubURL,
-		"TETHER_TLS_CERT_FILE=" + hf.cert, "TETHER_TLS_KEY_FILE=" + hf.key,
-		"TETHER_FLEET_AGENTS=" + fleet.AgentsEntry("bench", fleet.TokenSHA256(agentToken)),
-		"TETHER_USERS=" + fmt.Sprintf("- name: %s\n  tokenSha256: %s\n  groups: [%q]\n", benchUser, fleet.TokenSHA256(userToken), benchGroup),
-		"TETHER_METRICS_ADDR=0", "TETHER_AUDIT_FILE=" + filepath.Join(dir, "audit.jsonl"),
-	}
-	hubProc, err := startChild(ctx, "hub", []string{self, "child", "hub"}, hubEnv, filepath.Join(dir, "hub.log"), true)
-	if err != nil {
-		return err
-	}
-	defer hubProc.stop(10 * time.Second)
-	agentEnv := []string{
-		"TETHER_HUB_URL=" + hubURL, "TETHER_AGENT_NAME=bench", "TETHER_AGENT_TOKEN=" + agentToken,
-		"TETHER_HUB_CA=" + hf.caFile, "TETHER_HEALTH_ADDR=0", "TETHER_SERVICEACCOUNT_DIR=" + cluster.ServiceAccountDir,
-		"KUBERNETES_SERVICE_HOST=" + cluster.Host, "KUBERNETES_SERVICE_PORT=" + cluster.Port,
-	}
+	defer bed.proc.stop(10 * time.Second)
+	hf, hubURL, userToken, agentEnv := bed.files, bed.url, bed.userToken, bed.agentEnv
 	agentProc, err := startChild(ctx, "agent", []string{bin, "agent"}, agentEnv, filepath.Join(dir, "agent.log"), false)
 	if err != nil {
 		return err
@@ -188,6 +162,53 @@ func benchKube(ctx context.Context, r *report, dir string, o kubeOpts) error {
 }
 
 func pool(pem []byte) *x509Pool { return newPool(pem) }
+
+// hubBed is a hub in front of a prepared API server, as the kube and
+// agentrss parts run it: its URL, a user's token, its certificate files,
+// its process, and the settings an agent needs to join it as "bench".
+type hubBed struct {
+	url       string
+	userToken string
+	files     hubFiles
+	proc      *child
+	agentEnv  []string
+}
+
+// startHubBed fills the cluster with the bench's objects and starts a hub
+// (`bench child hub`) in front of it. The caller stops bed.proc.
+func startHubBed(ctx context.Context, dir string, cluster *localkube.Cluster) (*hubBed, error) {
+	if err := prepareCluster(ctx, cluster); err != nil {
+		return nil, err
+	}
+	hf, err := writeHubCert(dir)
+	if err != nil {
+		return nil, err
+	}
+	agentToken, _ := fleet.NewToken()
+	userToken, _ := fleet.NewToken()
+	addr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	self, _ := os.Executable()
+	hubURL := "https://" + addr
+	hubEnv := []string{
+		"TETHER_ADDR=" + addr, "TETHER_PUBLIC_URL=" + hubURL,
+		"TETHER_TLS_CERT_FILE=" + hf.cert, "TETHER_TLS_KEY_FILE=" + hf.key,
+		"TETHER_FLEET_AGENTS=" + fleet.AgentsEntry("bench", fleet.TokenSHA256(agentToken)),
+		"TETHER_USERS=" + fmt.Sprintf("- name: %s\n  tokenSha256: %s\n  groups: [%q]\n", benchUser, fleet.TokenSHA256(userToken), benchGroup),
+		"TETHER_METRICS_ADDR=0", "TETHER_AUDIT_FILE=" + filepath.Join(dir, "audit.jsonl"),
+	}
+	proc, err := startChild(ctx, "hub", []string{self, "child", "hub"}, hubEnv, filepath.Join(dir, "hub.log"), true)
+	if err != nil {
+		return nil, err
+	}
+	return &hubBed{url: hubURL, userToken: userToken, files: hf, proc: proc, agentEnv: []string{
+		"TETHER_HUB_URL=" + hubURL, "TETHER_AGENT_NAME=bench", "TETHER_AGENT_TOKEN=" + agentToken,
+		"TETHER_HUB_CA=" + hf.caFile, "TETHER_HEALTH_ADDR=0", "TETHER_SERVICEACCOUNT_DIR=" + cluster.ServiceAccountDir,
+		"KUBERNETES_SERVICE_HOST=" + cluster.Host, "KUBERNETES_SERVICE_PORT=" + cluster.Port,
+	}}, nil
+}
 
 // prepareCluster lets the agent's service account read the inventory kinds
 // (as the Helm chart does, so the agent at rest runs its informers), binds
