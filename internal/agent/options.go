@@ -111,7 +111,7 @@ func ParseHubURL(raw string) (*url.URL, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.Hostname() == "" {
 		return nil, fmt.Errorf("TETHER_HUB_URL must be the hub's address, like https://tether.example.com, not %q", raw)
 	}
-	if u.RawQuery != "" || u.Fragment != "" {
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" { // ForceQuery: a bare "?"
 		return nil, fmt.Errorf("TETHER_HUB_URL must be the hub's address without a query or fragment, like https://tether.example.com/tether, not %q", raw)
 	}
 	u.Path = strings.TrimRight(u.Path, "/")

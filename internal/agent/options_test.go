@@ -71,6 +71,7 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"hub URL with ws scheme", map[string]string{"TETHER_HUB_URL": "wss://tether.example.com"},
 			`TETHER_HUB_URL must be the hub's address, like https://tether.example.com, not "wss://tether.example.com"`},
 		{"hub URL with a query", map[string]string{"TETHER_HUB_URL": "https://h.example.com/?a=b"}, "without a query"},
+		{"hub URL ending in a bare ?", map[string]string{"TETHER_HUB_URL": "https://h.example.com?"}, "without a query"},
 		{"hub URL without host", map[string]string{"TETHER_HUB_URL": "https:///x"}, "TETHER_HUB_URL must be the hub's address"},
 		{"bad name", map[string]string{"TETHER_AGENT_NAME": "EU_1"}, `TETHER_AGENT_NAME must be the cluster's name in the hub's agents list: "EU_1" is not a DNS label`},
 		{"no token", map[string]string{"TETHER_AGENT_TOKEN": " \n"}, "TETHER_AGENT_TOKEN must be set"},
