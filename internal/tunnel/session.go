@@ -60,7 +60,7 @@ type Session struct {
 	arrived chan struct{} // cap 1: the backlog grew
 	done    chan struct{} // closed when the session ends
 	loop    sync.WaitGroup
-	workers sync.WaitGroup // flushes of queued, close timers, handlers
+	workers sync.WaitGroup // the flushes of queued, and the handlers
 }
 
 func newSession(t transport, cfg Config, client bool) *Session {
