@@ -53,7 +53,7 @@ func benchAgentRSS(ctx context.Context, r *report, dir string, o agentRSSOpts) e
 	api := &http.Client{Transport: &http.Transport{TLSClientConfig: hf.pool}}
 	defer api.CloseIdleConnections()
 	// inventoryHas reports whether the hub's inventory of the cluster lists
-	// the bench's namespace: the agent is connected and its informers run.
+	// the bench's namespace: the agent is connected and its inventory runs.
 	inventoryHas := func() bool {
 		req, _ := http.NewRequestWithContext(ctx, "GET", hubURL+"/api/clusters/bench/resources?kind=namespaces", nil)
 		req.Header.Set("Authorization", "Bearer "+userToken)

@@ -211,7 +211,7 @@ func startHubBed(ctx context.Context, dir string, cluster *localkube.Cluster) (*
 }
 
 // prepareCluster lets the agent's service account read the inventory kinds
-// (as the Helm chart does, so the agent at rest runs its informers), binds
+// (as the Helm chart does, so the agent at rest runs its inventory), binds
 // the bench's group to cluster-admin and makes a small ConfigMap and 24 of
 // about 900 KB.
 func prepareCluster(ctx context.Context, c *localkube.Cluster) error {

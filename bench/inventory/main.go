@@ -50,7 +50,7 @@ type Result struct {
 	SnapshotSeconds   float64 `json:"snapshotSeconds"`
 	DirectListSeconds float64 `json:"directListSeconds"` // one client-go List of the same pods, for scale
 	// ReconnectSnapshotSeconds is the snapshot after a hub restart: the
-	// agent's informers are warm, as for any agent running for a while.
+	// agent's watches are warm, as for any agent running for a while.
 	ReconnectSnapshotSeconds float64 `json:"reconnectSnapshotSeconds"`
 	AgentPeakRSSMiB          float64 `json:"agentPeakRssMiB"`
 	AgentRSSMiB              float64 `json:"agentRssMiB"` // after the snapshot, settled

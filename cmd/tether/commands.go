@@ -46,7 +46,8 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// client-go logs through klog; send its lines to the agent's log.
+	// apimachinery, which the inventory uses, logs through klog; send its
+	// lines to the agent's log.
 	klog.SetSlogLogger(log)
 	w, err := agent.NewWatcher(opts, log)
 	if err != nil {
