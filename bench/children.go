@@ -153,7 +153,7 @@ func tunnelHub(ctx context.Context, args []string) error {
 				}
 				up = tc
 			}
-			splice(c, up)
+			splice(c, up, false)
 		}()
 	}
 }
@@ -194,7 +194,7 @@ func tunnelAgent(ctx context.Context, args []string) error {
 				return
 			}
 			if *plainCopy {
-				splice(st, api)
+				splice(st, api, false)
 				return
 			}
 			agent.Splice(st, api) // the agent's own relay
@@ -209,6 +209,7 @@ func relay(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("relay", flag.ExitOnError)
 	target := fs.String("target", "", "upstream")
 	innerCA := fs.String("inner-ca", "", "run TLS to the upstream, trusting this CA")
+	userCopy := fs.Bool("copy", false, "copy through a buffer in user space, as anything that frames or masks the bytes must, instead of letting the kernel splice")
 	fs.Parse(args)
 	inner, err := innerTLS(*innerCA)
 	if err != nil {
@@ -240,20 +241,29 @@ func relay(ctx context.Context, args []string) error {
 				}
 				up = tc
 			}
-			splice(c, up)
+			splice(c, up, *userCopy)
 		}()
 	}
 }
 
 // splice copies both ways, passing half-closes on, like the agent's relay.
-func splice(a, b net.Conn) {
+// With userCopy the bytes pass through 256 KiB buffers in this process, as
+// they must for anything that frames or masks them; otherwise io.Copy lets
+// the kernel move them from socket to socket (splice(2)).
+func splice(a, b net.Conn, userCopy bool) {
 	var once sync.Once
 	abort := func() { once.Do(func() { a.Close(); b.Close() }) }
 	var wg sync.WaitGroup
 	wg.Add(2)
 	cp := func(dst, src net.Conn) {
 		defer wg.Done()
-		if _, err := io.Copy(dst, src); err != nil {
+		var err error
+		if userCopy {
+			_, err = io.CopyBuffer(dst, struct{ io.Reader }{src}, make([]byte, 256<<10))
+		} else {
+			_, err = io.Copy(dst, src)
+		}
+		if err != nil {
 			abort()
 			return
 		}

@@ -143,6 +143,18 @@ func (s *tunnelSetup) paths(ctx context.Context, withTLS bool) ([]path, func(), 
 		stop()
 		return nil, nil, err
 	}
+	// The same relay copying through user space: the most a tunnel that
+	// must touch every byte (a WebSocket client masks them all) could do.
+	copyB, err := start("relay-copy-b", "relay", "-copy", "-target", ln.Addr().String())
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	copyA, err := start("relay-copy-a", append([]string{"relay", "-copy", "-target", copyB.ready[0]}, innerCA...)...)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
 	hubArgs := []string{"tunnel-hub"}
 	if withTLS {
 		hubArgs = append(hubArgs, "-cert", s.hubCert, "-key", s.hubKey)
@@ -190,6 +202,7 @@ func (s *tunnelSetup) paths(ctx context.Context, withTLS bool) ([]path, func(), 
 	return append([]path{
 		{name: "direct", dial: direct},
 		{name: "relay", dial: tcp(relayA.ready[0]), procs: []*child{relayA, relayB}},
+		{name: "relay-copy", dial: tcp(copyA.ready[0]), procs: []*child{copyA, copyB}},
 		{name: "tunnel", dial: tcp(th.ready[1]), procs: []*child{th, ta}},
 	}, extra...), stop, nil
 }
@@ -282,7 +295,7 @@ func throughput(ctx context.Context, r *report, section string, paths []path, o 
 	for _, n := range []int{1, 32} {
 		mb := map[string][]float64{}
 		cpu := map[string][]float64{}
-		var vsDirect, vsRelay []float64
+		var vsDirect, vsRelay, vsCopy []float64
 		for round := range rounds {
 			got := map[string]float64{}
 			// Rotate the order each round, so no path always goes first.
@@ -301,6 +314,7 @@ func throughput(ctx context.Context, r *report, section string, paths []path, o 
 			}
 			vsDirect = append(vsDirect, got["tunnel"]/got["direct"])
 			vsRelay = append(vsRelay, got["tunnel"]/got["relay"])
+			vsCopy = append(vsCopy, got["tunnel"]/got["relay-copy"])
 		}
 		for _, p := range paths {
 			log.Printf("bench: %s, %d streams, %s: %.0f MB/s, %.2f CPU-s/GiB (medians)", section, n, p.name, median(mb[p.name]), median(cpu[p.name]))
@@ -318,6 +332,8 @@ func throughput(ctx context.Context, r *report, section string, paths []path, o 
 		r.add(f)
 		r.add(figure{Section: section, Name: fmt.Sprintf("throughput, %d stream%s, tunnel ÷ two-process relay", n, plural(n)), Value: median(vsRelay), Unit: "×",
 			Detail: fmt.Sprintf("relay ÷ direct %.3f", median(div(mb["relay"], mb["direct"])))})
+		r.add(figure{Section: section, Name: fmt.Sprintf("throughput, %d stream%s, tunnel ÷ relay copying in user space", n, plural(n)), Value: median(vsCopy), Unit: "×",
+			Detail: fmt.Sprintf("copying relay ÷ direct %.3f, %.2f CPU-s/GiB", median(div(mb["relay-copy"], mb["direct"])), median(cpu["relay-copy"]))})
 		r.add(atMost(figure{Section: section, Name: fmt.Sprintf("CPU, %d stream%s, hub + agent", n, plural(n)), Value: median(cpu["tunnel"]), Unit: "CPU-s/GiB",
 			Detail: fmt.Sprintf("spread %s; the relay's two processes %.2f", spread(cpu["tunnel"]), median(cpu["relay"]))}, 2.5))
 	}

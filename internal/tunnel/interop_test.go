@@ -16,17 +16,48 @@ import (
 	"github.com/hashicorp/yamux"
 )
 
-// yamuxConn gives hashicorp/yamux the net.Conn it wants over a WebSocket,
-// as Tether's tunnel did before it had its own multiplexer: each Write one
-// binary message.
-type yamuxConn struct{ *wsConn }
+// yamuxConn gives hashicorp/yamux the net.Conn it wants over a gorilla
+// WebSocket, as Tether's tunnel did before it had its own multiplexer and
+// framing: each Write one binary message, and Read the peer's messages as
+// one byte stream. gorilla splits messages into frames of its buffer's
+// size, so continuation frames are exercised too.
+type yamuxConn struct {
+	ws *websocket.Conn
+	r  io.Reader // the message being read; nil between messages
+}
 
-func (c yamuxConn) Write(p []byte) (int, error) {
+func (c *yamuxConn) Read(p []byte) (int, error) {
+	for {
+		if c.r == nil {
+			typ, r, err := c.ws.NextReader()
+			if err != nil {
+				return 0, err
+			}
+			if typ != websocket.BinaryMessage {
+				return 0, errNotBinary
+			}
+			c.r = r
+		}
+		n, err := c.r.Read(p)
+		if err == io.EOF {
+			c.r = nil
+			if n == 0 {
+				continue
+			}
+			err = nil
+		}
+		return n, err
+	}
+}
+
+func (c *yamuxConn) Write(p []byte) (int, error) {
 	if err := c.ws.WriteMessage(websocket.BinaryMessage, p); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
+
+func (c *yamuxConn) Close() error { return c.ws.Close() }
 
 // yamuxPeer connects a Session to a hashicorp/yamux session over a
 // WebSocket: ours dials when oursIsClient, else yamux does.
@@ -42,20 +73,24 @@ func yamuxPeer(t *testing.T, oursIsClient bool) (*Session, *yamux.Session) {
 	}
 	done := make(chan result, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ws, err := upgrader.Upgrade(w, r, nil)
+		if !oursIsClient {
+			s, err := Accept(w, r, DefaultConfig())
+			if err != nil {
+				t.Error(err)
+			}
+			done <- result{s: s}
+			return
+		}
+		ws, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		if oursIsClient {
-			y, err := yamux.Server(yamuxConn{&wsConn{ws: ws}}, ycfg)
-			if err != nil {
-				t.Error(err)
-			}
-			done <- result{y: y}
-			return
+		y, err := yamux.Server(&yamuxConn{ws: ws}, ycfg)
+		if err != nil {
+			t.Error(err)
 		}
-		done <- result{s: newSession(&wsConn{ws: ws}, DefaultConfig(), false)}
+		done <- result{y: y}
 	}))
 	t.Cleanup(srv.Close)
 	url := "ws" + strings.TrimPrefix(srv.URL, "http")
@@ -72,7 +107,7 @@ func yamuxPeer(t *testing.T, oursIsClient bool) (*Session, *yamux.Session) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		y, err := yamux.Client(yamuxConn{&wsConn{ws: ws}}, ycfg)
+		y, err := yamux.Client(&yamuxConn{ws: ws}, ycfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -429,8 +429,9 @@ func (st *stream) RemoteAddr() net.Addr { return st.s.RemoteAddr() }
 // Chunks of received data come from pools by size, and go back once read:
 // an idle stream holds no buffer. The sizes fit a small message, a TLS
 // record (16 KiB and its overhead), and the frames of 64 KiB to 1 MiB that
-// bulk senders write. Caches, not state.
-var chunkSizes = [...]int{4 << 10, 17 << 10, 64 << 10, 256 << 10, 1 << 20}
+// bulk senders write; the largest frame Tether writes fits with room for
+// its headers, since a client's frames are built in one. Caches, not state.
+var chunkSizes = [...]int{4 << 10, 17 << 10, 64 << 10, maxFrame + 64, 1 << 20}
 
 var chunkPools [len(chunkSizes)]sync.Pool
 

@@ -1,0 +1,486 @@
+package tunnel
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+func TestMaskCopy(t *testing.T) {
+	key := [4]byte{0x12, 0x34, 0x56, 0x78}
+	src := make([]byte, 300)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	for n := range 80 {
+		for pos := range 4 {
+			want := make([]byte, n)
+			for i := range want {
+				want[i] = src[i] ^ key[(pos+i)&3]
+			}
+			got := make([]byte, n)
+			if next := maskCopy(got, src[:n], key, pos); next != (pos+n)&3 {
+				t.Fatalf("n=%d pos=%d: next position %d, want %d", n, pos, next, (pos+n)&3)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("n=%d pos=%d: masked %x, want %x", n, pos, got, want)
+			}
+			inPlace := bytes.Clone(src[:n])
+			maskCopy(inPlace, inPlace, key, pos)
+			if !bytes.Equal(inPlace, want) {
+				t.Fatalf("n=%d pos=%d: masked in place %x, want %x", n, pos, inPlace, want)
+			}
+		}
+	}
+}
+
+// pipeConn is one end of a WebSocket whose peer is played byte by byte.
+func pipeConn(t *testing.T, client bool) (*wsConn, net.Conn) {
+	t.Helper()
+	ours, peer := net.Pipe()
+	c := newWSConn(ours, ours, 1<<10, client, DefaultConfig())
+	t.Cleanup(func() { ours.Close(); peer.Close() })
+	return c, peer
+}
+
+// wsFrame builds a frame as a peer would: masked with key when it is not
+// nil.
+func wsFrame(b0 byte, payload []byte, key []byte) []byte {
+	out := []byte{b0}
+	n := len(payload)
+	m := byte(0)
+	if key != nil {
+		m = 0x80
+	}
+	switch {
+	case n < 126:
+		out = append(out, m|byte(n))
+	case n <= 0xffff:
+		out = append(out, m|126, byte(n>>8), byte(n))
+	default:
+		out = append(out, m|127, 0, 0, 0, 0, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
+	}
+	if key == nil {
+		return append(out, payload...)
+	}
+	out = append(out, key...)
+	for i, c := range payload {
+		out = append(out, c^key[i&3])
+	}
+	return out
+}
+
+// TestWebSocketReadErrors: frames RFC 6455 forbids, or the tunnel does not
+// carry, end the reading with an error that says what was wrong.
+func TestWebSocketReadErrors(t *testing.T) {
+	key := []byte{1, 2, 3, 4}
+	for _, tc := range []struct {
+		name   string
+		client bool // our end is the client
+		input  []byte
+		want   string
+	}{
+		{"unmasked from a client", false, wsFrame(0x82, []byte("x"), nil), "unmasked WebSocket frame"},
+		{"masked from a server", true, wsFrame(0x82, []byte("x"), key), "masked WebSocket frame from the server"},
+		{"reserved bits", false, wsFrame(0xc2, []byte("x"), key), "reserved bits"},
+		{"unknown opcode", false, wsFrame(0x83, []byte("x"), key), "opcode 0x3"},
+		{"text", false, wsFrame(0x81, []byte("x"), key), "text message"},
+		{"continuation first", false, wsFrame(0x80, []byte("x"), key), "continuation frame out of place"},
+		{"a message inside a message", false, append(wsFrame(0x02, []byte("x"), key), wsFrame(0x82, []byte("y"), key)...), "continuation frame out of place"},
+		{"fragmented ping", false, wsFrame(0x09, []byte("x"), key), "control frame fragmented"},
+		{"long ping", false, wsFrame(0x89, make([]byte, 126), key), "control frame fragmented or longer"},
+		{"huge length", false, []byte{0x82, 0xff, 0x80, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4}, "length out of range"},
+		{"close with a code", false, wsFrame(0x88, []byte{0x0f, 0xa0, 'b', 'y', 'e'}, key), `closed the WebSocket: 4000 "bye"`},
+		{"cut in the header", false, []byte{0x82, 0xfe, 0x01}, "unexpected EOF"},
+		{"cut in the body", false, wsFrame(0x82, []byte("hello"), key)[:8], "unexpected EOF"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, peer := pipeConn(t, tc.client)
+			go func() {
+				peer.Write(tc.input)
+				peer.Close()
+			}()
+			_, err := io.ReadAll(c)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("read error %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestWebSocketControlFrames: a ping between the fragments of a message is
+// answered with a pong carrying its payload, a pong is ignored, and a
+// normal close ends the byte stream like EOF.
+func TestWebSocketControlFrames(t *testing.T) {
+	key := []byte{9, 8, 7, 6}
+	c, peer := pipeConn(t, false)
+	var in []byte
+	in = append(in, wsFrame(0x02, []byte("hel"), key)...)
+	in = append(in, wsFrame(0x89, []byte("are you there"), key)...)
+	in = append(in, wsFrame(0x8a, []byte("stray pong"), key)...)
+	in = append(in, wsFrame(0x80, []byte("lo, "), key)...)
+	in = append(in, wsFrame(0x82, nil, key)...)
+	in = append(in, wsFrame(0x82, []byte("world"), key)...)
+	in = append(in, wsFrame(0x88, []byte{0x03, 0xe8}, key)...)
+	go peer.Write(in)
+	pong := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, 64)
+		n, _ := io.ReadAtLeast(peer, b, 2+len("are you there"))
+		pong <- b[:n]
+	}()
+	got, err := io.ReadAll(c)
+	if err != nil || string(got) != "hello, world" {
+		t.Fatalf("read %q, %v; want %q and EOF", got, err, "hello, world")
+	}
+	if want := wsFrame(0x8a, []byte("are you there"), nil); !bytes.Equal(<-pong, want) {
+		t.Errorf("the ping's answer is not an unmasked pong with its payload")
+	}
+}
+
+// TestWebSocketFramesAreWellFormed: what each end writes, gorilla reads:
+// masked from the client, unmasked from the server, at every length form.
+func TestWebSocketFramesAreWellFormed(t *testing.T) {
+	for _, client := range []bool{true, false} {
+		for _, n := range []int{0, 5, 125, 126, 20000, 70000, maxFrame} {
+			t.Run(fmt.Sprintf("client=%v/%d", client, n), func(t *testing.T) {
+				hdr := []byte("0123456789ab")
+				body := bytes.Repeat([]byte{0xa5}, n)
+				want := append(hdr, body...)
+				write := func(c *wsConn) error {
+					defer c.Close()
+					return c.WriteFrame(hdr, body, time.Now().Add(5*time.Second))
+				}
+				read := func(ws *websocket.Conn) error {
+					defer ws.Close()
+					typ, got, err := ws.ReadMessage()
+					if err == nil && (typ != websocket.BinaryMessage || !bytes.Equal(got, want)) {
+						err = fmt.Errorf("gorilla read a %d-byte message of type %d, want the %d-byte frame", len(got), typ, len(want))
+					}
+					return err
+				}
+				errc := make(chan error, 1)
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if client {
+						ws, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+						if err == nil {
+							err = read(ws)
+						}
+						errc <- err
+						return
+					}
+					conn, err := upgrade(w, r)
+					if err == nil {
+						err = write(newWSConn(conn, conn, 1<<10, false, DefaultConfig()))
+					}
+					errc <- err
+				}))
+				defer srv.Close()
+				url := "ws" + strings.TrimPrefix(srv.URL, "http")
+				var err error
+				if client {
+					rw, raw, _, _, derr := dialWebSocket(context.Background(), url, DialOptions{})
+					if derr != nil {
+						t.Fatal(derr)
+					}
+					err = write(newWSConn(rw, raw, 1<<10, true, DefaultConfig()))
+				} else {
+					ws, _, derr := websocket.DefaultDialer.Dial(url, nil)
+					if derr != nil {
+						t.Fatal(derr)
+					}
+					err = read(ws)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := <-errc; err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// TestWebSocketCloseReason: CloseWithReason's close frame reaches a
+// gorilla peer with its code and reason.
+func TestWebSocketCloseReason(t *testing.T) {
+	got := make(chan error, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+		if err != nil {
+			got <- err
+			return
+		}
+		defer ws.Close()
+		_, _, err = ws.ReadMessage()
+		got <- err
+	}))
+	defer srv.Close()
+	s, _, err := Dial(context.Background(), "ws"+strings.TrimPrefix(srv.URL, "http"), DialOptions{}, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.CloseWithReason(4001, "replaced by a newer connection")
+	var ce *websocket.CloseError
+	if err := <-got; !errors.As(err, &ce) || ce.Code != 4001 || ce.Text != "replaced by a newer connection" {
+		t.Errorf("the peer read %v, want close 4001 with the reason", err)
+	}
+}
+
+// TestDialRefusesBadAnswers: Dial accepts only a 101 that upgrades to a
+// WebSocket and answers its key, and returns any other answer with the
+// error.
+func TestDialRefusesBadAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer func(w http.ResponseWriter, r *http.Request)
+		status int
+		want   string
+	}{
+		{"unauthorized", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "no", http.StatusUnauthorized)
+		}, http.StatusUnauthorized, "401"},
+		{"redirect", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/elsewhere", http.StatusFound)
+		}, http.StatusFound, "302"},
+		{"wrong accept", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Upgrade", "websocket")
+			w.Header().Set("Connection", "Upgrade")
+			w.Header().Set("Sec-WebSocket-Accept", acceptKey("another key"))
+			w.WriteHeader(http.StatusSwitchingProtocols)
+		}, http.StatusSwitchingProtocols, "does not match the key"},
+		{"no upgrade", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Connection", "Upgrade")
+			w.Header().Set("Sec-WebSocket-Accept", acceptKey(r.Header.Get("Sec-WebSocket-Key")))
+			w.WriteHeader(http.StatusSwitchingProtocols)
+		}, http.StatusSwitchingProtocols, "does not upgrade to a WebSocket"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(tc.answer))
+			defer srv.Close()
+			s, resp, err := Dial(context.Background(), "ws"+strings.TrimPrefix(srv.URL, "http"), DialOptions{}, DefaultConfig())
+			if err == nil {
+				s.Close()
+				t.Fatal("Dial succeeded")
+			}
+			if !errors.Is(err, ErrBadHandshake) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Dial error %v, want ErrBadHandshake saying %q", err, tc.want)
+			}
+			if resp == nil || resp.StatusCode != tc.status {
+				t.Errorf("Dial returned response %v, want status %d", resp, tc.status)
+			}
+		})
+	}
+}
+
+// TestAcceptRefusesNonUpgrades: a request that is no WebSocket upgrade is
+// answered with an error status, and Accept says why.
+func TestAcceptRefusesNonUpgrades(t *testing.T) {
+	errs := make(chan error, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, err := Accept(w, r, DefaultConfig())
+		if err == nil {
+			s.Close()
+		}
+		errs <- err
+	}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		name   string
+		header http.Header
+		status int
+	}{
+		{"plain GET", http.Header{}, http.StatusUpgradeRequired},
+		{"old version", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"8"}, "Sec-Websocket-Key": {"dGhlIHNhbXBsZSBub25jZQ=="}}, http.StatusUpgradeRequired},
+		{"short key", http.Header{"Connection": {"keep-alive, Upgrade"}, "Upgrade": {"websocket"}, "Sec-Websocket-Version": {"13"}, "Sec-Websocket-Key": {"c2hvcnQ="}}, http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+			req.Header = tc.header
+			resp, err := http.DefaultTransport.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.status {
+				t.Errorf("status %d, want %d", resp.StatusCode, tc.status)
+			}
+			if err := <-errs; !errors.Is(err, ErrBadHandshake) {
+				t.Errorf("Accept error %v, want ErrBadHandshake", err)
+			}
+		})
+	}
+}
+
+// TestDialOutlivesItsContext: the context bounds the dial and the
+// handshake, not the session.
+func TestDialOutlivesItsContext(t *testing.T) {
+	accepted := make(chan *Session, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, err := Accept(w, r, DefaultConfig())
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		accepted <- s
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	c, _, err := Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http"), DialOptions{}, DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	s := <-accepted
+	defer s.Close()
+	defer c.Close()
+	time.Sleep(50 * time.Millisecond)
+	st := open(t, c)
+	io.WriteString(st, "still here")
+	st.Close()
+	got, err := io.ReadAll(accept(t, s))
+	if err != nil || string(got) != "still here" {
+		t.Fatalf("read %q, %v after the dial's context ended", got, err)
+	}
+}
+
+// fuzzConn is a connection whose peer sent data and hung up; what is
+// written to it is dropped.
+type fuzzConn struct {
+	net.Conn // nil: only the methods below are called
+	r        io.Reader
+}
+
+func (c fuzzConn) Read(p []byte) (int, error)       { return c.r.Read(p) }
+func (c fuzzConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (c fuzzConn) Close() error                     { return nil }
+func (c fuzzConn) SetWriteDeadline(time.Time) error { return nil }
+
+// FuzzWebSocket reads arbitrary bytes as the tunnel's WebSocket, as either
+// end, and must not panic or read past a frame; and whatever the data,
+// written as frames by one end and read by the other, it must come back
+// whole.
+func FuzzWebSocket(f *testing.F) {
+	key := []byte{1, 2, 3, 4}
+	f.Add(wsFrame(0x82, []byte("hello"), key), uint16(3))
+	f.Add(append(wsFrame(0x02, []byte("a"), key), wsFrame(0x80, []byte("b"), key)...), uint16(1))
+	f.Add(wsFrame(0x89, []byte("ping"), key), uint16(0))
+	f.Add(wsFrame(0x82, make([]byte, 300), nil), uint16(200))
+	f.Add(wsFrame(0x88, []byte{0x03, 0xe9}, nil), uint16(7))
+	f.Fuzz(func(t *testing.T, data []byte, split uint16) {
+		for _, client := range []bool{false, true} {
+			c := newWSConn(fuzzConn{r: bytes.NewReader(data)}, fuzzConn{}, 64, client, DefaultConfig())
+			n, _ := io.Copy(io.Discard, c)
+			if n > int64(len(data)) {
+				t.Fatalf("read %d bytes from %d of input", n, len(data))
+			}
+		}
+		cut := min(int(split), len(data))
+		for _, client := range []bool{false, true} {
+			var wire bytes.Buffer
+			w := newWSConn(struct {
+				io.Reader
+				io.Writer
+				io.Closer
+			}{nil, &wire, nil}, fuzzConn{}, 64, client, DefaultConfig())
+			if err := w.WriteFrame(data[:cut], data[cut:], time.Time{}); err != nil {
+				t.Fatal(err)
+			}
+			r := newWSConn(fuzzConn{r: &wire}, fuzzConn{}, 64, !client, DefaultConfig())
+			got, err := io.ReadAll(r)
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("client=%v: read back %d bytes (%v), wrote %d", client, len(got), err, len(data))
+			}
+		}
+	})
+}
+
+// connectProxy is an HTTP proxy that only tunnels (CONNECT), as a
+// corporate proxy in front of the hub would; it counts what it carried.
+func connectProxy(t *testing.T) (*url.URL, *atomic.Int32) {
+	t.Helper()
+	var tunnelled atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect {
+			http.Error(w, "CONNECT only", http.StatusMethodNotAllowed)
+			return
+		}
+		up, err := net.Dial("tcp", r.Host)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer up.Close()
+		tunnelled.Add(1)
+		w.WriteHeader(http.StatusOK)
+		down, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer down.Close()
+		go func() { io.Copy(up, buf); up.(*net.TCPConn).CloseWrite() }()
+		io.Copy(down, up)
+	}))
+	t.Cleanup(proxy.Close)
+	u, _ := url.Parse(proxy.URL)
+	return u, &tunnelled
+}
+
+// TestDialThroughAProxy: ws:// and wss:// both go through an HTTP proxy's
+// CONNECT, and the session works across it.
+func TestDialThroughAProxy(t *testing.T) {
+	for _, useTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ws", true: "wss"}[useTLS], func(t *testing.T) {
+			accepted := make(chan *Session, 1)
+			handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				s, err := Accept(w, r, DefaultConfig())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				accepted <- s
+			})
+			srv := httptest.NewUnstartedServer(handler)
+			opts := DialOptions{}
+			if useTLS {
+				srv.StartTLS()
+				opts.TLSConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+			} else {
+				srv.Start()
+			}
+			defer srv.Close()
+			proxyURL, tunnelled := connectProxy(t)
+			opts.Proxy = http.ProxyURL(proxyURL)
+			c, _, err := Dial(context.Background(), "ws"+strings.TrimPrefix(srv.URL, "http"), opts, DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			s := <-accepted
+			defer s.Close()
+			if tunnelled.Load() != 1 {
+				t.Fatalf("the proxy carried %d connections, want 1", tunnelled.Load())
+			}
+			st := open(t, c)
+			io.WriteString(st, "through the proxy")
+			st.Close()
+			got, err := io.ReadAll(accept(t, s))
+			if err != nil || string(got) != "through the proxy" {
+				t.Fatalf("read %q, %v", got, err)
+			}
+		})
+	}
+}
