@@ -29,7 +29,8 @@ FUZZ_TARGETS = \
 	./internal/hub:FuzzRewrite \
 	./internal/hub:FuzzCheckHello \
 	./internal/hub:FuzzParseQuery \
-	./internal/tunnel:FuzzSession
+	./internal/tunnel:FuzzSession \
+	./internal/tunnel:FuzzWebSocket
 
 # The helm the chart tests run (test/chart, test/e2e), installed once into
 # the user's cache directory, where internal/testutil/helmtest looks for it.
