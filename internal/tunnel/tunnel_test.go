@@ -1,17 +1,22 @@
 package tunnel
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/tetherhq/tether/internal/pki"
 )
 
 func TestMain(m *testing.M) {
@@ -130,5 +135,59 @@ func TestCloseEndsEverything(t *testing.T) {
 	}
 	if _, err := c.Open(ctx); !errors.Is(err, ErrClosed) {
 		t.Errorf("Open after Close = %v, want ErrClosed", err)
+	}
+}
+
+// countingConn counts the writes that reach the socket.
+type countingConn struct {
+	net.Conn
+	writes atomic.Int32
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestBatchConnGathersAFrame: under TLS, a 256 KiB frame's records (23 on
+// a new connection, whose first records crypto/tls keeps small) reach the
+// socket in one write, and what the peer reads is the frame.
+func TestBatchConnGathersAFrame(t *testing.T) {
+	ca, err := pki.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.IssueTLS(pki.Leaf{CommonName: "hub", Hosts: []string{"hub.test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := net.Pipe()
+	defer ours.Close()
+	defer theirs.Close()
+	socket := &countingConn{Conn: ours}
+	batch := &batchConn{Conn: socket}
+	client := tls.Client(batch, &tls.Config{RootCAs: ca.Pool(), ServerName: "hub.test"})
+	server := tls.Server(theirs, &tls.Config{Certificates: []tls.Certificate{cert}})
+	frame := bytes.Repeat([]byte("tether"), maxFrame/6)
+	got := make(chan []byte, 1)
+	go func() {
+		b := make([]byte, len(frame))
+		n, _ := io.ReadFull(server, b)
+		got <- b[:n]
+	}()
+	if err := client.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	c := newWSConn(client, batch, 1<<10, true, DefaultConfig())
+	c.batch = batch
+	before := socket.writes.Load()
+	if err := c.send(frame); err != nil {
+		t.Fatal(err)
+	}
+	if n := socket.writes.Load() - before; n != 1 {
+		t.Errorf("a %d-byte frame took %d writes to the socket, want 1", len(frame), n)
+	}
+	if b := <-got; !bytes.Equal(b, frame) {
+		t.Errorf("the peer read %d bytes, not the frame", len(b))
 	}
 }
