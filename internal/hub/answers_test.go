@@ -2,17 +2,14 @@ package hub
 
 import (
 	"context"
-	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/testutil/connectproxy"
 )
 
 // recordWaits makes the agent report each wait on a channel instead of
@@ -74,33 +71,10 @@ func TestAgentHonoursRetryAfterAndReportsOtherAnswers(t *testing.T) {
 func TestAgentUsesTheProxyEnvironment(t *testing.T) {
 	fc := newFakeCluster(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
-	var tunnelled atomic.Int32
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodConnect {
-			http.Error(w, "CONNECT only", http.StatusMethodNotAllowed)
-			return
-		}
-		up, err := net.Dial("tcp", r.Host)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer up.Close()
-		tunnelled.Add(1)
-		w.WriteHeader(http.StatusOK)
-		down, buf, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer down.Close()
-		go func() { io.Copy(up, buf); up.(*net.TCPConn).CloseWrite() }()
-		io.Copy(down, up)
-	}))
-	defer proxy.Close()
-	proxyURL, _ := url.Parse(proxy.URL)
-	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.Proxy = http.ProxyURL(proxyURL) })
+	proxy := connectproxy.Start(t)
+	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.Proxy = http.ProxyURL(proxy.URL) })
 	eventually(t, 5*time.Second, "connected through the proxy", a.Connected)
-	if tunnelled.Load() == 0 {
+	if proxy.Tunnelled() == 0 {
 		t.Fatal("the agent connected without its proxy")
 	}
 	a.stop(t)

@@ -9,13 +9,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/tetherhq/tether/internal/testutil/connectproxy"
 )
 
 func TestMaskCopy(t *testing.T) {
@@ -408,37 +408,6 @@ func FuzzWebSocket(f *testing.F) {
 	})
 }
 
-// connectProxy is an HTTP proxy that only tunnels (CONNECT), as a
-// corporate proxy in front of the hub would; it counts what it carried.
-func connectProxy(t *testing.T) (*url.URL, *atomic.Int32) {
-	t.Helper()
-	var tunnelled atomic.Int32
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodConnect {
-			http.Error(w, "CONNECT only", http.StatusMethodNotAllowed)
-			return
-		}
-		up, err := net.Dial("tcp", r.Host)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer up.Close()
-		tunnelled.Add(1)
-		w.WriteHeader(http.StatusOK)
-		down, buf, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer down.Close()
-		go func() { io.Copy(up, buf); up.(*net.TCPConn).CloseWrite() }()
-		io.Copy(down, up)
-	}))
-	t.Cleanup(proxy.Close)
-	u, _ := url.Parse(proxy.URL)
-	return u, &tunnelled
-}
-
 // TestDialThroughAProxy: ws:// and wss:// both go through an HTTP proxy's
 // CONNECT, and the session works across it.
 func TestDialThroughAProxy(t *testing.T) {
@@ -462,8 +431,8 @@ func TestDialThroughAProxy(t *testing.T) {
 				srv.Start()
 			}
 			defer srv.Close()
-			proxyURL, tunnelled := connectProxy(t)
-			opts.Proxy = http.ProxyURL(proxyURL)
+			proxy := connectproxy.Start(t)
+			opts.Proxy = http.ProxyURL(proxy.URL)
 			c, _, err := Dial(context.Background(), "ws"+strings.TrimPrefix(srv.URL, "http"), opts, DefaultConfig())
 			if err != nil {
 				t.Fatal(err)
@@ -471,8 +440,8 @@ func TestDialThroughAProxy(t *testing.T) {
 			defer c.Close()
 			s := <-accepted
 			defer s.Close()
-			if tunnelled.Load() != 1 {
-				t.Fatalf("the proxy carried %d connections, want 1", tunnelled.Load())
+			if n := proxy.Tunnelled(); n != 1 {
+				t.Fatalf("the proxy carried %d connections, want 1", n)
 			}
 			st := open(t, c)
 			io.WriteString(st, "through the proxy")
