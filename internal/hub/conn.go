@@ -52,22 +52,21 @@ type agentConn struct {
 	// inventoryOpen is true while the agent's inventory stream is open.
 	inventoryOpen atomic.Bool
 
-	transport *http.Transport // to the API server, through the tunnel, TLS checked against caPool
-	// upgrades is transport without a pool, for upgrade requests: each gets
-	// a connection of its own, and one whose upgrade failed is closed, not
-	// reused. (Setting Close on the request would instead send
-	// "Connection: close, Upgrade", which the API server takes for no
-	// upgrade.)
-	upgrades *http.Transport
-	// probes is transport for the status probes, with a short idle
-	// timeout: a probe's connection closes soon after, not 90 s later, so
-	// between probes an idle cluster has no stream open.
-	probes *http.Transport
-
 	writeMu sync.Mutex // guards writes to ctl
 
 	mu      sync.Mutex // guards the following
 	saToken string     // the agent's service account token, for probes
+	// transport goes to the API server, through the tunnel, TLS checked
+	// against caPool. It is made on first use: an idle agent's hub holds
+	// no transport (about 1 KiB each with its TLS config, and more once
+	// used; decision 011).
+	transport *http.Transport
+	// upgrades is transport without a pool, for upgrade requests: each gets
+	// a connection of its own, and one whose upgrade failed is closed, not
+	// reused. (Setting Close on the request would instead send
+	// "Connection: close, Upgrade", which the API server takes for no
+	// upgrade.) Made on first use too.
+	upgrades *http.Transport
 	pingSeq uint64     // the last ping sent, and when, for the round-trip metric
 	pingAt  time.Time
 
@@ -79,13 +78,7 @@ type agentConn struct {
 // serveConn registers c as its cluster's agent (taking over from any other),
 // runs its loops, and unregisters it when it ends.
 func (h *Hub) serveConn(c *agentConn) {
-	c.transport = c.newTransport()
-	defer c.transport.CloseIdleConnections()
-	c.upgrades = c.newTransport()
-	c.upgrades.MaxIdleConnsPerHost = -1 // never keep one
-	c.probes = c.newTransport()
-	c.probes.IdleConnTimeout = time.Second
-	defer c.probes.CloseIdleConnections()
+	defer c.closeIdleConnections()
 
 	h.mu.Lock()
 	if h.closed {
@@ -345,6 +338,37 @@ func (c *countingConn) Close() error {
 	err := c.Conn.Close()
 	c.closeOnce.Do(c.m.streamsClosed.Inc)
 	return err
+}
+
+// apiTransport is the transport for requests to the cluster's API server:
+// upgrades for upgrade requests, transport for the rest. Each is made on
+// first use.
+func (c *agentConn) apiTransport(upgrade bool) *http.Transport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if upgrade {
+		if c.upgrades == nil {
+			c.upgrades = c.newTransport()
+			c.upgrades.MaxIdleConnsPerHost = -1 // never keep one
+		}
+		return c.upgrades
+	}
+	if c.transport == nil {
+		c.transport = c.newTransport()
+	}
+	return c.transport
+}
+
+// closeIdleConnections closes the connections the transports keep.
+func (c *agentConn) closeIdleConnections() {
+	c.mu.Lock()
+	t, u := c.transport, c.upgrades
+	c.mu.Unlock()
+	for _, t := range []*http.Transport{t, u} {
+		if t != nil {
+			t.CloseIdleConnections()
+		}
+	}
 }
 
 // newTransport makes the HTTP transport to the cluster's API server: each
