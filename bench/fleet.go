@@ -325,6 +325,7 @@ func storm(ctx context.Context, r *report, f *fleetRun, n int) error {
 	}
 	restarted := time.Since(t0)
 	werr := f.waitConnected(ctx, n, 3*time.Minute)
+	hubCPU := f.hub.cpu() // the new hub's, taking everyone back
 	_, after, err := f.agentsStats()
 	if err != nil {
 		return err
@@ -354,8 +355,8 @@ func storm(ctx context.Context, r *report, f *fleetRun, n int) error {
 		return werr
 	}
 	r.add(atMost(figure{Section: "fleet", Name: fmt.Sprintf("reconnect storm: hub restarted under %d agents, seconds until all back", n), Value: float64(last) / 1000, Unit: "s",
-		Detail: fmt.Sprintf("from SIGTERM to the old hub; it was gone after %.1f s, the new one listening at %.1f s, all back %.1f s after that; %d reconnections",
-			stopped.Seconds(), restarted.Seconds(), float64(last)/1000-restarted.Seconds(), count)}, 60))
+		Detail: fmt.Sprintf("from SIGTERM to the old hub; it was gone after %.1f s, the new one listening at %.1f s, all back %.1f s after that; %d reconnections; the new hub used %.2f CPU-s",
+			stopped.Seconds(), restarted.Seconds(), float64(last)/1000-restarted.Seconds(), count, hubCPU.Seconds())}, 60))
 	r.add(atMost(figure{Section: "fleet", Name: "reconnect storm: largest share reconnecting in one second", Value: float64(peak) / float64(n), Unit: "share",
 		Detail: fmt.Sprintf("%d agents in the busiest second", peak)}, 0.10))
 	return nil
