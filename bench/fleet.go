@@ -287,7 +287,7 @@ func benchFleet(ctx context.Context, r *report, dir string, o fleetOpts) error {
 			resp.Body.Close()
 			os.WriteFile(filepath.Join(f.dir, fmt.Sprintf("hub-goroutines-%d.txt", n)), b, 0o644)
 		}
-		r.add(figure{Section: "fleet", Name: name + " runtime memory per agent", Value: rss, Unit: "KiB", Detail: classesPerAgent(s.Classes, base.Classes, n)})
+		r.add(figure{Section: "fleet", Name: name + " RSS beyond heap + stacks per agent", Value: rss - heap - stack, Unit: "KiB", Detail: classesPerAgent(s.Classes, base.Classes, n)})
 		r.add(atMost(figure{Section: "fleet", Name: name + " goroutines per agent", Value: g, Unit: "goroutines",
 			Detail: "the simulated agents open no inventory stream; a real agent's adds one goroutine on the hub while it is open"}, 3))
 	}
