@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -281,6 +282,12 @@ func benchFleet(ctx context.Context, r *report, dir string, o fleetOpts) error {
 			resp.Body.Close()
 			os.WriteFile(filepath.Join(f.dir, fmt.Sprintf("hub-heap-%d.pprof", n)), b, 0o644)
 		}
+		if resp, err := http.Get("http://" + f.hub.ready[1] + "/debug/pprof/goroutine?debug=1"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			os.WriteFile(filepath.Join(f.dir, fmt.Sprintf("hub-goroutines-%d.txt", n)), b, 0o644)
+		}
+		r.add(figure{Section: "fleet", Name: name + " RSS beyond heap + stacks per agent", Value: rss - heap - stack, Unit: "KiB", Detail: classesPerAgent(s.Classes, base.Classes, n)})
 		r.add(atMost(figure{Section: "fleet", Name: name + " goroutines per agent", Value: g, Unit: "goroutines",
 			Detail: "the simulated agents open no inventory stream; a real agent's adds one goroutine on the hub while it is open"}, 3))
 	}
@@ -318,6 +325,7 @@ func storm(ctx context.Context, r *report, f *fleetRun, n int) error {
 	}
 	restarted := time.Since(t0)
 	werr := f.waitConnected(ctx, n, 3*time.Minute)
+	hubCPU := f.hub.cpu() // the new hub's, taking everyone back
 	_, after, err := f.agentsStats()
 	if err != nil {
 		return err
@@ -347,8 +355,8 @@ func storm(ctx context.Context, r *report, f *fleetRun, n int) error {
 		return werr
 	}
 	r.add(atMost(figure{Section: "fleet", Name: fmt.Sprintf("reconnect storm: hub restarted under %d agents, seconds until all back", n), Value: float64(last) / 1000, Unit: "s",
-		Detail: fmt.Sprintf("from SIGTERM to the old hub; it was gone after %.1f s, the new one listening at %.1f s, all back %.1f s after that; %d reconnections",
-			stopped.Seconds(), restarted.Seconds(), float64(last)/1000-restarted.Seconds(), count)}, 60))
+		Detail: fmt.Sprintf("from SIGTERM to the old hub; it was gone after %.1f s, the new one listening at %.1f s, all back %.1f s after that; %d reconnections; the new hub used %.2f CPU-s",
+			stopped.Seconds(), restarted.Seconds(), float64(last)/1000-restarted.Seconds(), count, hubCPU.Seconds())}, 60))
 	r.add(atMost(figure{Section: "fleet", Name: "reconnect storm: largest share reconnecting in one second", Value: float64(peak) / float64(n), Unit: "share",
 		Detail: fmt.Sprintf("%d agents in the busiest second", peak)}, 0.10))
 	return nil
@@ -357,4 +365,26 @@ func storm(ctx context.Context, r *report, f *fleetRun, n int) error {
 func mustRead(p string) []byte {
 	b, _ := os.ReadFile(p)
 	return b
+}
+
+// classesPerAgent is the growth of each runtime/metrics memory class per
+// agent, in KiB, largest first: what the hub's RSS per agent is made of.
+func classesPerAgent(now, before map[string]uint64, n int) string {
+	type class struct {
+		name string
+		kib  float64
+	}
+	var cs []class
+	for k, v := range now {
+		d := (float64(v) - float64(before[k])) / float64(n) / 1024
+		if d >= 0.05 || d <= -0.05 {
+			cs = append(cs, class{k, d})
+		}
+	}
+	sort.Slice(cs, func(i, j int) bool { return cs[i].kib > cs[j].kib })
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = fmt.Sprintf("%s %.1f", c.name, c.kib)
+	}
+	return "KiB per agent by runtime/metrics class: " + strings.Join(parts, ", ")
 }

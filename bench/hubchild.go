@@ -12,6 +12,9 @@ import (
 	"net/http/pprof"
 	"os"
 	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"strings"
 
 	"github.com/tetherhq/tether/internal/hub"
 )
@@ -23,6 +26,26 @@ type hubStats struct {
 	StackInuse uint64 `json:"stackInuse"`
 	Goroutines int    `json:"goroutines"`
 	RSS        int64  `json:"rss"`
+	// Classes is runtime/metrics' /memory/classes/*: where the Go
+	// runtime's mapped memory goes, heap objects and stacks being two of
+	// them, so RSS beyond heap and stacks can be told apart.
+	Classes map[string]uint64 `json:"classes"`
+}
+
+// memoryClasses reads runtime/metrics' /memory/classes/* in bytes.
+func memoryClasses() map[string]uint64 {
+	var samples []metrics.Sample
+	for _, d := range metrics.All() {
+		if (strings.HasPrefix(d.Name, "/memory/classes/") || d.Name == "/gc/stack/starting-size:bytes") && d.Kind == metrics.KindUint64 {
+			samples = append(samples, metrics.Sample{Name: d.Name})
+		}
+	}
+	metrics.Read(samples)
+	out := make(map[string]uint64, len(samples))
+	for _, s := range samples {
+		out[strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(s.Name, "/memory/classes/"), "/gc/"), ":bytes")] = s.Value.Uint64()
+	}
+	return out
 }
 
 // hubChild runs the hub exactly as `tether hub` does, from TETHER_*
@@ -31,6 +54,11 @@ func hubChild(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("hub", flag.ExitOnError)
 	statsAddr := fs.String("stats", "127.0.0.1:0", "where /stats answers")
 	fs.Parse(args)
+	if r, err := strconv.Atoi(os.Getenv("BENCH_MEMPROFILERATE")); err == nil {
+		// For a heap profile that counts every allocation, not one per
+		// 512 KiB: BENCH_MEMPROFILERATE=1.
+		runtime.MemProfileRate = r
+	}
 	opts, err := hub.OptionsFromEnv(os.Getenv, true)
 	if err != nil {
 		return err
@@ -46,7 +74,7 @@ func hubChild(ctx context.Context, args []string) error {
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
 		json.NewEncoder(w).Encode(hubStats{HeapAlloc: m.HeapAlloc, HeapInuse: m.HeapInuse, StackInuse: m.StackInuse,
-			Goroutines: runtime.NumGoroutine(), RSS: rssOf(os.Getpid())})
+			Goroutines: runtime.NumGoroutine(), RSS: rssOf(os.Getpid()), Classes: memoryClasses()})
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	go http.Serve(ln, mux)

@@ -18,8 +18,8 @@ import (
 )
 
 // serveAgent admits an agent: it checks the name and token on the upgrade
-// request, upgrades, reads the hello, and starts the goroutine that serves
-// the connection until it ends and owns it; h.conns counts those.
+// request, upgrades, reads the hello, and registers the connection, which
+// h.conns counts until it is finished.
 func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 	name := r.Header.Get(protocol.AgentHeader)
 	if h.cfg.Agents == nil {
@@ -78,14 +78,18 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 		h.conns.Done()
 		return // refused, and logged
 	}
-	// The connection outlives this handler, in a goroutine of its own:
-	// returning lets net/http drop what it kept for the request (its
-	// buffered writer, the request, the handler's grown stack), about a
-	// third of what an idle agent costs the hub (decision 010).
+	// The connection outlives this handler, which returns as soon as it
+	// is registered: returning lets net/http drop what it kept for the
+	// request (its buffered writer, the request, the handler's grown
+	// stack), about a third of what an idle agent costs the hub (decision
+	// 010). serveConn may wait for a connection it takes over from, so it
+	// runs in a goroutine of its own; once registered, the connection is
+	// finished by whoever reads the end of its control stream.
 	go func() {
-		defer h.conns.Done()
-		defer sess.Close()
-		h.serveConn(c)
+		if !h.serveConn(c) {
+			sess.Close()
+			h.conns.Done()
+		}
 	}()
 }
 

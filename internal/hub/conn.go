@@ -52,46 +52,47 @@ type agentConn struct {
 	// inventoryOpen is true while the agent's inventory stream is open.
 	inventoryOpen atomic.Bool
 
-	transport *http.Transport // to the API server, through the tunnel, TLS checked against caPool
-	// upgrades is transport without a pool, for upgrade requests: each gets
-	// a connection of its own, and one whose upgrade failed is closed, not
-	// reused. (Setting Close on the request would instead send
-	// "Connection: close, Upgrade", which the API server takes for no
-	// upgrade.)
-	upgrades *http.Transport
-	// probes is transport for the status probes, with a short idle
-	// timeout: a probe's connection closes soon after, not 90 s later, so
-	// between probes an idle cluster has no stream open.
-	probes *http.Transport
-
 	writeMu sync.Mutex // guards writes to ctl
 
 	mu      sync.Mutex // guards the following
 	saToken string     // the agent's service account token, for probes
-	pingSeq uint64     // the last ping sent, and when, for the round-trip metric
-	pingAt  time.Time
+	// transport goes to the API server, through the tunnel, TLS checked
+	// against caPool. It is made on first use: an idle agent's hub holds
+	// no transport (about 1 KiB each with its TLS config, and more once
+	// used; decision 011).
+	transport *http.Transport
+	// upgrades is transport without a pool, for upgrade requests: each gets
+	// a connection of its own, and one whose upgrade failed is closed, not
+	// reused. (Setting Close on the request would instead send
+	// "Connection: close, Upgrade", which the API server takes for no
+	// upgrade.) Made on first use too.
+	upgrades *http.Transport
+	pingSeq  uint64 // the last ping sent, and when, for the round-trip metric
+	pingAt   time.Time
 
 	closeOnce sync.Once
 	done      chan struct{} // closed when the connection is ending
 	why       error         // why it ended; set before done is closed
+
+	// Set by serveConn before the control stream is read, used by finish.
+	cancel                 context.CancelFunc
+	pings, silence, probes *timerLoop
+
+	ctlMu   sync.Mutex // guards the following
+	reading bool       // a readControl goroutine is running
+	pending bool       // the control stream had something since it looked
 }
 
-// serveConn registers c as its cluster's agent (taking over from any other),
-// runs its loops, and unregisters it when it ends.
-func (h *Hub) serveConn(c *agentConn) {
-	c.transport = c.newTransport()
-	defer c.transport.CloseIdleConnections()
-	c.upgrades = c.newTransport()
-	c.upgrades.MaxIdleConnsPerHost = -1 // never keep one
-	c.probes = c.newTransport()
-	c.probes.IdleConnTimeout = time.Second
-	defer c.probes.CloseIdleConnections()
-
+// serveConn registers c as its cluster's agent (taking over from any other)
+// and starts its timers. It reports whether it did; if it did, the
+// connection is finished, and h.conns told, by the goroutine that reads
+// the end of its control stream (readControl).
+func (h *Hub) serveConn(c *agentConn) bool {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
 		c.goAway(goAwayShutdown, 0)
-		return
+		return false
 	}
 	prev := h.agents[c.name]
 	h.agents[c.name] = c
@@ -112,22 +113,35 @@ func (h *Hub) serveConn(c *agentConn) {
 	h.metrics.connects.WithLabelValues("accepted").Inc()
 	h.log.Info(fmt.Sprintf("The agent of %q connected (Tether %s)", c.name, c.agentVersion), "agent", c.name, "remote", c.remote)
 
-	// An idle agent costs the hub this goroutine, which reads the control
-	// stream, and the session's read loop; the inventory stream, while the
-	// agent has it open, a third. Heartbeats and probes run on timers
+	// An idle agent costs the hub one goroutine, the session's read loop.
+	// The control stream is read by a goroutine started when something
+	// arrives on it, which ends when there is nothing more to read
+	// (decision 011); the inventory stream, while the agent has it open,
+	// has one of its own. Heartbeats and probes run on timers
 	// (docs/decisions/008-performance.md).
-	ctx, cancel := context.WithCancel(context.Background())
+	var ctx context.Context
+	ctx, c.cancel = context.WithCancel(context.Background())
 	c.sess.Handle(c.agentStream)
-	pings, silence := c.startHeartbeat()
-	probes := h.startProbes(ctx, c)
-	// readControl returns once the session ends, whoever ends it: every
-	// end closes the session.
-	c.end(c.readControl())
-	cancel()
-	pings.Stop()
-	silence.Stop()
-	probes.Stop()
+	c.pings, c.silence = c.startHeartbeat()
+	c.probes = h.startProbes(ctx, c)
+	if !tunnel.OnReadable(c.ctl, c.controlReadable) {
+		go h.finish(c, errors.New("the control stream is not a tunnel stream"))
+	}
+	return true
+}
+
+// finish takes c down once its control stream has ended, whoever ended it
+// (every end closes the session, which ends the control stream), and
+// unregisters it.
+func (h *Hub) finish(c *agentConn, err error) {
+	defer h.conns.Done()
+	c.end(err)
+	c.cancel()
+	c.pings.Stop()
+	c.silence.Stop()
+	c.probes.Stop()
 	c.sess.Close() // and waits for agentStream
+	c.closeIdleConnections()
 
 	h.mu.Lock()
 	current := h.agents[c.name] == c
@@ -200,28 +214,68 @@ func (c *agentConn) goAway(kind goAwayKind, delay time.Duration) {
 // goAwayLinger bounds the wait for an agent to close after a goaway.
 const goAwayLinger = 2 * time.Second
 
-// readControl handles what the agent says on the control stream.
-func (c *agentConn) readControl() error {
+// controlReadable is the control stream's onReadable: it starts a
+// readControl goroutine unless one is running. It is called from the
+// session's read loop and must not block.
+func (c *agentConn) controlReadable() {
+	c.ctlMu.Lock()
+	defer c.ctlMu.Unlock()
+	if c.reading {
+		c.pending = true
+		return
+	}
+	c.reading = true
+	go c.readControl()
+}
+
+// readControl handles what the agent says on the control stream, until
+// nothing more is there to read: then it returns, and the next message
+// starts another. The one that reads the stream's end finishes the
+// connection, and no other starts after it.
+func (c *agentConn) readControl() {
 	for {
-		m, err := protocol.Read(c.ctl)
-		if err != nil {
-			return fmt.Errorf("control stream: %w", err)
-		}
-		c.lastHeard.Store(time.Now().UnixNano())
-		switch m.Type {
-		case protocol.TypePong:
-			if sent := c.pingSent(m.Seq); !sent.IsZero() {
-				c.hub.metrics.heartbeatRTT.Observe(time.Since(sent).Seconds())
+		if !tunnel.Ready(c.ctl) {
+			c.ctlMu.Lock()
+			if !c.pending {
+				c.reading = false
+				c.ctlMu.Unlock()
+				return
 			}
-		case protocol.TypeToken:
-			c.mu.Lock()
-			c.saToken = m.ServiceAccountToken
-			c.mu.Unlock()
-			c.hub.log.Info(fmt.Sprintf("The agent of %q sent a new service account token", c.name), "agent", c.name)
-		case protocol.TypeBye:
-			return errors.New("the agent is stopping")
+			c.pending = false
+			c.ctlMu.Unlock()
+			continue
+		}
+		m, err := protocol.Read(c.ctl)
+		if err == nil {
+			err = c.handleControl(m)
+		} else {
+			err = fmt.Errorf("control stream: %w", err)
+		}
+		if err != nil {
+			c.hub.finish(c, err)
+			return
 		}
 	}
+}
+
+// handleControl handles one message from the agent. An error ends the
+// connection.
+func (c *agentConn) handleControl(m protocol.Message) error {
+	c.lastHeard.Store(time.Now().UnixNano())
+	switch m.Type {
+	case protocol.TypePong:
+		if sent := c.pingSent(m.Seq); !sent.IsZero() {
+			c.hub.metrics.heartbeatRTT.Observe(time.Since(sent).Seconds())
+		}
+	case protocol.TypeToken:
+		c.mu.Lock()
+		c.saToken = m.ServiceAccountToken
+		c.mu.Unlock()
+		c.hub.log.Info(fmt.Sprintf("The agent of %q sent a new service account token", c.name), "agent", c.name)
+	case protocol.TypeBye:
+		return errors.New("the agent is stopping")
+	}
+	return nil
 }
 
 // agentStream serves a stream the agent opened. The only one defined is
@@ -345,6 +399,37 @@ func (c *countingConn) Close() error {
 	err := c.Conn.Close()
 	c.closeOnce.Do(c.m.streamsClosed.Inc)
 	return err
+}
+
+// apiTransport is the transport for requests to the cluster's API server:
+// upgrades for upgrade requests, transport for the rest. Each is made on
+// first use.
+func (c *agentConn) apiTransport(upgrade bool) *http.Transport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if upgrade {
+		if c.upgrades == nil {
+			c.upgrades = c.newTransport()
+			c.upgrades.MaxIdleConnsPerHost = -1 // never keep one
+		}
+		return c.upgrades
+	}
+	if c.transport == nil {
+		c.transport = c.newTransport()
+	}
+	return c.transport
+}
+
+// closeIdleConnections closes the connections the transports keep.
+func (c *agentConn) closeIdleConnections() {
+	c.mu.Lock()
+	t, u := c.transport, c.upgrades
+	c.mu.Unlock()
+	for _, t := range []*http.Transport{t, u} {
+		if t != nil {
+			t.CloseIdleConnections()
+		}
+	}
 }
 
 // newTransport makes the HTTP transport to the cluster's API server: each

@@ -157,10 +157,7 @@ type clusterTransport struct{}
 
 func (clusterTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	rt := r.Context().Value(clusterKey{}).(route)
-	if r.Header.Get("Upgrade") != "" {
-		return rt.conn.upgrades.RoundTrip(r)
-	}
-	return rt.conn.transport.RoundTrip(r)
+	return rt.conn.apiTransport(r.Header.Get("Upgrade") != "").RoundTrip(r)
 }
 
 // closeFailedUpgrades closes the client's connection after an upgrade the

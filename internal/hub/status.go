@@ -172,13 +172,21 @@ func (h *Hub) startProbes(ctx context.Context, c *agentConn) *timerLoop {
 
 // probe asks the cluster's API server, through the tunnel and as the agent's
 // service account, whether it is ready and which version it runs.
+//
+// Each probe has a transport of its own, and closes its connection when it
+// ends: between probes an idle cluster has no stream open, and the hub keeps
+// no transport for it (a transport keeps its bookkeeping once used, over
+// 2 KiB per agent; decision 011). The probe's own TLS handshake costs far
+// more than making the transport.
 func (h *Hub) probe(ctx context.Context, c *agentConn) probeResult {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.ProbeTimeout)
 	defer cancel()
-	if _, err := h.get(ctx, c, "/readyz"); err != nil {
+	t := c.newTransport()
+	defer t.CloseIdleConnections()
+	if _, err := h.get(ctx, t, c, "/readyz"); err != nil {
 		return probeResult{message: err.Error()}
 	}
-	body, err := h.get(ctx, c, "/version")
+	body, err := h.get(ctx, t, c, "/version")
 	if err != nil {
 		return probeResult{message: err.Error()}
 	}
@@ -191,13 +199,13 @@ func (h *Hub) probe(ctx context.Context, c *agentConn) probeResult {
 	return probeResult{ready: true, version: v.GitVersion}
 }
 
-func (h *Hub) get(ctx context.Context, c *agentConn, path string) ([]byte, error) {
+func (h *Hub) get(ctx context.Context, t *http.Transport, c *agentConn, path string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+APIServerName+path, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.serviceAccountToken())
-	resp, err := c.probes.RoundTrip(req)
+	resp, err := t.RoundTrip(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("its API server didn't answer %s within %s", path, h.cfg.ProbeTimeout)

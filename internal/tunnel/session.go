@@ -204,12 +204,18 @@ func (s *Session) end(err error) {
 		err = fmt.Errorf("%w: %w", ErrClosed, err)
 	}
 	s.err = err
-	for _, st := range s.streams {
+	streams := s.streams
+	for _, st := range streams {
 		st.stopTimers()
 	}
 	s.streams, s.backlog, s.queued = nil, nil, nil
 	close(s.done)
 	s.mu.Unlock()
+	// After done, so that a stream's onReadable sees the end; and without
+	// s.mu, which a stream's lock is never taken under when done is closed.
+	for _, st := range streams {
+		st.tellEnded()
+	}
 	s.t.Close()
 }
 

@@ -39,6 +39,56 @@ type stream struct {
 	ctimer   *time.Timer   // resets a closed stream the peer never finishes
 	readable chan struct{} // cap 1: data, an end, or a deadline
 	writable chan struct{} // cap 1: window, an end, or a deadline
+	// onReadable, when set, is called with mu held each time the read loop
+	// gives the stream something to read: data, the peer's end, or the
+	// session's (OnReadable).
+	onReadable func()
+}
+
+// OnReadable has f called whenever the stream conn, one of a session's,
+// gets something for Read: data, the peer's FIN or reset, or the end of
+// the session; and once now if it already has. f is called from the
+// session's read loop with the stream's lock held, so it must not block
+// or use conn; it lets a caller start a goroutine to read only when there
+// is something to read, instead of parking one on Read. It returns false,
+// and does nothing, for a conn that is not a stream of a session.
+func OnReadable(conn net.Conn, f func()) bool {
+	st, ok := conn.(*stream)
+	if !ok {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.onReadable = f
+	if st.readyLocked() {
+		f()
+	}
+	return true
+}
+
+// Ready reports whether a Read of conn, a stream of a session, would return
+// without waiting: it has data, or an error to return.
+func Ready(conn net.Conn) bool {
+	st, ok := conn.(*stream)
+	if !ok {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.readyLocked()
+}
+
+// readyLocked is Ready with st.mu held.
+func (st *stream) readyLocked() bool {
+	return len(st.chunks) > 0 || st.closed || st.reset || st.finRecv || st.sessionEnded() || expired(st.rdl)
+}
+
+// readableLocked wakes a waiting Read, and calls onReadable. st.mu is held.
+func (st *stream) readableLocked() {
+	notify(st.readable)
+	if st.onReadable != nil {
+		st.onReadable()
+	}
 }
 
 func newStream(s *Session, id uint32, window uint32) *stream {
@@ -305,7 +355,7 @@ func (st *stream) receive(buf *[]byte) {
 		return
 	}
 	st.chunks = append(st.chunks, buf)
-	notify(st.readable)
+	st.readableLocked()
 }
 
 // grow adds to the send window.
@@ -324,7 +374,7 @@ func (st *stream) peerFinished() {
 	if over {
 		st.stopTimersLocked()
 	}
-	notify(st.readable)
+	st.readableLocked()
 	st.mu.Unlock()
 	if over {
 		st.s.forget(st)
@@ -338,7 +388,7 @@ func (st *stream) peerReset() {
 	st.mu.Lock()
 	st.reset = true
 	st.stopTimersLocked()
-	notify(st.readable)
+	st.readableLocked()
 	notify(st.writable)
 	st.mu.Unlock()
 	st.s.forget(st)
@@ -369,6 +419,16 @@ func (st *stream) stopTimers() {
 	st.mu.Lock()
 	st.gone = true
 	st.stopTimersLocked()
+	st.mu.Unlock()
+}
+
+// tellEnded tells onReadable that the session has ended: a Read now
+// returns its error.
+func (st *stream) tellEnded() {
+	st.mu.Lock()
+	if st.onReadable != nil {
+		st.onReadable()
+	}
 	st.mu.Unlock()
 }
 
