@@ -59,7 +59,7 @@ type agentConn struct {
 	// transport goes to the API server, through the tunnel, TLS checked
 	// against caPool. It is made on first use: an idle agent's hub holds
 	// no transport (about 1 KiB each with its TLS config, and more once
-	// used; decision 011).
+	// used; decision 012).
 	transport *http.Transport
 	// upgrades is transport without a pool, for upgrade requests: each gets
 	// a connection of its own, and one whose upgrade failed is closed, not
@@ -116,7 +116,7 @@ func (h *Hub) serveConn(c *agentConn) bool {
 	// An idle agent costs the hub one goroutine, the session's read loop.
 	// The control stream is read by a goroutine started when something
 	// arrives on it, which ends when there is nothing more to read
-	// (decision 011); the inventory stream, while the agent has it open,
+	// (decision 012); the inventory stream, while the agent has it open,
 	// has one of its own. Heartbeats and probes run on timers
 	// (docs/decisions/008-performance.md).
 	var ctx context.Context

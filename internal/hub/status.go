@@ -176,7 +176,7 @@ func (h *Hub) startProbes(ctx context.Context, c *agentConn) *timerLoop {
 // Each probe has a transport of its own, and closes its connection when it
 // ends: between probes an idle cluster has no stream open, and the hub keeps
 // no transport for it (a transport keeps its bookkeeping once used, over
-// 2 KiB per agent; decision 011). The probe's own TLS handshake costs far
+// 2 KiB per agent; decision 012). The probe's own TLS handshake costs far
 // more than making the transport.
 func (h *Hub) probe(ctx context.Context, c *agentConn) probeResult {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.ProbeTimeout)
