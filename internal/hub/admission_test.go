@@ -33,6 +33,18 @@ func TestAdmissionPace(t *testing.T) {
 	if !a.allow(t0.Add(time.Second), 3) {
 		t.Error("the next second admits again")
 	}
+	// Any second, not only a clock second: three welcomed late in one
+	// second leave no place early in the next.
+	var late admission
+	for i := range 3 {
+		late.welcomed(t0.Add(time.Duration(900+i) * time.Millisecond))
+	}
+	if late.allow(t0.Add(1500*time.Millisecond), 3) {
+		t.Error("a fourth agent within a second of three was admitted across a clock second")
+	}
+	if !late.allow(t0.Add(1903*time.Millisecond), 3) {
+		t.Error("a second after the three, the pace admits again")
+	}
 	// Connections that are never welcomed take no place.
 	var b admission
 	for i := range 10 {
