@@ -468,6 +468,9 @@ func dialWebSocket(ctx context.Context, rawURL string, opts DialOptions) (io.Rea
 	}
 	if err := checkUpgrade(resp, key); err != nil {
 		resp.Body.Close()
+		// A server may keep the refused connection alive; nothing will
+		// use this transport again.
+		tr.CloseIdleConnections()
 		return nil, nil, nil, resp, err
 	}
 	rw, ok := resp.Body.(io.ReadWriteCloser)

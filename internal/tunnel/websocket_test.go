@@ -269,7 +269,14 @@ func TestDialRefusesBadAnswers(t *testing.T) {
 		}, http.StatusSwitchingProtocols, "does not upgrade to a WebSocket"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := httptest.NewServer(http.HandlerFunc(tc.answer))
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(tc.answer))
+			closed := make(chan struct{}, 1)
+			srv.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+				if state == http.StateClosed {
+					closed <- struct{}{}
+				}
+			}
+			srv.Start()
 			defer srv.Close()
 			s, resp, err := Dial(context.Background(), "ws"+strings.TrimPrefix(srv.URL, "http"), DialOptions{}, DefaultConfig())
 			if err == nil {
@@ -281,6 +288,14 @@ func TestDialRefusesBadAnswers(t *testing.T) {
 			}
 			if resp == nil || resp.StatusCode != tc.status {
 				t.Errorf("Dial returned response %v, want status %d", resp, tc.status)
+			}
+			// The refused connection is closed, not kept idle by a
+			// transport nobody will use again: an agent paced with 503s
+			// would otherwise collect them.
+			select {
+			case <-closed:
+			case <-time.After(5 * time.Second):
+				t.Error("the connection of a refused dial is still open")
 			}
 		})
 	}
