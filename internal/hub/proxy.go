@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -107,7 +108,9 @@ func (h *Hub) newProxy() *httputil.ReverseProxy {
 		FlushInterval:  -1, // watches and logs -f stream as they come
 		ModifyResponse: closeFailedUpgrades,
 		ErrorHandler:   h.proxyError,
-		ErrorLog:       nil,
+		// What ErrorHandler doesn't see: a response cut short because the
+		// tunnel or the API server stopped sending midway.
+		ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
 	}
 }
 

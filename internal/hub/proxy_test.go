@@ -239,3 +239,30 @@ func TestFailedUpgradeClosesTheConnection(t *testing.T) {
 		t.Error("bytes sent after a failed upgrade reached the API server")
 	}
 }
+
+// TestCutResponseIsLogged: a response the API server's side stops sending
+// midway (here, its agent goes away) reaches the client cut short, not
+// ended as if complete, and the hub logs why through its own logger.
+func TestCutResponseIsLogged(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	req, _ := http.NewRequest("GET", h.url+"/clusters/open/stream?watch=true", nil)
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	if line, err := r.ReadString('\n'); err != nil || line != "event 1\n" {
+		t.Fatalf("first event: %q, %v", line, err)
+	}
+	h.agents["open"].stop(t)
+	rest, err := io.ReadAll(r)
+	if err == nil {
+		t.Fatalf("the cut response ended cleanly after %q", rest)
+	}
+	eventually(t, 5*time.Second, "the hub logs the cut", func() bool {
+		return strings.Contains(h.logs.String(), "ReverseProxy read error during body copy")
+	})
+}
