@@ -94,7 +94,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 }
 
 // hello reads the agent's hello and checks it. It returns nil and no error
-// when it refused the agent and told it why.
+// when it refused the agent and told it why; the welcome is serveConn's.
 func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent) (*agentConn, error) {
 	deadline := time.Now().Add(h.cfg.HelloTimeout)
 	ctx, cancel := context.WithDeadline(r.Context(), deadline)
@@ -156,12 +156,17 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent) (*
 	h.lastCA[entry.Name] = caSHA
 	h.mu.Unlock()
 
-	welcome := protocol.Message{Type: protocol.TypeWelcome, HubVersion: version.Version, HeartbeatMillis: h.cfg.Heartbeat.Milliseconds()}
-	if err := protocol.Write(ctl, welcome); err != nil {
-		return nil, err
-	}
-	ctl.SetDeadline(time.Time{})
 	return c, nil
+}
+
+// welcome answers the agent's hello, within the hello's deadline. serveConn
+// sends it once the connection is registered, so a request made as soon as
+// the agent says it is connected finds it.
+func (c *agentConn) welcome() error {
+	m := protocol.Message{Type: protocol.TypeWelcome, HubVersion: version.Version, HeartbeatMillis: c.hub.cfg.Heartbeat.Milliseconds()}
+	err := protocol.Write(c.ctl, m)
+	c.ctl.SetDeadline(time.Time{})
+	return err
 }
 
 // logRefusal logs a refused agent at most once per window for each name and

@@ -91,6 +91,7 @@ func (h *Hub) serveConn(c *agentConn) bool {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
+		c.welcome()
 		c.goAway(goAwayShutdown, 0)
 		return false
 	}
@@ -102,6 +103,12 @@ func (h *Hub) serveConn(c *agentConn) bool {
 		h.metrics.connected.Inc()
 	}
 	h.mu.Unlock()
+	// Welcomed once registered, before the connection it takes over from
+	// is told to go. If the welcome can't be sent, the session ends, and
+	// the control stream's end finishes the connection below.
+	if err := c.welcome(); err != nil {
+		c.end(fmt.Errorf("welcome: %w", err))
+	}
 	h.admission.welcomed(time.Now())
 	if prev != nil {
 		h.metrics.takeovers.Inc()

@@ -83,3 +83,31 @@ func TestTokenRotation(t *testing.T) {
 	}
 	assertNoSecrets(t, h.logs.String()+a.logs.String())
 }
+
+// TestWelcomedOnceRegistered: by the time an agent reads its welcome, the
+// hub already routes requests to it, so a request made as soon as the agent
+// says it is connected is not answered 503.
+func TestWelcomedOnceRegistered(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: time.Hour})
+	for i := range 20 {
+		sess := rawAgent(t, h)
+		ctl, err := sess.Open(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		hello := protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version, AgentVersion: "test", CACert: string(fc.ca.CertPEM),
+			ServiceAccountToken: "service-account-token-1", APIServer: fc.addr()}
+		if err := protocol.Write(ctl, hello); err != nil {
+			t.Fatal(err)
+		}
+		m, err := protocol.Read(ctl)
+		if err != nil || m.Type != protocol.TypeWelcome {
+			t.Fatalf("connection %d: answered %v, %v; want a welcome\n%s", i, m.Type, err, h.logs)
+		}
+		if c := h.connected("eu-1"); c == nil || c.remote != sess.LocalAddr().String() {
+			t.Fatalf("connection %d: welcomed before the hub routes to it", i)
+		}
+		sess.Close()
+	}
+}
