@@ -65,7 +65,8 @@ var errNotBinary = errors.New("tunnel: a text message on the tunnel's WebSocket"
 type wsConn struct {
 	rw     io.ReadWriteCloser // the connection, TLS and all
 	raw    net.Conn           // the socket under it: deadlines, addresses
-	br     *bufio.Reader      // reads rw
+	br     io.Reader          // reads rw: a bufio.Reader, or a lazyReader on the hub
+	start  io.Reader          // reads the start of each frame: br, or its frameStart
 	client bool               // masks what it sends, and wants nothing masked
 	batch  *batchConn         // under the agent's TLS; nil elsewhere
 	// controlTimeout bounds the write of a ping's answer.
@@ -82,11 +83,24 @@ type wsConn struct {
 	hdr       [maxWSHeader]byte
 }
 
+// newWSConn starts a WebSocket's framing on rw, whose socket is raw. It
+// reads through a buffer of readBuffer bytes: held for good when the
+// connection is a client's, borrowed only while it holds unread bytes when
+// it is a server's, so an idle agent costs the hub none.
 func newWSConn(rw io.ReadWriteCloser, raw net.Conn, readBuffer int, client bool, cfg Config) *wsConn {
+	var br, start io.Reader
+	if client {
+		br = bufio.NewReaderSize(rw, readBuffer)
+		start = br
+	} else {
+		lr := &lazyReader{r: rw, size: readBuffer}
+		br, start = lr, frameStart{lr}
+	}
 	return &wsConn{
 		rw:             rw,
 		raw:            raw,
-		br:             bufio.NewReaderSize(rw, readBuffer),
+		br:             br,
+		start:          start,
 		client:         client,
 		controlTimeout: cfg.WriteTimeout,
 		wlock:          make(chan struct{}, 1),
@@ -117,7 +131,7 @@ func (c *wsConn) Read(p []byte) (int, error) {
 // frame's; c.left is then its length.
 func (c *wsConn) nextFrame() error {
 	b := c.hdr[:2]
-	if _, err := io.ReadFull(c.br, b); err != nil {
+	if _, err := io.ReadFull(c.start, b); err != nil {
 		return err
 	}
 	fin, op := b[0]&0x80 != 0, b[0]&0x0f
@@ -303,6 +317,57 @@ func (c *wsConn) send(frame []byte) error {
 func (c *wsConn) Close() error         { return c.rw.Close() }
 func (c *wsConn) LocalAddr() net.Addr  { return c.raw.LocalAddr() }
 func (c *wsConn) RemoteAddr() net.Addr { return c.raw.RemoteAddr() }
+
+// lazyReader is a hub's buffered reader that holds no buffer between
+// frames. Read borrows a pooled buffer of size bytes for reads smaller than
+// that, as bufio.Reader reads, and gives it back once its bytes are read;
+// reads of size or more go straight to r. waitFrame reads a frame's first
+// bytes, the read that waits while the connection is idle, straight into
+// the caller's slice when nothing is buffered, so the idle connection holds
+// no buffer: a small frame costs a second read (none under TLS, whose
+// record is already in crypto/tls's buffer). Decision 012.
+type lazyReader struct {
+	r        io.Reader
+	size     int
+	buf      *[]byte // nil when nothing is buffered
+	pos, end int
+}
+
+func (l *lazyReader) Read(p []byte) (int, error) {
+	if l.buf == nil {
+		if len(p) >= l.size {
+			return l.r.Read(p)
+		}
+		buf := getChunk(l.size)
+		n, err := l.r.Read(*buf)
+		if n == 0 {
+			putChunk(buf)
+			return 0, err
+		}
+		// An error with data comes back on the next read from r.
+		l.buf, l.pos, l.end = buf, 0, n
+	}
+	n := copy(p, (*l.buf)[l.pos:l.end])
+	l.pos += n
+	if l.pos == l.end {
+		putChunk(l.buf)
+		l.buf = nil
+	}
+	return n, nil
+}
+
+// waitFrame is Read for the start of a frame.
+func (l *lazyReader) waitFrame(p []byte) (int, error) {
+	if l.buf != nil {
+		return l.Read(p)
+	}
+	return l.r.Read(p)
+}
+
+// frameStart reads the start of each frame through lazyReader.waitFrame.
+type frameStart struct{ *lazyReader }
+
+func (f frameStart) Read(p []byte) (int, error) { return f.waitFrame(p) }
 
 // maskCopy XORs src with the mask key into dst, which may be src, starting
 // pos bytes into the key, and returns the position after. Eight bytes at a

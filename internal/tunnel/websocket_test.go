@@ -468,3 +468,36 @@ func TestDialThroughAProxy(t *testing.T) {
 		})
 	}
 }
+
+// TestIdleServerHoldsNoReadBuffer: a hub's connection borrows its read
+// buffer while bytes wait in it, and holds none once they are read, while
+// it waits for the next frame.
+func TestIdleServerHoldsNoReadBuffer(t *testing.T) {
+	c, peer := pipeConn(t, false)
+	key := []byte{1, 2, 3, 4}
+	go peer.Write(append(wsFrame(0x82, []byte("one"), key), wsFrame(0x82, []byte("two"), key)...))
+	lr := c.br.(*lazyReader)
+	got := make([]byte, 3)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "one" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	if lr.buf == nil {
+		t.Fatal("the second frame's bytes were not buffered with the first's")
+	}
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "two" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	if lr.buf != nil {
+		t.Fatal("the connection kept its read buffer once everything in it was read")
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := io.ReadFull(c, got)
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the read waits for a frame
+	peer.Write(wsFrame(0x82, []byte("three"), key))
+	if err := <-done; err != nil || string(got) != "thr" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+}
