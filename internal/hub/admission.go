@@ -5,46 +5,60 @@ import (
 	"time"
 )
 
-// admission paces agents' connections: at most a number welcomed in any
-// one second, so a hub that restarts under a large fleet takes it back in
-// waves, and no second carries much more than a twentieth of the fleet (the
-// budget is a tenth: docs/decisions/008-performance.md). An agent over the
-// pace is answered 503 with a Retry-After, which agents honour (SPEC
-// section 1). Only welcomed agents count: connections that never get past
-// their hello (a flood of bad handshakes) use up no one's place.
+// admission paces agents' connections: at most a number a second, so a
+// hub that restarts under a large fleet takes it back in waves, and no
+// second carries much more than a twentieth of the fleet (the budget is a
+// tenth: docs/decisions/008-performance.md). An agent over the pace is
+// answered 503 with a Retry-After, which agents honour (SPEC section 1).
 //
-// The second is any second, not a clock second: counted in clock seconds,
-// the end of one and the start of the next could together welcome twice
-// the pace within a second (10.9 % of 10,000 agents in one second of a
-// recorded reconnect storm).
+// The pace counts the agents welcomed in the last second and those
+// admitted and still on their way. Counting only the welcomed let a busy
+// hub, whose handshakes took seconds, admit ever more in the meantime and
+// then welcome twice or three times its pace in one second (decision 012).
+// An agent that is not welcomed after all gives its place back, so a flood
+// of bad handshakes holds places only while they last. The second is any
+// second, not a clock second.
 type admission struct {
-	mu     sync.Mutex // guards recent
-	recent []int64    // when the agents welcomed in the last second were, oldest first (unix ns)
+	mu      sync.Mutex // guards the following
+	recent  []int64    // when the agents welcomed in the last second were, oldest first (unix ns)
+	pending int        // agents admitted and neither welcomed nor refused yet
 }
 
 // minAdmitRate is the pace for a small fleet: a restart of a hub with a
 // few hundred agents should not make any of them wait.
 const minAdmitRate = 100
 
-// admitRate is the most agents welcomed in one second, for a fleet of
+// admitRate is the most agents admitted in one second, for a fleet of
 // listed agents.
 func admitRate(listed int) int { return max(minAdmitRate, listed/20) }
 
-// allow reports whether one more agent may connect at now. Agents that
-// connect at once may all be allowed: the second fills as they are welcomed.
-func (a *admission) allow(now time.Time, rate int) bool {
+// admit reports whether one more agent may connect at now; if it may, the
+// caller must end its place with welcomed or giveBack.
+func (a *admission) admit(now time.Time, rate int) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.forget(now)
-	return len(a.recent) < rate
+	if len(a.recent)+a.pending >= rate {
+		return false
+	}
+	a.pending++
+	return true
 }
 
-// welcomed counts an agent welcomed at now.
+// welcomed counts an admitted agent welcomed at now.
 func (a *admission) welcomed(now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.pending--
 	a.forget(now)
 	a.recent = append(a.recent, now.UnixNano())
+}
+
+// giveBack ends the place of an admitted agent that was not welcomed.
+func (a *admission) giveBack() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.pending--
 }
 
 // forget drops the welcomes a second or more before now. a.mu is held.

@@ -19,37 +19,42 @@ func TestAdmissionPace(t *testing.T) {
 			t.Errorf("admitRate(%d) = %d, want %d", tc.listed, got, tc.rate)
 		}
 	}
-	var a admission
 	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+	// Agents still on their way count: three admitted and not yet
+	// welcomed fill a pace of three.
+	var a admission
 	for i := range 3 {
-		if !a.allow(t0.Add(time.Duration(i)*time.Millisecond), 3) {
-			t.Fatalf("agent %d of 3 in one second was held back", i+1)
+		if !a.admit(at(i), 3) {
+			t.Fatalf("agent %d of 3 was held back", i+1)
 		}
-		a.welcomed(t0.Add(time.Duration(i) * time.Millisecond))
 	}
-	if a.allow(t0.Add(999*time.Millisecond), 3) {
-		t.Error("a fourth agent in the same second was admitted")
+	if a.admit(at(500), 3) {
+		t.Error("a fourth agent was admitted while three were on their way")
 	}
-	if !a.allow(t0.Add(time.Second), 3) {
-		t.Error("the next second admits again")
+	// One that is not welcomed gives its place back at once.
+	a.giveBack()
+	if !a.admit(at(500), 3) {
+		t.Error("a place given back was not taken again")
 	}
-	// Any second, not only a clock second: three welcomed late in one
-	// second leave no place early in the next.
-	var late admission
+	// Welcomed agents count for a second from their welcome.
 	for i := range 3 {
-		late.welcomed(t0.Add(time.Duration(900+i) * time.Millisecond))
+		a.welcomed(at(900 + i))
 	}
-	if late.allow(t0.Add(1500*time.Millisecond), 3) {
-		t.Error("a fourth agent within a second of three was admitted across a clock second")
+	if a.admit(at(1500), 3) {
+		t.Error("an agent was admitted within a second of three welcomes, across a clock second")
 	}
-	if !late.allow(t0.Add(1903*time.Millisecond), 3) {
-		t.Error("a second after the three, the pace admits again")
+	if !a.admit(at(1903), 3) {
+		t.Error("a second after the welcomes, the pace admits again")
 	}
-	// Connections that are never welcomed take no place.
+
+	// A flood of bad handshakes holds no place once it is over.
 	var b admission
-	for i := range 10 {
-		if !b.allow(t0.Add(time.Duration(i)*time.Millisecond), 3) {
-			t.Fatalf("connection %d was held back, and none was welcomed", i+1)
+	for range 10 {
+		if !b.admit(at(0), 3) {
+			t.Fatal("held back, with nobody on the way")
 		}
+		b.giveBack()
 	}
 }

@@ -35,7 +35,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "This hub doesn't know this agent's name and token.", http.StatusUnauthorized)
 		return
 	}
-	if !h.admission.allow(time.Now(), admitRate(h.cfg.Agents.Len())) {
+	if !h.admission.admit(time.Now(), admitRate(h.cfg.Agents.Len())) {
 		h.metrics.connects.WithLabelValues("paced").Inc()
 		// Come back within the reconnect spread, at a random second, so
 		// the ones held back now don't all return in the same second.
@@ -44,6 +44,13 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "The hub is taking many agents back at once; try again after Retry-After.", http.StatusServiceUnavailable)
 		return
 	}
+	// The place is serveConn's from here, or given back on the way out.
+	handedOn := false
+	defer func() {
+		if !handedOn {
+			h.admission.giveBack()
+		}
+	}()
 	h.mu.Lock()
 	closed := h.closed
 	if !closed {
@@ -85,6 +92,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 	// 010). serveConn may wait for a connection it takes over from, so it
 	// runs in a goroutine of its own; once registered, the connection is
 	// finished by whoever reads the end of its control stream.
+	handedOn = true
 	go func() {
 		if !h.serveConn(c) {
 			sess.Close()

@@ -91,6 +91,7 @@ func (h *Hub) serveConn(c *agentConn) bool {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
+		h.admission.giveBack()
 		c.welcome()
 		c.goAway(goAwayShutdown, 0)
 		return false

@@ -163,11 +163,20 @@ func waitClosed(c net.Conn) string {
 	}
 }
 
+// TestBadHandshakeFlood: 10,000 bad handshakes, 500 at a time, each
+// handled as its kind deserves, with the connected agent unaffected, the
+// heap bounded and the log rate-limited. The hub lists 6,000 agents, so its
+// pace (300 a second) is above the 200 handshakes with a real token in
+// flight at once: pacing is TestFloodIsPaced's.
 func TestBadHandshakeFlood(t *testing.T) {
 	fc := newFakeCluster(t)
 	th := &testHub{}
 	logs := &syncbuf.Buffer{}
-	h, err := New(Config{Agents: testAgents("eu-1"), Logger: slogTo(logs), Heartbeat: time.Second, ProbeInterval: time.Hour,
+	names := []string{"eu-1"}
+	for i := range 5999 {
+		names = append(names, fmt.Sprintf("idle-%d", i))
+	}
+	h, err := New(Config{Agents: testAgents(names...), Logger: slogTo(logs), Heartbeat: time.Second, ProbeInterval: time.Hour,
 		HelloTimeout: 2 * time.Second, Registerer: nil})
 	if err != nil {
 		t.Fatal(err)
@@ -269,4 +278,42 @@ func TestBadHandshakeFlood(t *testing.T) {
 	if limit := baseHeap + 512<<20; peak.Load() > limit {
 		t.Errorf("heap peaked at %.1f MiB", float64(peak.Load())/(1<<20))
 	}
+}
+
+// TestFloodIsPaced: handshakes with a real token past the pace of a small
+// fleet (100 a second) are answered 503 with a Retry-After while the others
+// are under way; once they are over, their places are free again and the
+// agent connects at once.
+func TestFloodIsPaced(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), HelloTimeout: 2 * time.Second, ProbeInterval: time.Hour})
+	addr := strings.TrimPrefix(h.url, "http://")
+	var paced, upgraded atomic.Int32
+	var wg sync.WaitGroup
+	for range 150 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// A real token, then a hello that never comes: each holds
+			// its place until the hub gives up on it.
+			c, status, err := upgrade(addr, "Tether-Agent: eu-1", "Authorization: Bearer "+testToken)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			switch status {
+			case http.StatusServiceUnavailable:
+				paced.Add(1)
+			case http.StatusSwitchingProtocols:
+				upgraded.Add(1)
+				waitClosed(c)
+			}
+		}()
+	}
+	wg.Wait()
+	if upgraded.Load() > minAdmitRate || paced.Load() == 0 || upgraded.Load()+paced.Load() != 150 {
+		t.Fatalf("%d upgraded and %d paced of 150 at once; want at most %d upgraded and the rest paced", upgraded.Load(), paced.Load(), minAdmitRate)
+	}
+	a := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "the agent connects once the flood is over", a.Connected)
 }
