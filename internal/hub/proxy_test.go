@@ -184,25 +184,32 @@ func TestProxyPassesRedirectsBack(t *testing.T) {
 	}
 }
 
-func TestProxyStreamsWithoutBuffering(t *testing.T) {
-	fc := newFakeCluster(t)
-	h, _ := proxyHub(t, fc, "")
+// watchStream starts a watch of the fake API server's /stream through the
+// hub, and returns it once its first event has arrived.
+func watchStream(t *testing.T, h *testHub) *bufio.Reader {
+	t.Helper()
 	req, _ := http.NewRequest("GET", h.url+"/clusters/open/stream?watch=true", nil)
 	req.Header.Set("Authorization", "Bearer "+aliceToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	t.Cleanup(func() { resp.Body.Close() })
 	r := bufio.NewReader(resp.Body)
-	line, err := r.ReadString('\n')
-	if err != nil || line != "event 1\n" {
+	if line, err := r.ReadString('\n'); err != nil || line != "event 1\n" {
 		t.Fatalf("first event: %q, %v", line, err)
 	}
+	return r
+}
+
+func TestProxyStreamsWithoutBuffering(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	r := watchStream(t, h)
 	// The fake API server holds the second event until the first has
 	// reached the client: it arrived unbuffered.
 	fc.release()
-	line, err = r.ReadString('\n')
+	line, err := r.ReadString('\n')
 	if err != nil || line != "event 2\n" {
 		t.Fatalf("second event: %q, %v", line, err)
 	}
@@ -246,17 +253,7 @@ func TestFailedUpgradeClosesTheConnection(t *testing.T) {
 func TestCutResponseIsLogged(t *testing.T) {
 	fc := newFakeCluster(t)
 	h, _ := proxyHub(t, fc, "")
-	req, _ := http.NewRequest("GET", h.url+"/clusters/open/stream?watch=true", nil)
-	req.Header.Set("Authorization", "Bearer "+aliceToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	r := bufio.NewReader(resp.Body)
-	if line, err := r.ReadString('\n'); err != nil || line != "event 1\n" {
-		t.Fatalf("first event: %q, %v", line, err)
-	}
+	r := watchStream(t, h)
 	h.agents["open"].stop(t)
 	rest, err := io.ReadAll(r)
 	if err == nil {
