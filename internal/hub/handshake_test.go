@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,11 +28,11 @@ import (
 type badHandshake func(t *testing.T, addr string, i int) string
 
 // upgrade sends an agent's upgrade request on a new connection with header
-// lines, and returns the connection and the status the hub answered.
-func upgrade(addr string, header ...string) (net.Conn, int, error) {
+// lines, and returns the connection and the hub's answer.
+func upgrade(addr string, header ...string) (net.Conn, *http.Response, error) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	c.SetDeadline(time.Now().Add(20 * time.Second))
 	req := "GET /api/agent HTTP/1.1\r\nHost: hub\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" +
@@ -41,24 +42,24 @@ func upgrade(addr string, header ...string) (net.Conn, int, error) {
 	}
 	if _, err := c.Write([]byte(req)); err != nil {
 		c.Close()
-		return nil, 0, err
+		return nil, nil, err
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		c.Close()
-		return nil, 0, err
+		return nil, nil, err
 	}
-	return c, resp.StatusCode, nil
+	return c, resp, nil
 }
 
 func wantStatus(addr string, want int, header ...string) string {
-	c, status, err := upgrade(addr, header...)
+	c, resp, err := upgrade(addr, header...)
 	if err != nil {
 		return err.Error()
 	}
 	c.Close()
-	if status != want {
-		return fmt.Sprintf("status %d, want %d", status, want)
+	if resp.StatusCode != want {
+		return fmt.Sprintf("status %d, want %d", resp.StatusCode, want)
 	}
 	return ""
 }
@@ -74,13 +75,13 @@ var badHandshakes = map[string]badHandshake{
 	"garbage frames": func(t *testing.T, addr string, i int) string {
 		// A real token, then bytes that are no WebSocket frame at all, or a
 		// binary message that is no yamux frame.
-		c, status, err := upgrade(addr, "Tether-Agent: eu-1", "Authorization: Bearer "+testToken)
+		c, resp, err := upgrade(addr, "Tether-Agent: eu-1", "Authorization: Bearer "+testToken)
 		if err != nil {
 			return err.Error()
 		}
 		defer c.Close()
-		if status != http.StatusSwitchingProtocols {
-			return fmt.Sprintf("status %d", status)
+		if resp.StatusCode != http.StatusSwitchingProtocols {
+			return fmt.Sprintf("status %d", resp.StatusCode)
 		}
 		if i%2 == 0 {
 			c.Write([]byte("\x00\xffthis is not a websocket frame\r\n\r\n"))
@@ -288,7 +289,7 @@ func TestFloodIsPaced(t *testing.T) {
 	fc := newFakeCluster(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1"), HelloTimeout: 2 * time.Second, ProbeInterval: time.Hour})
 	addr := strings.TrimPrefix(h.url, "http://")
-	var paced, upgraded atomic.Int32
+	var paced, upgraded, badRetry atomic.Int32
 	var wg sync.WaitGroup
 	for range 150 {
 		wg.Add(1)
@@ -296,14 +297,18 @@ func TestFloodIsPaced(t *testing.T) {
 			defer wg.Done()
 			// A real token, then a hello that never comes: each holds
 			// its place until the hub gives up on it.
-			c, status, err := upgrade(addr, "Tether-Agent: eu-1", "Authorization: Bearer "+testToken)
+			c, resp, err := upgrade(addr, "Tether-Agent: eu-1", "Authorization: Bearer "+testToken)
 			if err != nil {
 				return
 			}
 			defer c.Close()
-			switch status {
+			switch resp.StatusCode {
 			case http.StatusServiceUnavailable:
 				paced.Add(1)
+				// Back within the reconnect spread (10 s), never at once.
+				if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || s < 1 || s > 11 {
+					badRetry.Add(1)
+				}
 			case http.StatusSwitchingProtocols:
 				upgraded.Add(1)
 				waitClosed(c)
@@ -313,6 +318,9 @@ func TestFloodIsPaced(t *testing.T) {
 	wg.Wait()
 	if upgraded.Load() > minAdmitRate || paced.Load() == 0 || upgraded.Load()+paced.Load() != 150 {
 		t.Fatalf("%d upgraded and %d paced of 150 at once; want at most %d upgraded and the rest paced", upgraded.Load(), paced.Load(), minAdmitRate)
+	}
+	if n := badRetry.Load(); n > 0 {
+		t.Errorf("%d paced answers without a Retry-After of 1 to 11 s", n)
 	}
 	a := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "the agent connects once the flood is over", a.Connected)
