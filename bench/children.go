@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"sync"
 	"syscall"
 
@@ -32,6 +33,13 @@ func runChild(role string, args []string) int {
 		if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", role, os.Getpid()))); err == nil {
 			pprof.StartCPUProfile(f)
 			defer pprof.StopCPUProfile()
+		}
+	}
+	if dir := os.Getenv("BENCH_TRACE_DIR"); dir != "" {
+		// For finding where a request waits: `go tool trace` on the file.
+		if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.trace", role, os.Getpid()))); err == nil {
+			trace.Start(f)
+			defer trace.Stop()
 		}
 	}
 	var err error

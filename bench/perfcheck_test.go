@@ -40,7 +40,7 @@ func TestPerfIdleFleet(t *testing.T) {
 
 func TestPerfKubernetesPath(t *testing.T) {
 	checkPart(t, func(ctx context.Context, r *report, dir string) error {
-		return benchKube(ctx, r, dir, kubeOpts{gets: 200, blocks200: 2, lists: 4, agentRest: time.Second})
+		return benchKube(ctx, r, dir, kubeOpts{gets: 200, blocks200: 3, lists: 4, agentRest: time.Second})
 	})
 }
 
