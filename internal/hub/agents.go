@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -126,8 +125,8 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent) (*
 		refuse(http.StatusBadRequest, err.Error())
 		return nil, err
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM([]byte(m.CACert)) {
+	ca := parseCA([]byte(m.CACert))
+	if len(ca) == 0 {
 		refuse(http.StatusBadRequest, "the hello's caCert holds no PEM certificate")
 		return nil, fmt.Errorf("its caCert holds no PEM certificate")
 	}
@@ -149,7 +148,7 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent) (*
 		ctl:          ctl,
 		agentVersion: m.AgentVersion,
 		apiServer:    m.APIServer,
-		caPool:       pool,
+		ca:           ca,
 		saToken:      m.ServiceAccountToken,
 		since:        time.Now(),
 		done:         make(chan struct{}),
