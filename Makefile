@@ -28,6 +28,7 @@ FUZZ_TARGETS = \
 	./internal/hub:FuzzAgentUpgradeHeaders \
 	./internal/hub:FuzzRewrite \
 	./internal/hub:FuzzCheckHello \
+	./internal/hub:FuzzParseCA \
 	./internal/hub:FuzzParseQuery \
 	./internal/tunnel:FuzzSession \
 	./internal/tunnel:FuzzWebSocket

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"crypto/x509"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -9,11 +10,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode"
 
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/pki"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
@@ -173,6 +176,43 @@ func FuzzParseQuery(f *testing.F) {
 			if err != nil || again.String() != q.Selector.String() {
 				t.Fatalf("selector %q prints as %q, which parses to %v, %v", rawQuery, q.Selector, again, err)
 			}
+		}
+	})
+}
+
+// FuzzParseCA: the hub keeps a hello's caCert as the DER of the
+// certificates in it, and accepts and trusts exactly what
+// x509.CertPool.AppendCertsFromPEM would.
+func FuzzParseCA(f *testing.F) {
+	ca, err := pki.NewCA("fuzz CA", time.Hour)
+	if err != nil {
+		f.Fatal(err)
+	}
+	other, err := pki.NewCA("other CA", time.Hour)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(ca.CertPEM)
+	f.Add(append(append([]byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"), ca.CertPEM...), other.CertPEM...))
+	f.Add([]byte("-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n"))
+	f.Add([]byte("-----BEGIN CERTIFICATE-----\nProc-Type: 4,ENCRYPTED\n\nAAAA\n-----END CERTIFICATE-----\n"))
+	f.Add([]byte(""))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got := parseCA(data)
+		want := x509.NewCertPool()
+		if ok := want.AppendCertsFromPEM(data); ok != (len(got) > 0) {
+			t.Fatalf("AppendCertsFromPEM says %v, parseCA found %d certificates", ok, len(got))
+		}
+		pool := x509.NewCertPool()
+		for _, der := range got {
+			cert, err := x509.ParseCertificate(der)
+			if err != nil {
+				t.Fatalf("parseCA kept DER that doesn't parse: %v", err)
+			}
+			pool.AddCert(cert)
+		}
+		if !pool.Equal(want) {
+			t.Fatal("parseCA trusts other certificates than AppendCertsFromPEM")
 		}
 	})
 }
