@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/internal/auth"
@@ -105,6 +106,7 @@ func (h *Hub) newProxy() *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite:        h.rewrite,
 		Transport:      clusterTransport{},
+		BufferPool:     &copyBuffers{},
 		FlushInterval:  -1, // watches and logs -f stream as they come
 		ModifyResponse: closeFailedUpgrades,
 		ErrorHandler:   h.proxyError,
@@ -113,6 +115,20 @@ func (h *Hub) newProxy() *httputil.ReverseProxy {
 		ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
 	}
 }
+
+// copyBuffers lends the proxy its 32 KiB buffers for copying answers.
+// Without them it made one per answer: in the bench's small GETs, 82 % of
+// what the hub allocated (48 MB in a run of 1,200 GETs; 18 MB with them).
+type copyBuffers struct{ pool sync.Pool }
+
+func (p *copyBuffers) Get() []byte {
+	if b, ok := p.pool.Get().(*[]byte); ok {
+		return *b
+	}
+	return make([]byte, 32<<10)
+}
+
+func (p *copyBuffers) Put(b []byte) { p.pool.Put(&b) }
 
 func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 	rt := pr.In.Context().Value(clusterKey{}).(route)
