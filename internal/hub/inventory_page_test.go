@@ -291,6 +291,7 @@ func TestClusterInventoryPage(t *testing.T) {
 	// seconds, without a reload.
 	loads := `String(performance.getEntriesByType('resource').filter(e => e.name.includes('kind=pods')).length)`
 	before := d.eval(loads)
+	d.eval(`window.stillHere = 1; "1"`)
 	start := time.Now()
 	late := notReadyPod("team-a", "late", "ImagePullBackOff", 2)
 	ok := res("pods", "team-a", "pod-000", true)
@@ -299,6 +300,15 @@ func TestClusterInventoryPage(t *testing.T) {
 	t.Logf("a pod turned not ready and showed on the page after %s", time.Since(start).Round(time.Millisecond))
 	if got := d.eval(`String(Array.from(document.querySelectorAll('#pods tbody tr')).some(tr => tr.dataset.name === "pod-000"))`); got != "false" {
 		t.Errorf("pod-000 is ready, yet still listed")
+	}
+	if got := d.eval(`String(window.stillHere)`); got != "1" {
+		t.Errorf("the page reloaded to show the change")
+	}
+	var b0, a0 int
+	fmt.Sscan(before, &b0)
+	fmt.Sscan(d.eval(loads), &a0)
+	if a0 <= b0 {
+		t.Errorf("the page showed the change without loading the pods again (%d loads before, %d after)", b0, a0)
 	}
 	browser.Screenshot(t, d.ctx, "live")
 
