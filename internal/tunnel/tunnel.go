@@ -75,13 +75,11 @@ const (
 // the response is returned with the error, its body closed, so the caller
 // can tell a 401 from a 503.
 func Dial(ctx context.Context, url string, opts DialOptions, cfg Config) (*Session, *http.Response, error) {
-	rw, raw, batch, resp, err := dialWebSocket(ctx, url, opts)
+	up, resp, err := dialWebSocket(ctx, url, opts)
 	if err != nil {
 		return nil, resp, err
 	}
-	c := newWSConn(rw, raw, dialReadBuffer, true, cfg)
-	c.batch = batch
-	return newSession(c, cfg, true), resp, nil
+	return newSession(up.wsConn(dialReadBuffer, cfg), cfg, true), resp, nil
 }
 
 // batchConn is the agent's connection under TLS. crypto/tls writes each

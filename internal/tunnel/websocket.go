@@ -456,13 +456,30 @@ func upgrade(w http.ResponseWriter, r *http.Request) (net.Conn, error) {
 	return conn, nil
 }
 
+// upgraded is a client's connection once the server answered 101: what
+// net/http hands over (it may hold bytes read past the answer), the socket
+// under it for deadlines, and, under TLS, the batchConn that gathers each
+// frame's records.
+type upgraded struct {
+	rw    io.ReadWriteCloser
+	raw   net.Conn
+	batch *batchConn
+}
+
+// wsConn makes the client's side of the WebSocket on u.
+func (u upgraded) wsConn(readBuffer int, cfg Config) *wsConn {
+	c := newWSConn(u.rw, u.raw, readBuffer, true, cfg)
+	c.batch = u.batch
+	return c
+}
+
 // dialWebSocket makes the upgrade request through net/http, which brings
 // proxies (HTTPS_PROXY, NO_PROXY) and TLS, and returns the connection
 // after a valid 101. Any other answer is returned with ErrBadHandshake.
-func dialWebSocket(ctx context.Context, rawURL string, opts DialOptions) (io.ReadWriteCloser, net.Conn, *batchConn, *http.Response, error) {
+func dialWebSocket(ctx context.Context, rawURL string, opts DialOptions) (upgraded, *http.Response, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return upgraded{}, nil, err
 	}
 	switch u.Scheme {
 	case "ws":
@@ -470,14 +487,14 @@ func dialWebSocket(ctx context.Context, rawURL string, opts DialOptions) (io.Rea
 	case "wss":
 		u.Scheme = "https"
 	default:
-		return nil, nil, nil, nil, fmt.Errorf("tunnel: %q is not a ws:// or wss:// URL", rawURL)
+		return upgraded{}, nil, fmt.Errorf("tunnel: %q is not a ws:// or wss:// URL", rawURL)
 	}
 	var nonce [16]byte
 	rand.Read(nonce[:])
 	key := base64.StdEncoding.EncodeToString(nonce[:])
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return upgraded{}, nil, err
 	}
 	for k, v := range opts.Header {
 		req.Header[k] = v
@@ -493,7 +510,7 @@ func dialWebSocket(ctx context.Context, rawURL string, opts DialOptions) (io.Rea
 	var tunnelProxy *url.URL
 	if opts.Proxy != nil && u.Scheme == "http" {
 		if tunnelProxy, err = opts.Proxy(req); err != nil {
-			return nil, nil, nil, nil, err
+			return upgraded{}, nil, err
 		}
 	}
 	var (
@@ -529,23 +546,23 @@ func dialWebSocket(ctx context.Context, rawURL string, opts DialOptions) (io.Rea
 	}
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return upgraded{}, nil, err
 	}
 	if err := checkUpgrade(resp, key); err != nil {
 		resp.Body.Close()
 		// A server may keep the refused connection alive; nothing will
 		// use this transport again.
 		tr.CloseIdleConnections()
-		return nil, nil, nil, resp, err
+		return upgraded{}, resp, err
 	}
 	rw, ok := resp.Body.(io.ReadWriteCloser)
 	mu.Lock()
 	defer mu.Unlock()
 	if !ok || raw == nil {
 		resp.Body.Close()
-		return nil, nil, nil, resp, fmt.Errorf("%w: no connection to take over", ErrBadHandshake)
+		return upgraded{}, resp, fmt.Errorf("%w: no connection to take over", ErrBadHandshake)
 	}
-	return rw, raw, batch, resp, nil
+	return upgraded{rw: rw, raw: raw, batch: batch}, resp, nil
 }
 
 // dialThrough connects to addr, through an HTTP proxy's CONNECT when proxy

@@ -191,11 +191,11 @@ func TestWebSocketFramesAreWellFormed(t *testing.T) {
 				url := "ws" + strings.TrimPrefix(srv.URL, "http")
 				var err error
 				if client {
-					rw, raw, _, _, derr := dialWebSocket(context.Background(), url, DialOptions{})
+					up, _, derr := dialWebSocket(context.Background(), url, DialOptions{})
 					if derr != nil {
 						t.Fatal(derr)
 					}
-					err = write(newWSConn(rw, raw, 1<<10, true, DefaultConfig()))
+					err = write(up.wsConn(1<<10, DefaultConfig()))
 				} else {
 					ws, _, derr := websocket.DefaultDialer.Dial(url, nil)
 					if derr != nil {
