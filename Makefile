@@ -18,6 +18,7 @@ FUZZ_TARGETS = \
 	./internal/protocol:FuzzRead \
 	./internal/protocol:FuzzReadUpdate \
 	./internal/fleet:FuzzParseAgents \
+	./internal/fleet:FuzzParseClusters \
 	./internal/auth:FuzzParseUsers \
 	./internal/auth:FuzzAuthenticate \
 	./internal/auth:FuzzCheckIdentity \

@@ -168,6 +168,21 @@ func ParseAgents(setting string, data []byte) ([]Agent, error) {
 	return list, nil
 }
 
+// parseWithExtra parses an agents list and adds extra to it.
+func parseWithExtra(setting string, data []byte, extra []Agent) ([]Agent, error) {
+	list, err := ParseAgents(setting, data)
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range list {
+		if slices.ContainsFunc(extra, func(x Agent) bool { return x.Name == a.Name }) {
+			return nil, &ListError{Setting: setting, Index: i, Name: a.Name,
+				msg: fmt.Sprintf("%s[%d] (%q) has the name of a cluster in %s; names must be unique.", setting, i, a.Name, SettingClusters)}
+		}
+	}
+	return append(list, extra...), nil
+}
+
 // Config is what Load needs. cmd/tether fills it from the settings; nothing here reads the
 // environment.
 type Config struct {
@@ -182,6 +197,10 @@ type Config struct {
 	// PollInterval is how often Watch reads the file even without events, for file systems that
 	// send none and directories that were replaced. Zero means a minute; negative, never.
 	PollInterval time.Duration
+	// Extra are entries that are part of the list whatever the setting says: the hub's own agents
+	// for the clusters it reaches directly (TETHER_FLEET_CLUSTERS). A name in both is an error at
+	// start, and makes a reload keep the last good list.
+	Extra []Agent
 	// OnChange, if set, is called by Watch after a reload changed the list, so the hub can drop
 	// agents that were removed or whose token was revoked. It runs on Watch's goroutine: reloads
 	// wait for it.
@@ -242,10 +261,18 @@ func New(list []Agent) *Agents {
 // bad list, and name the setting.
 func Load(cfg Config) (*Agents, error) {
 	src, ok, err := ReadSource(SettingAgents, cfg.Agents, cfg.AgentsFile)
-	if err != nil || !ok {
+	if err != nil {
 		return nil, err
 	}
-	list, err := ParseAgents(src.Setting, src.Data)
+	if !ok {
+		if len(cfg.Extra) == 0 {
+			return nil, nil
+		}
+		a := New(cfg.Extra)
+		a.cfg = cfg
+		return a, nil
+	}
+	list, err := parseWithExtra(src.Setting, src.Data, cfg.Extra)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"encoding/base64"
+	"errors"
+	"net"
 	"strings"
 	"testing"
 
@@ -90,4 +92,38 @@ func plainTokens(data []byte) []string {
 		}
 	}
 	return out
+}
+
+// FuzzParseClusters: a clusters list is refused with a list error, or
+// every entry it gives has a DNS-label name, an https server's host:port
+// and both files.
+func FuzzParseClusters(f *testing.F) {
+	for _, seed := range []string{
+		"",
+		"- name: staging\n  server: https://10.0.0.5:6443\n  caFile: /ca.crt\n  tokenFile: /token\n",
+		"- name: p\n  server: https://[fd00::1]/\n  caFile: c\n  tokenFile: t\n  labels: {a: b}\n  groups: [g]\n  forwardToken: true\n",
+		"- name: a\n  server: https://h:0\n  caFile: c\n  tokenFile: t\n",
+		"- name: a\n  server: \"https://h:\"\n  caFile: c\n  tokenFile: t\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		list, err := ParseClusters(data)
+		if err != nil {
+			var le *ListError
+			if !errors.As(err, &le) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("not a one-line list error: %q", err)
+			}
+			return
+		}
+		for _, c := range list {
+			host, port, err := net.SplitHostPort(c.Server)
+			if err != nil || host != c.ServerName || host == "" || port == "" || port == "0" {
+				t.Fatalf("accepted the server %q (%q)", c.Server, c.ServerName)
+			}
+			if !validName(c.Name) || strings.TrimSpace(c.CAFile) == "" || strings.TrimSpace(c.TokenFile) == "" {
+				t.Fatalf("accepted %+v", c)
+			}
+		}
+	})
 }

@@ -127,7 +127,7 @@ func (a *Agents) Watch(ctx context.Context) error {
 			log.Warn("Can't read the agents list; keeping the last good one", "file", a.path, "error", err)
 			return
 		}
-		list, err := ParseAgents(SettingAgentsFile, data)
+		list, err := parseWithExtra(SettingAgentsFile, data, a.cfg.Extra)
 		if err != nil {
 			log.Warn("The agents list has an error; keeping the last good one", "file", a.path, "error", err)
 			return
