@@ -36,6 +36,10 @@ type Config struct {
 	// Proxy picks a proxy for the WebSocket. Nil means the proxy
 	// environment (HTTPS_PROXY, NO_PROXY), as net/http reads it.
 	Proxy func(*http.Request) (*url.URL, error)
+	// DialHub, when set, makes the connection to the hub instead of a
+	// TCP dial, and no proxy is used: a hub's own agents reach it in
+	// memory. Nil means TCP, through the proxy environment.
+	DialHub func(ctx context.Context, network, addr string) (net.Conn, error)
 	// DialAPIServer dials the API server for each stream. Nil means net.Dialer.
 	DialAPIServer func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Sleep waits d or until ctx is done. Nil means a timer; tests record the
@@ -111,7 +115,7 @@ func (a *Agent) Connected() bool { return a.connected.Load() }
 // hub refuses the agent, since trying again would not help, and other errors
 // only for failures to start (the health listener's address taken).
 func (a *Agent) Run(ctx context.Context) error {
-	if a.cfg.HubURL.Scheme == "http" {
+	if a.cfg.HubURL.Scheme == "http" && a.cfg.DialHub == nil {
 		a.log.Warn(fmt.Sprintf("The hub's address %s is plain http: the agent's token will cross the network in clear. Use https.", a.hub))
 	}
 	a.log.Info(fmt.Sprintf("Tether %s agent for %q, relaying to %s", version.Version, a.cfg.Name, a.cfg.APIServer))

@@ -28,13 +28,13 @@ func failed(err error) result { return result{err: err, wait: -1} }
 
 // connect makes one connection to the hub and serves it until it ends.
 func (a *Agent) connect(ctx context.Context) result {
-	sa, err := ReadServiceAccount(a.cfg.ServiceAccountDir)
+	sa, err := a.cfg.ReadServiceAccount()
 	if err != nil {
 		return failed(err)
 	}
 	hctx, cancel := context.WithTimeout(ctx, a.cfg.HandshakeTimeout)
 	defer cancel()
-	sess, resp, err := tunnel.Dial(hctx, a.agentURL(), tunnel.DialOptions{Header: a.header(), TLSConfig: a.cfg.TLSConfig, Proxy: a.cfg.Proxy}, a.cfg.Tunnel)
+	sess, resp, err := tunnel.Dial(hctx, a.agentURL(), tunnel.DialOptions{Header: a.header(), TLSConfig: a.cfg.TLSConfig, Proxy: a.cfg.Proxy, DialContext: a.cfg.DialHub}, a.cfg.Tunnel)
 	if err != nil {
 		return a.dialFailed(resp, err)
 	}
@@ -291,7 +291,7 @@ func (c *conn) watch(ctx context.Context, end func(result)) {
 }
 
 func (c *conn) rereadToken() {
-	sa, err := ReadServiceAccount(c.a.cfg.ServiceAccountDir)
+	sa, err := c.a.cfg.ReadServiceAccount()
 	if err != nil {
 		c.a.log.Warn("Can't read the service account token again; the hub keeps the last one", "err", err)
 		return

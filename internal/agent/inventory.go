@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"github.com/tetherhq/tether/internal/inventory"
@@ -17,8 +16,8 @@ import (
 func NewWatcher(o Options, log *slog.Logger) (*inventory.Watcher, error) {
 	return inventory.NewWatcher(inventory.WatcherConfig{
 		Host:       "https://" + o.APIServer,
-		CAFile:     filepath.Join(o.ServiceAccountDir, "ca.crt"),
-		TokenFile:  filepath.Join(o.ServiceAccountDir, "token"),
+		CAFile:     o.caPath(),
+		TokenFile:  o.tokenPath(),
 		UserAgent:  "tether-agent/" + version.Version,
 		Namespaces: o.AllowedNamespaces,
 		Logger:     log,

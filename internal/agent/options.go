@@ -27,6 +27,10 @@ type Options struct {
 	HealthAddr        string // "" when turned off
 	TokenReread       time.Duration
 	ServiceAccountDir string
+	// TokenFile and CAFile, when set, are read instead of the token and
+	// ca.crt in ServiceAccountDir: a hub's own agent for a cluster of
+	// TETHER_FLEET_CLUSTERS has them where that list says.
+	TokenFile, CAFile string
 	APIServer         string // host:port
 	HubCAFile         string // "" for the system roots
 	// AllowedNamespaces limits the inventory to these namespaces, each
@@ -94,7 +98,7 @@ func OptionsFromEnv(getenv Getenv) (Options, error) {
 	}
 	// Read the pod's credentials now, so a pod without them fails at once
 	// with a message that says what is missing.
-	if _, err := ReadServiceAccount(o.ServiceAccountDir); err != nil {
+	if _, err := o.ReadServiceAccount(); err != nil {
 		return Options{}, err
 	}
 	return o, nil
@@ -125,13 +129,26 @@ type ServiceAccount struct {
 	CACert []byte // PEM, as read
 }
 
-// ReadServiceAccount reads the token and ca.crt in dir.
-func ReadServiceAccount(dir string) (ServiceAccount, error) {
-	tok, err := os.ReadFile(filepath.Join(dir, "token"))
+// tokenPath and caPath are the files the agent reads its token and the API
+// server's CA from.
+func (o Options) tokenPath() string {
+	return orDefault(o.TokenFile, filepath.Join(o.ServiceAccountDir, "token"))
+}
+func (o Options) caPath() string {
+	return orDefault(o.CAFile, filepath.Join(o.ServiceAccountDir, "ca.crt"))
+}
+
+// ReadServiceAccount reads the token and ca.crt in the service account
+// directory, or the files TokenFile and CAFile name.
+func (o Options) ReadServiceAccount() (ServiceAccount, error) {
+	tok, err := os.ReadFile(o.tokenPath())
 	if err != nil || len(strings.TrimSpace(string(tok))) == 0 {
-		return ServiceAccount{}, fmt.Errorf("No service account token in %s: the agent needs its pod's token (automountServiceAccountToken)", dir)
+		if o.TokenFile != "" {
+			return ServiceAccount{}, fmt.Errorf("No token in %s: Tether needs it to speak to the API server", o.TokenFile)
+		}
+		return ServiceAccount{}, fmt.Errorf("No service account token in %s: the agent needs its pod's token (automountServiceAccountToken)", o.ServiceAccountDir)
 	}
-	caPath := filepath.Join(dir, "ca.crt")
+	caPath := o.caPath()
 	ca, err := os.ReadFile(caPath)
 	if err != nil {
 		return ServiceAccount{}, fmt.Errorf("No CA certificate at %s: the agent needs its pod's ca.crt to check the API server (%v)", caPath, errors.Unwrap(err))

@@ -59,6 +59,9 @@ type DialOptions struct {
 	// Proxy picks an HTTP proxy for the request, like
 	// http.ProxyFromEnvironment; nil means none.
 	Proxy func(*http.Request) (*url.URL, error)
+	// DialContext, when set, makes the connection to the server instead
+	// of a TCP dial, and Proxy is not used.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // The agent reads through a 64 KiB buffer: it reads what the hub sends in

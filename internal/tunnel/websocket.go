@@ -508,6 +508,9 @@ func dialWebSocket(ctx context.Context, rawURL string, opts DialOptions) (upgrad
 	// http requests to it as they are, and few proxies pass an upgrade on.
 	// So for ws:// the dial CONNECTs itself, as for wss://.
 	var tunnelProxy *url.URL
+	if opts.DialContext != nil {
+		opts.Proxy = nil
+	}
 	if opts.Proxy != nil && u.Scheme == "http" {
 		if tunnelProxy, err = opts.Proxy(req); err != nil {
 			return upgraded{}, nil, err
@@ -520,7 +523,11 @@ func dialWebSocket(ctx context.Context, rawURL string, opts DialOptions) (upgrad
 	)
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dialThrough(ctx, tunnelProxy, addr)
+			dial := func() (net.Conn, error) { return dialThrough(ctx, tunnelProxy, addr) }
+			if opts.DialContext != nil {
+				dial = func() (net.Conn, error) { return opts.DialContext(ctx, network, addr) }
+			}
+			c, err := dial()
 			if err != nil {
 				return nil, err
 			}
