@@ -18,7 +18,9 @@ import (
 )
 
 // APIServerName is the name the hub checks the API server's certificate
-// against: the one every in-cluster client uses.
+// against: the one every in-cluster client uses. A cluster the hub reaches
+// itself is checked against the host its server URL names instead
+// (Config.ServerNames).
 const APIServerName = "kubernetes.default.svc"
 
 // WebSocket close codes the hub sends (docs/protocol.md). The agent learns
@@ -458,7 +460,11 @@ func (c *agentConn) newTransport() *http.Transport {
 			roots.AddCert(cert)
 		}
 	}
-	tlsConfig := &tls.Config{RootCAs: roots, ServerName: APIServerName, MinVersion: tls.VersionTLS12}
+	serverName := APIServerName
+	if n, ok := c.hub.cfg.ServerNames[c.name]; ok {
+		serverName = n
+	}
+	tlsConfig := &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}
 	return &http.Transport{
 		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			st, err := c.dial(ctx)

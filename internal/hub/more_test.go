@@ -110,6 +110,7 @@ func TestOptionsFromEnv(t *testing.T) {
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_SHUTDOWN_GRACE_SECONDS": "soon"}, "TETHER_SHUTDOWN_GRACE_SECONDS must be a whole number"},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_METRICS_ADDR": "x"}, `TETHER_METRICS_ADDR must be an address like :9090, or 0 to turn it off, not "x"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_LOG_FORMAT": "xml"}, `TETHER_LOG_FORMAT must be text or json, not "xml"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_FLEET_CLUSTERS": "- name: s\n  server: https://h\n  caFile: c\n"}, `TETHER_FLEET_CLUSTERS[0] ("s") needs tokenFile, the path of a file.`},
 	}
 	tests = append(tests, struct {
 		env  map[string]string

@@ -27,7 +27,10 @@ type Options struct {
 	LogFormat       string
 	AuditFile       string // "-" is standard output
 	Fleet           fleet.Config
-	Auth            auth.Config
+	// Clusters are the clusters the hub reaches itself
+	// (TETHER_FLEET_CLUSTERS).
+	Clusters []fleet.Cluster
+	Auth     auth.Config
 	// Listener, when set, is used instead of listening on Addr: for tests
 	// and `tether dev`, which pick their address first.
 	Listener net.Listener
@@ -52,6 +55,13 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 	}
 	if _, _, err := net.SplitHostPort(o.Addr); err != nil {
 		return Options{}, fmt.Errorf("TETHER_ADDR must be an address like :8080, not %q", o.Addr)
+	}
+	if raw := getenv(fleet.SettingClusters); strings.TrimSpace(raw) != "" {
+		clusters, err := fleet.ParseClusters([]byte(raw))
+		if err != nil {
+			return Options{}, err
+		}
+		o.Clusters = clusters
 	}
 	if raw := strings.TrimSpace(getenv("TETHER_PUBLIC_URL")); raw != "" {
 		u, err := url.Parse(raw)

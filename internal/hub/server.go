@@ -33,6 +33,14 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	fleetCfg := opts.Fleet
 	fleetCfg.Logger = log
 	fleetCfg.OnChange = func(c fleet.Change) { h.AgentsChanged(c) } // Watch starts after h is set
+	own, ownEntries, serverNames, err := newOwnAgents(opts.Clusters)
+	if err != nil {
+		return err
+	}
+	if err := own.prepare(opts.BasePath, log); err != nil {
+		return err
+	}
+	fleetCfg.Extra = ownEntries
 	agents, err := fleet.Load(fleetCfg)
 	if err != nil {
 		return err
@@ -72,6 +80,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		Heartbeat:       opts.Heartbeat,
 		ReconnectSpread: opts.ReconnectSpread,
 		Registerer:      reg,
+		ServerNames:     serverNames,
 	})
 	if err != nil {
 		return err
@@ -109,7 +118,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	}
 
 	var wg sync.WaitGroup
-	serveErr := make(chan error, 2)
+	serveErr := make(chan error, 3)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -132,6 +141,19 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 			}
 		}()
 	}
+	// The hub's own agents, for the clusters it reaches itself, connect
+	// to it in memory.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(own.ln); !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			serveErr <- err
+		}
+	}()
+	ownCtx, stopOwn := context.WithCancel(context.Background())
+	ownDone := make(chan struct{})
+	go func() { defer close(ownDone); own.run(ownCtx) }()
+
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	if agents != nil && opts.Fleet.AgentsFile != "" {
 		wg.Add(1)
@@ -162,6 +184,10 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		log.Warn(fmt.Sprintf("Requests still open after %s: closing them", opts.ShutdownGrace))
 	}
 	cancel()
+	// The own agents leave as an agent does on SIGTERM; the others are
+	// told to come back to the next hub.
+	stopOwn()
+	<-ownDone
 	h.Close()
 	srv.Close()
 	if metricsSrv != nil {

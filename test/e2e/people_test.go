@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/internal/localkube"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
@@ -160,5 +161,43 @@ func waitOutput(t *testing.T, b *syncbuf.Buffer, want string) {
 			t.Fatalf("no %q within 10 s; output:\n%s", want, b)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestKubectlToAClusterTheHubReaches: a cluster in TETHER_FLEET_CLUSTERS,
+// with no agent in it, works with kubectl through the hub as an agent's
+// does: as the person, with the cluster's RBAC, and listed as Ready.
+func TestKubectlToAClusterTheHubReaches(t *testing.T) {
+	setUpPeople(t, "direct-a", "direct-b")
+	admin(t, "create", "configmap", "greeting", "-n", "direct-a", "--from-literal=hello=direct")
+	// The token may read the inventory's kinds, as the chart lets an agent.
+	if err := cluster.GrantInventory(context.Background(), localkube.Namespace, localkube.ServiceAccount); err != nil {
+		t.Fatal(err)
+	}
+	clusters := "- name: direct\n  server: " + cluster.URL + "\n  caFile: " + cluster.CAFile +
+		"\n  tokenFile: " + filepath.Join(cluster.ServiceAccountDir, "token") + "\n  labels: {reach: direct}\n"
+	h, hubURL := hub(t, map[string]string{"TETHER_FLEET_CLUSTERS": clusters})
+	h.waitFor(t, 10*time.Second, `The agent of "direct" connected`)
+	alice := kubeconfigFor(t, hubURL, aliceToken)
+
+	if out, err := kubectl(t, alice, "--context", "direct", "get", "configmap", "greeting", "-n", "direct-a", "-o", "jsonpath={.data.hello}"); err != nil || out != "direct" {
+		t.Errorf("alice get in direct-a: %v\n%s", err, out)
+	}
+	want := `User "alice" cannot list resource "configmaps" in API group "" in the namespace "direct-b"`
+	if out, err := kubectl(t, alice, "--context", "direct", "get", "configmaps", "-n", "direct-b"); err == nil || !strings.Contains(out, want) {
+		t.Errorf("alice in direct-b: %v\n%s\nwant %q", err, out, want)
+	}
+	// Listed as Ready, with the API server's version and its inventory's
+	// summary.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body := hubGet(t, hubURL+"/api/clusters/direct", aliceToken)
+		if strings.Contains(body, `"status":"Ready"`) && strings.Contains(body, `"kubernetesVersion":"v1.36.3"`) && strings.Contains(body, `"nodesTotal":1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("direct isn't Ready: %s", body)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

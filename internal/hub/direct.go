@@ -1,0 +1,140 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/fleet"
+)
+
+// The clusters of TETHER_FLEET_CLUSTERS, which the hub reaches itself, are
+// served by agents of the hub's own, one per cluster, in the hub's process:
+// each connects to the hub in memory, with a token made at start, and
+// relays to its API server as an agent in the cluster would. So such a
+// cluster is shown, probed, proxied and inventoried exactly like an
+// agent's, by the same code (docs/decisions/014-clusters-the-hub-reaches.md).
+
+// ownAgents are the hub's agents for the clusters it reaches itself.
+type ownAgents struct {
+	clusters []fleet.Cluster
+	tokens   []string
+	agents   []*agent.Agent
+	ln       *memListener
+}
+
+// newOwnAgents makes a token for each cluster. entries are what the agents
+// list must also hold for them, serverNames the names their certificates
+// must have.
+func newOwnAgents(clusters []fleet.Cluster) (o *ownAgents, entries []fleet.Agent, serverNames map[string]string, err error) {
+	o = &ownAgents{clusters: clusters, ln: newMemListener()}
+	serverNames = make(map[string]string, len(clusters))
+	for _, c := range clusters {
+		token, err := fleet.NewToken()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		o.tokens = append(o.tokens, token)
+		entries = append(entries, c.DirectEntry(fleet.HashToken(token)))
+		serverNames[c.Name] = c.ServerName
+	}
+	return o, entries, serverNames, nil
+}
+
+// prepare makes the agents, for a hub served under basePath. Its errors
+// (a CA or token file that can't be read) stop the hub at start.
+func (o *ownAgents) prepare(basePath string, log *slog.Logger) error {
+	hubURL := &url.URL{Scheme: "http", Host: "tether-hub.internal", Path: basePathPrefix(basePath)}
+	for i, c := range o.clusters {
+		opts := agent.Options{
+			HubURL: hubURL, Name: c.Name, Token: o.tokens[i],
+			TokenReread: time.Minute, TokenFile: c.TokenFile, CAFile: c.CAFile, APIServer: c.Server,
+		}
+		if _, err := opts.ReadServiceAccount(); err != nil {
+			return fmt.Errorf("%s (%q): %w", fleet.SettingClusters, c.Name, err)
+		}
+		alog := log.With("cluster", c.Name)
+		w, err := agent.NewWatcher(opts, alog)
+		if err != nil {
+			return fmt.Errorf("%s (%q): %w", fleet.SettingClusters, c.Name, err)
+		}
+		a, err := agent.New(agent.Config{Options: opts, Logger: alog, Inventory: w, DialHub: o.ln.dial})
+		if err != nil {
+			return fmt.Errorf("%s (%q): %w", fleet.SettingClusters, c.Name, err)
+		}
+		o.agents = append(o.agents, a)
+	}
+	return nil
+}
+
+// run runs the agents until ctx is done.
+func (o *ownAgents) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, a := range o.agents {
+		wg.Go(func() { a.Run(ctx) })
+	}
+	wg.Wait()
+}
+
+// basePathPrefix is basePath as a URL path prefix: "" for the root.
+func basePathPrefix(basePath string) string {
+	for len(basePath) > 0 && basePath[len(basePath)-1] == '/' {
+		basePath = basePath[:len(basePath)-1]
+	}
+	return basePath
+}
+
+// memListener hands the HTTP server the connections its own agents make
+// in memory.
+type memListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newMemListener() *memListener {
+	return &memListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *memListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *memListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *memListener) Addr() net.Addr { return memAddr{} }
+
+// dial is the own agents' DialHub.
+func (l *memListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.done:
+		client.Close()
+		server.Close()
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		client.Close()
+		server.Close()
+		return nil, ctx.Err()
+	}
+}
+
+type memAddr struct{}
+
+func (memAddr) Network() string { return "memory" }
+func (memAddr) String() string  { return "the hub's own agents" }

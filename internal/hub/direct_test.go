@@ -1,0 +1,146 @@
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/logging"
+	"github.com/tetherhq/tether/internal/pki"
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
+)
+
+// TestClusterTheHubReaches: a cluster of TETHER_FLEET_CLUSTERS, with no
+// agent in it, is listed, probed and proxied like an agent's cluster: as
+// the person, with the token from its file, checked against its CA as the
+// host its server names; people outside its groups get 404.
+func TestClusterTheHubReaches(t *testing.T) {
+	fc := newFakeCluster(t)
+	// A certificate for the address in the server URL only, as an API
+	// server outside the cluster may have.
+	cert, err := fc.ca.IssueTLS(pki.Leaf{CommonName: "kube-apiserver", Hosts: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.srv.TLS.Certificates = []tls.Certificate{cert}
+	server := "https://" + strings.TrimPrefix(fc.srv.URL, "https://")
+	clusters := fmt.Sprintf("- name: staging\n  server: %s\n  caFile: %s\n  tokenFile: %s\n  labels: {env: staging}\n  groups: [platform]\n",
+		server, filepath.Join(fc.saDir, "ca.crt"), filepath.Join(fc.saDir, "token"))
+	settings := map[string]string{
+		"TETHER_PUBLIC_URL":     "http://hub.example.com",
+		"TETHER_FLEET_CLUSTERS": clusters,
+		"TETHER_FLEET_AGENTS":   fleet.AgentsEntry("eu-1", fleet.TokenSHA256(strings.Repeat("t", 32))),
+		"TETHER_METRICS_ADDR":   "0",
+		"TETHER_USERS": "- {name: ann, token: " + strings.Repeat("a", 32) + ", groups: [platform]}\n" +
+			"- {name: bob, token: " + strings.Repeat("b", 32) + ", groups: [dev]}\n",
+	}
+	opts, err := OptionsFromEnv(func(k string) string { return settings[k] }, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Listener = ln
+	opts.AuditFile = filepath.Join(t.TempDir(), "audit")
+	logs := &syncbuf.Buffer{}
+	log, _ := logging.New("text", logs, slog.LevelInfo)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, opts, log, nil) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	base := "http://" + ln.Addr().String()
+	get := func(who, path string) (int, string) {
+		req, _ := http.NewRequest("GET", base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+strings.Repeat(who, 32))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	eventually(t, 10*time.Second, "staging is Ready", func() bool {
+		code, body := get("a", "/api/clusters/staging")
+		return code == 200 && strings.Contains(body, `"status":"Ready"`)
+	})
+	_, body := get("a", "/api/clusters/staging")
+	var st struct {
+		Labels            map[string]string `json:"labels"`
+		KubernetesVersion string            `json:"kubernetesVersion"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); err != nil || st.KubernetesVersion != "v1.36.3-test" || st.Labels["env"] != "staging" {
+		t.Errorf("staging: %s (%v)", body, err)
+	}
+
+	code, body := get("a", "/clusters/staging/api/v1/namespaces?limit=1")
+	if code != 200 {
+		t.Fatalf("through the hub: %d %s", code, body)
+	}
+	var echo struct {
+		Path   string      `json:"path"`
+		Header http.Header `json:"header"`
+	}
+	if err := json.Unmarshal([]byte(body), &echo); err != nil {
+		t.Fatal(err)
+	}
+	if echo.Path != "/api/v1/namespaces?limit=1" || echo.Header.Get("Impersonate-User") != "ann" ||
+		echo.Header.Get("Authorization") != "Bearer service-account-token-1" {
+		t.Errorf("the API server got %s with %v", echo.Path, echo.Header)
+	}
+
+	if code, _ := get("b", "/clusters/staging/api/v1/namespaces"); code != 404 {
+		t.Errorf("someone outside staging's groups got %d, not 404", code)
+	}
+	if code, body := get("b", "/api/clusters/staging"); code != 404 {
+		t.Errorf("someone outside staging's groups saw it: %d %s", code, body)
+	}
+	if !strings.Contains(logs.String(), `The agent of "staging" connected`) {
+		t.Errorf("the hub's log doesn't say its own agent connected:\n%s", logs)
+	}
+}
+
+// TestClusterTheHubCantRead: a cluster whose token file is missing stops
+// the hub at start with a line that names it.
+func TestClusterTheHubCantRead(t *testing.T) {
+	fc := newFakeCluster(t)
+	missing := filepath.Join(t.TempDir(), "token")
+	settings := map[string]string{
+		"TETHER_PUBLIC_URL":     "http://hub.example.com",
+		"TETHER_FLEET_CLUSTERS": fmt.Sprintf("- {name: staging, server: %q, caFile: %q, tokenFile: %q}\n", fc.srv.URL, filepath.Join(fc.saDir, "ca.crt"), missing),
+		"TETHER_METRICS_ADDR":   "0",
+		"TETHER_USERS":          "- {name: ann, token: " + strings.Repeat("a", 32) + "}\n",
+	}
+	opts, err := OptionsFromEnv(func(k string) string { return settings[k] }, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	opts.Listener = ln
+	err = Serve(context.Background(), opts, slog.New(slog.DiscardHandler), nil)
+	if err == nil || err.Error() != fmt.Sprintf(`TETHER_FLEET_CLUSTERS ("staging"): No token in %s: Tether needs it to speak to the API server`, missing) {
+		t.Errorf("Serve: %v", err)
+	}
+}
