@@ -17,13 +17,13 @@ var clusterFields = []string{"name", "server", "caFile", "tokenFile", "labels", 
 // Cluster is one entry of TETHER_FLEET_CLUSTERS: a cluster whose API server the hub can reach
 // itself. The hub shows and proxies it exactly like an agent's cluster.
 //
-//	- name: staging             # unique across this list and the agents list; a DNS label
-//	  server: https://10.0.0.5:6443
-//	  caFile: /etc/tether/staging/ca.crt       # the CA the API server's certificate chains to
-//	  tokenFile: /etc/tether/staging/token     # read again as it changes, like a pod's token
-//	  labels: {env: staging}
-//	  groups: [platform]        # as in the agents list
-//	  forwardToken: false
+//   - name: staging             # unique across this list and the agents list; a DNS label
+//     server: https://10.0.0.5:6443
+//     caFile: /etc/tether/staging/ca.crt       # the CA the API server's certificate chains to
+//     tokenFile: /etc/tether/staging/token     # read again as it changes, like a pod's token
+//     labels: {env: staging}
+//     groups: [platform]        # as in the agents list
+//     forwardToken: false
 type Cluster struct {
 	Name string
 	// Server is the API server's address, host:port; ServerName is the host its certificate must
