@@ -248,3 +248,39 @@ func mustDo(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestWatchKeepsExtra: the entries of the clusters the hub reaches itself
+// stay through every reload, and a list that takes one of their names is
+// refused like any bad list.
+func TestWatchKeepsExtra(t *testing.T) {
+	path := writeFile(t, t.TempDir(), "agents.yaml", entry("a", hash1))
+	changes := make(chan Change, 16)
+	logs := &syncbuf.Buffer{}
+	agents, err := Load(Config{
+		AgentsFile: path, Logger: slog.New(slog.NewTextHandler(logs, nil)), Debounce: 10 * time.Millisecond, PollInterval: -1,
+		OnChange: func(c Change) { changes <- c },
+		Extra:    []Agent{{Name: "staging", TokenHashes: []Hash{HashToken(token2)}, Groups: Groups{Everyone: true}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agents.Watch(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	writeFile(t, filepath.Dir(path), "agents.yaml", entry("b", hash1))
+	if c := nextChange(t, changes); strings.Join(c.Added, ",") != "b" || strings.Join(c.Removed, ",") != "a" {
+		t.Fatalf("change = %+v", c)
+	}
+	if _, ok := agents.Authenticate("staging", token2); !ok {
+		t.Fatal("a reload dropped the extra entry")
+	}
+	writeFile(t, filepath.Dir(path), "agents.yaml", entry("b", hash1)+entry("staging", hash1))
+	waitFor(t, func() bool {
+		return strings.Contains(logs.String(), `TETHER_FLEET_AGENTS_FILE[1] (\"staging\") has the name of a cluster in TETHER_FLEET_CLUSTERS`)
+	}, logs)
+	if _, ok := agents.Authenticate("staging", token2); !ok {
+		t.Fatal("a list taking the extra entry's name replaced it")
+	}
+}
