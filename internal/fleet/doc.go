@@ -38,6 +38,13 @@
 // For a file, the setting named is TETHER_FLEET_AGENTS_FILE, without the path: the path is in
 // the setting, and reload logs carry it as "file". No error contains a token's text.
 //
+// # Clusters the hub reaches itself
+//
+// TETHER_FLEET_CLUSTERS (ParseClusters) lists clusters with no agent in them: name, server,
+// caFile, tokenFile, and labels, groups and forwardToken as above. The hub serves each with an
+// agent of its own, whose entry, with a token made at start, joins the agents list through
+// Config.Extra at start and on every reload.
+//
 // # Reuse
 //
 // The users list (TETHER_USERS, TETHER_USERS_FILE) has the same shape, so what isn't about agents
