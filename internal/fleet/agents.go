@@ -138,18 +138,7 @@ func ParseAgents(setting string, data []byte) ([]Agent, error) {
 		if a.TokenHashes, err = e.TokenHashes(); err != nil {
 			return err
 		}
-		if a.Labels, _, err = e.StringMap("labels"); err != nil {
-			return err
-		}
-		if e.IsNull("groups") {
-			return e.Errorf("has no value for groups; leave groups out to let everyone signed in see this cluster, or write \"groups: []\" to let no one.")
-		}
-		var hasGroups bool
-		if a.Groups.Names, hasGroups, err = e.Strings("groups"); err != nil {
-			return err
-		}
-		a.Groups.Everyone = !hasGroups
-		if a.ForwardToken, _, err = e.Bool("forwardToken"); err != nil {
+		if a.Labels, a.Groups, a.ForwardToken, err = e.shown(); err != nil {
 			return err
 		}
 		ca, pinned, err := e.SHA256("caSha256", "make it with: sha256sum ca.crt")
@@ -181,6 +170,26 @@ func parseWithExtra(setting string, data []byte, extra []Agent) ([]Agent, error)
 		}
 	}
 	return append(list, extra...), nil
+}
+
+// shown reads the fields both lists have for how a cluster is shown and
+// reached: labels, groups and forwardToken.
+func (e *Entry) shown() (labels map[string]string, groups Groups, forwardToken bool, err error) {
+	if labels, _, err = e.StringMap("labels"); err != nil {
+		return nil, Groups{}, false, err
+	}
+	if e.IsNull("groups") {
+		return nil, Groups{}, false, e.Errorf("has no value for groups; leave groups out to let everyone signed in see this cluster, or write \"groups: []\" to let no one.")
+	}
+	var hasGroups bool
+	if groups.Names, hasGroups, err = e.Strings("groups"); err != nil {
+		return nil, Groups{}, false, err
+	}
+	groups.Everyone = !hasGroups
+	if forwardToken, _, err = e.Bool("forwardToken"); err != nil {
+		return nil, Groups{}, false, err
+	}
+	return labels, groups, forwardToken, nil
 }
 
 // Config is what Load needs. cmd/tether fills it from the settings; nothing here reads the

@@ -66,18 +66,7 @@ func ParseClusters(data []byte) ([]Cluster, error) {
 			}
 			*f.to = v
 		}
-		if c.Labels, _, err = e.StringMap("labels"); err != nil {
-			return err
-		}
-		if e.IsNull("groups") {
-			return e.Errorf("has no value for groups; leave groups out to let everyone signed in see this cluster, or write \"groups: []\" to let no one.")
-		}
-		var hasGroups bool
-		if c.Groups.Names, hasGroups, err = e.Strings("groups"); err != nil {
-			return err
-		}
-		c.Groups.Everyone = !hasGroups
-		if c.ForwardToken, _, err = e.Bool("forwardToken"); err != nil {
+		if c.Labels, c.Groups, c.ForwardToken, err = e.shown(); err != nil {
 			return err
 		}
 		list = append(list, c)

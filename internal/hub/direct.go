@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,7 +50,7 @@ func newOwnAgents(clusters []fleet.Cluster) (o *ownAgents, entries []fleet.Agent
 // prepare makes the agents, for a hub served under basePath. Its errors
 // (a CA or token file that can't be read) stop the hub at start.
 func (o *ownAgents) prepare(basePath string, log *slog.Logger) error {
-	hubURL := &url.URL{Scheme: "http", Host: "tether-hub.internal", Path: basePathPrefix(basePath)}
+	hubURL := &url.URL{Scheme: "http", Host: "tether-hub.internal", Path: strings.TrimSuffix(basePath, "/")}
 	for i, c := range o.clusters {
 		opts := agent.Options{
 			HubURL: hubURL, Name: c.Name, Token: o.tokens[i],
@@ -79,14 +80,6 @@ func (o *ownAgents) run(ctx context.Context) {
 		wg.Go(func() { a.Run(ctx) })
 	}
 	wg.Wait()
-}
-
-// basePathPrefix is basePath as a URL path prefix: "" for the root.
-func basePathPrefix(basePath string) string {
-	for len(basePath) > 0 && basePath[len(basePath)-1] == '/' {
-		basePath = basePath[:len(basePath)-1]
-	}
-	return basePath
 }
 
 // memListener hands the HTTP server the connections its own agents make
