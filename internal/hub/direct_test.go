@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,8 +37,26 @@ func TestClusterTheHubReaches(t *testing.T) {
 	server := "https://" + strings.TrimPrefix(fc.srv.URL, "https://")
 	clusters := fmt.Sprintf("- name: staging\n  server: %s\n  caFile: %s\n  tokenFile: %s\n  labels: {env: staging}\n  groups: [platform]\n",
 		server, filepath.Join(fc.saDir, "ca.crt"), filepath.Join(fc.saDir, "token"))
+	// The hub serves TLS, and people's clients speak HTTP/2 to it, as
+	// kubectl does, beside its own agents' connections in memory.
+	hubCA, err := pki.NewCA("hub CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := hubCA.Issue(pki.Leaf{CommonName: "hub", Hosts: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for name, b := range map[string][]byte{"hub.crt": certPEM, "hub.key": keyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	settings := map[string]string{
-		"TETHER_PUBLIC_URL":     "http://hub.example.com",
+		"TETHER_PUBLIC_URL":     "https://hub.example.com",
+		"TETHER_TLS_CERT_FILE":  filepath.Join(dir, "hub.crt"),
+		"TETHER_TLS_KEY_FILE":   filepath.Join(dir, "hub.key"),
 		"TETHER_FLEET_CLUSTERS": clusters,
 		"TETHER_FLEET_AGENTS":   fleet.AgentsEntry("eu-1", fleet.TokenSHA256(strings.Repeat("t", 32))),
 		"TETHER_METRICS_ADDR":   "0",
@@ -65,15 +84,20 @@ func TestClusterTheHubReaches(t *testing.T) {
 			t.Errorf("Serve: %v", err)
 		}
 	}()
-	base := "http://" + ln.Addr().String()
+	base := "https://" + ln.Addr().String()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: hubCA.Pool()}, ForceAttemptHTTP2: true}}
+	defer client.CloseIdleConnections()
 	get := func(who, path string) (int, string) {
 		req, _ := http.NewRequest("GET", base+path, nil)
 		req.Header.Set("Authorization", "Bearer "+strings.Repeat(who, 32))
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("%s over %s, not HTTP/2", path, resp.Proto)
+		}
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}

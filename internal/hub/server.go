@@ -142,11 +142,14 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		}()
 	}
 	// The hub's own agents, for the clusters it reaches itself, connect
-	// to it in memory.
+	// to it in memory, through a server of their own: one http.Server
+	// serving a TLS and a plain listener sets HTTP/2 up for whichever
+	// starts first, and kubectl's HTTP/2 then fails on the TLS one.
+	ownSrv := publicServer(h.Handler(), log, readHeaderTimeout)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		if err := srv.Serve(own.ln); !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+		if err := ownSrv.Serve(own.ln); !errors.Is(err, http.ErrServerClosed) {
 			serveErr <- err
 		}
 	}()
@@ -188,6 +191,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	// told to come back to the next hub.
 	stopOwn()
 	<-ownDone
+	ownSrv.Close()
 	h.Close()
 	srv.Close()
 	if metricsSrv != nil {
