@@ -63,15 +63,7 @@ func TestClusterTheHubReaches(t *testing.T) {
 		"TETHER_USERS": "- {name: ann, token: " + strings.Repeat("a", 32) + ", groups: [platform]}\n" +
 			"- {name: bob, token: " + strings.Repeat("b", 32) + ", groups: [dev]}\n",
 	}
-	opts, err := OptionsFromEnv(func(k string) string { return settings[k] }, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Listener = ln
+	opts := optionsOn(t, settings)
 	opts.AuditFile = filepath.Join(t.TempDir(), "audit")
 	logs := &syncbuf.Buffer{}
 	log, _ := logging.New("text", logs, slog.LevelInfo)
@@ -84,7 +76,7 @@ func TestClusterTheHubReaches(t *testing.T) {
 			t.Errorf("Serve: %v", err)
 		}
 	}()
-	base := "https://" + ln.Addr().String()
+	base := "https://" + opts.Listener.Addr().String()
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: hubCA.Pool()}, ForceAttemptHTTP2: true}}
 	defer client.CloseIdleConnections()
 	get := func(who, path string) (int, string) {
@@ -153,6 +145,17 @@ func TestClusterTheHubCantRead(t *testing.T) {
 		"TETHER_METRICS_ADDR":   "0",
 		"TETHER_USERS":          "- {name: ann, token: " + strings.Repeat("a", 32) + "}\n",
 	}
+	opts := optionsOn(t, settings)
+	err := Serve(context.Background(), opts, slog.New(slog.DiscardHandler), nil)
+	if err == nil || err.Error() != fmt.Sprintf(`TETHER_FLEET_CLUSTERS ("staging"): No token in %s: Tether needs it to speak to the API server`, missing) {
+		t.Errorf("Serve: %v", err)
+	}
+}
+
+// optionsOn reads settings as the hub's environment, and gives the hub a
+// listener of its own on 127.0.0.1.
+func optionsOn(t *testing.T, settings map[string]string) Options {
+	t.Helper()
 	opts, err := OptionsFromEnv(func(k string) string { return settings[k] }, true)
 	if err != nil {
 		t.Fatal(err)
@@ -161,10 +164,7 @@ func TestClusterTheHubCantRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	opts.Listener = ln
-	err = Serve(context.Background(), opts, slog.New(slog.DiscardHandler), nil)
-	if err == nil || err.Error() != fmt.Sprintf(`TETHER_FLEET_CLUSTERS ("staging"): No token in %s: Tether needs it to speak to the API server`, missing) {
-		t.Errorf("Serve: %v", err)
-	}
+	return opts
 }
