@@ -23,54 +23,46 @@ import (
 
 // ownAgents are the hub's agents for the clusters it reaches itself.
 type ownAgents struct {
-	clusters []fleet.Cluster
-	tokens   []string
-	agents   []*agent.Agent
-	ln       *memListener
+	agents []*agent.Agent
+	ln     *memListener
 }
 
-// newOwnAgents makes a token for each cluster. entries are what the agents
-// list must also hold for them, serverNames the names their certificates
-// must have.
-func newOwnAgents(clusters []fleet.Cluster) (o *ownAgents, entries []fleet.Agent, serverNames map[string]string, err error) {
-	o = &ownAgents{clusters: clusters, ln: newMemListener()}
+// newOwnAgents makes an agent and a token for each cluster, for a hub
+// served under basePath. entries are what the agents list must also hold
+// for them, serverNames the names their API servers' certificates must
+// have. Its errors (a CA or token file that can't be read) stop the hub at
+// start.
+func newOwnAgents(clusters []fleet.Cluster, basePath string, log *slog.Logger) (o *ownAgents, entries []fleet.Agent, serverNames map[string]string, err error) {
+	o = &ownAgents{ln: newMemListener()}
 	serverNames = make(map[string]string, len(clusters))
+	hubURL := &url.URL{Scheme: "http", Host: "tether-hub.internal", Path: strings.TrimSuffix(basePath, "/")}
 	for _, c := range clusters {
 		token, err := fleet.NewToken()
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		o.tokens = append(o.tokens, token)
-		entries = append(entries, c.DirectEntry(fleet.HashToken(token)))
-		serverNames[c.Name] = c.ServerName
-	}
-	return o, entries, serverNames, nil
-}
-
-// prepare makes the agents, for a hub served under basePath. Its errors
-// (a CA or token file that can't be read) stop the hub at start.
-func (o *ownAgents) prepare(basePath string, log *slog.Logger) error {
-	hubURL := &url.URL{Scheme: "http", Host: "tether-hub.internal", Path: strings.TrimSuffix(basePath, "/")}
-	for i, c := range o.clusters {
 		opts := agent.Options{
-			HubURL: hubURL, Name: c.Name, Token: o.tokens[i],
+			HubURL: hubURL, Name: c.Name, Token: token,
 			TokenReread: time.Minute, TokenFile: c.TokenFile, CAFile: c.CAFile, APIServer: c.Server,
 		}
+		fail := func(err error) error { return fmt.Errorf("%s (%q): %w", fleet.SettingClusters, c.Name, err) }
 		if _, err := opts.ReadServiceAccount(); err != nil {
-			return fmt.Errorf("%s (%q): %w", fleet.SettingClusters, c.Name, err)
+			return nil, nil, nil, fail(err)
 		}
 		alog := log.With("cluster", c.Name)
 		w, err := agent.NewWatcher(opts, alog)
 		if err != nil {
-			return fmt.Errorf("%s (%q): %w", fleet.SettingClusters, c.Name, err)
+			return nil, nil, nil, fail(err)
 		}
 		a, err := agent.New(agent.Config{Options: opts, Logger: alog, Inventory: w, DialHub: o.ln.dial})
 		if err != nil {
-			return fmt.Errorf("%s (%q): %w", fleet.SettingClusters, c.Name, err)
+			return nil, nil, nil, fail(err)
 		}
 		o.agents = append(o.agents, a)
+		entries = append(entries, c.DirectEntry(fleet.HashToken(token)))
+		serverNames[c.Name] = c.ServerName
 	}
-	return nil
+	return o, entries, serverNames, nil
 }
 
 // run runs the agents until ctx is done.

@@ -33,11 +33,8 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	fleetCfg := opts.Fleet
 	fleetCfg.Logger = log
 	fleetCfg.OnChange = func(c fleet.Change) { h.AgentsChanged(c) } // Watch starts after h is set
-	own, ownEntries, serverNames, err := newOwnAgents(opts.Clusters)
+	own, ownEntries, serverNames, err := newOwnAgents(opts.Clusters, opts.BasePath, log)
 	if err != nil {
-		return err
-	}
-	if err := own.prepare(opts.BasePath, log); err != nil {
 		return err
 	}
 	fleetCfg.Extra = ownEntries
