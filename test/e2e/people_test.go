@@ -189,15 +189,8 @@ func TestKubectlToAClusterTheHubReaches(t *testing.T) {
 	}
 	// Listed as Ready, with the API server's version and its inventory's
 	// summary.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	within(t, 10*time.Second, "direct listed Ready with its version and summary", func() bool {
 		_, body := hubGet(t, hubURL+"/api/clusters/direct", aliceToken)
-		if strings.Contains(body, `"status":"Ready"`) && strings.Contains(body, `"kubernetesVersion":"v1.36.3"`) && strings.Contains(body, `"nodesTotal":1`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("direct isn't Ready: %s", body)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return strings.Contains(body, `"status":"Ready"`) && strings.Contains(body, `"kubernetesVersion":"v1.36.3"`) && strings.Contains(body, `"nodesTotal":1`)
+	})
 }
