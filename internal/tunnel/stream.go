@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -43,6 +44,12 @@ type stream struct {
 	// gives the stream something to read: data, the peer's end, or the
 	// session's (OnReadable).
 	onReadable func()
+	// While WriteTo runs with a socket, sink is that socket: the read loop
+	// writes data straight into it when nothing is waiting to go first and
+	// the socket takes it without waiting (direct.go).
+	sink     syscall.RawConn
+	draining bool  // WriteTo is writing chunks it took: the read loop queues
+	sunk     int64 // what the read loop wrote into sink
 }
 
 // OnReadable has f called whenever the stream conn, one of a session's,
@@ -130,12 +137,7 @@ func (st *stream) Read(p []byte) (int, error) {
 		st.mu.Lock()
 		if len(st.chunks) > 0 && len(p) > 0 {
 			n := st.take(p)
-			st.credit += uint32(n)
-			var grant uint32
-			if st.credit >= st.s.cfg.StreamWindow/2 && !st.finRecv {
-				grant, st.credit = st.credit, 0
-				st.recvWin += grant
-			}
+			grant := st.consumedLocked(n)
 			st.mu.Unlock()
 			if grant > 0 {
 				// An error ends the session; the next call sees it.
@@ -154,6 +156,18 @@ func (st *stream) Read(p []byte) (int, error) {
 		case <-st.s.done:
 		}
 	}
+}
+
+// consumedLocked counts n bytes as read, and returns how much window to
+// grant back to the peer now: nothing until half the window is read, so
+// window frames stay few. st.mu is held.
+func (st *stream) consumedLocked(n int) (grant uint32) {
+	st.credit += uint32(n)
+	if st.credit >= st.s.cfg.StreamWindow/2 && !st.finRecv {
+		grant, st.credit = st.credit, 0
+		st.recvWin += grant
+	}
+	return grant
 }
 
 // take copies buffered data into p. st.mu is held.
@@ -346,16 +360,35 @@ func (st *stream) admit(n uint32) int {
 	return admitOK
 }
 
-// receive buffers a data frame's body for Read.
+// receive buffers a data frame's body for Read, or writes it straight to
+// WriteTo's socket when that can be done at once.
 func (st *stream) receive(buf *[]byte) {
 	st.mu.Lock()
-	defer st.mu.Unlock()
 	if st.closed || st.reset {
+		st.mu.Unlock()
 		putChunk(buf)
+		return
+	}
+	if st.sink != nil && len(st.chunks) == 0 && !st.draining {
+		n := writeNow(st.sink, *buf)
+		st.sunk += int64(n)
+		grant := st.consumedLocked(n)
+		if n < len(*buf) {
+			st.chunks, st.off = append(st.chunks, buf), n
+			st.readableLocked()
+		} else {
+			putChunk(buf)
+		}
+		st.mu.Unlock()
+		if grant > 0 {
+			// The read loop never waits on a write.
+			st.s.queue(header{typ: typeWindow, stream: st.id, length: grant})
+		}
 		return
 	}
 	st.chunks = append(st.chunks, buf)
 	st.readableLocked()
+	st.mu.Unlock()
 }
 
 // grow adds to the send window.
