@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -189,5 +190,50 @@ func TestBatchConnGathersAFrame(t *testing.T) {
 	}
 	if b := <-got; !bytes.Equal(b, frame) {
 		t.Errorf("the peer read %d bytes, not the frame", len(b))
+	}
+}
+
+// TestWriteTimeoutEndsTheSession: a peer that reads for a while and then
+// stops reading altogether ends the session once a write has waited
+// WriteTimeout, and the stream's writer gets an error instead of waiting
+// for good.
+func TestWriteTimeoutEndsTheSession(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.WriteTimeout = 300 * time.Millisecond
+	ours, peer := net.Pipe()
+	defer peer.Close()
+	s := newSession(newWSConn(ours, ours, 1<<10, true, cfg), cfg, true)
+	defer s.Close()
+	stopped := make(chan struct{})
+	go func() {
+		// Read the first 64 KiB, then nothing more.
+		io.CopyN(io.Discard, peer, 64<<10)
+		close(stopped)
+	}()
+	st, err := s.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := st.Write(make([]byte, 200<<10))
+		wrote <- err
+	}()
+	<-stopped
+	select {
+	case err := <-wrote:
+		if err == nil {
+			t.Fatal("the write returned no error though the peer stopped reading")
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("the write failed with %v, want the write timeout", err)
+		}
+	case <-time.After(20 * cfg.WriteTimeout):
+		t.Fatal("the write still waits, long after WriteTimeout")
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session did not end")
 	}
 }

@@ -73,6 +73,7 @@ type wsConn struct {
 	controlTimeout time.Duration
 
 	wlock chan struct{} // cap 1: one frame at a time
+	wdl   time.Time     // the socket's write deadline as last set; under wlock
 
 	// The frame being read; only Read touches these.
 	left      int64 // its payload bytes not yet read
@@ -249,9 +250,19 @@ func (c *wsConn) writeClose(code int, reason string) {
 	c.write(opClose, b[:n], nil, time.Now().Add(time.Second))
 }
 
+// deadlineSlack is how far a frame's write deadline may be from the one the
+// socket has before it is set again. Setting it updates a runtime timer;
+// frames in a burst skip that, and a write that stalls still fails between
+// WriteTimeout less deadlineSlack and WriteTimeout after it began. Measured:
+// echo round trips 4 % faster (decision 015).
+const deadlineSlack = time.Second
+
 // write sends one frame whose payload is a then b. c.wlock is held.
 func (c *wsConn) write(op byte, a, b []byte, deadline time.Time) error {
-	c.raw.SetWriteDeadline(deadline)
+	if deadline.Before(c.wdl) || deadline.Sub(c.wdl) > deadlineSlack {
+		c.raw.SetWriteDeadline(deadline)
+		c.wdl = deadline
+	}
 	n := len(a) + len(b)
 	var hb [maxWSHeader]byte
 	hb[0] = 0x80 | op // the final frame of its message
