@@ -48,7 +48,9 @@ func newAPIServer(cfg WatcherConfig) (apiServer, error) {
 		return apiServer{}, fmt.Errorf("the API server's CA: no certificate in %s", cfg.CAFile)
 	}
 	tr := &http.Transport{
-		Proxy:               http.ProxyFromEnvironment,
+		// No proxy: HTTPS_PROXY is for the WebSocket to the hub, and the
+		// agent reaches its API server directly, as its relay does.
+		Proxy:               nil,
 		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout: 10 * time.Second,
 		IdleConnTimeout:     90 * time.Second,

@@ -2,11 +2,18 @@ package inventory
 
 import (
 	"errors"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/tetherhq/tether/internal/pki"
 )
 
 // coreAggregated and groupsAggregated are shaped as kube-apiserver's
@@ -169,4 +176,27 @@ func FuzzParseDiscovery(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestAPIServerIsReachedDirectly: the agent's own requests to its API
+// server take no proxy, whatever HTTPS_PROXY says: that is for the
+// WebSocket to the hub, and the relay dials the API server directly too.
+func TestAPIServerIsReachedDirectly(t *testing.T) {
+	ca, err := pki.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := newAPIServer(WatcherConfig{Host: "https://10.96.0.1:443", CAFile: caFile, TokenFile: filepath.Join(t.TempDir(), "token")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := a.client.Transport.(*tokenTransport).next.(*http.Transport)
+	if tr.Proxy != nil {
+		u, err := tr.Proxy(&http.Request{URL: &url.URL{Scheme: "https", Host: "10.96.0.1:443"}})
+		t.Errorf("the API server client has a proxy function (it gives %v, %v for the API server); it must dial directly", u, err)
+	}
 }
