@@ -212,29 +212,42 @@ func TestTakeover(t *testing.T) {
 	}
 }
 
+// TestShutdownSendsAgentsAwayWithSpread: a stopping hub tells each agent
+// to wait a random share of the spread; a spread of 0 (allowed in
+// TETHER_RECONNECT_SPREAD_SECONDS) means no wait.
 func TestShutdownSendsAgentsAwayWithSpread(t *testing.T) {
-	fc := newFakeCluster(t)
-	h := startHub(t, Config{Agents: testAgents("eu-1"), ReconnectSpread: 10 * time.Second, Random: func() float64 { return 0.25 }})
-	waits := make(chan time.Duration, 10)
-	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) {
-		c.Sleep = func(ctx context.Context, d time.Duration) error {
-			waits <- d
-			<-ctx.Done()
-			return ctx.Err()
-		}
-	})
-	eventually(t, 5*time.Second, "connected", a.Connected)
-	h.Close()
-	select {
-	case d := <-waits:
-		if d != 2500*time.Millisecond {
-			t.Errorf("the agent waits %s before reconnecting, want the hub's 2.5 s", d)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatalf("the agent didn't notice the shutdown:\n%s", a.logs)
-	}
-	if !strings.Contains(a.logs.String(), "Connecting again in 3 s: the hub is shutting down") {
-		t.Errorf("agent log:\n%s", a.logs)
+	for _, tc := range []struct {
+		spread, want time.Duration
+		log          string
+	}{
+		{10 * time.Second, 2500 * time.Millisecond, "Connecting again in 3 s: the hub is shutting down"},
+		{0, 0, "Connecting again in 0 s: the hub is shutting down"},
+	} {
+		t.Run(tc.spread.String(), func(t *testing.T) {
+			fc := newFakeCluster(t)
+			h := startHub(t, Config{Agents: testAgents("eu-1"), ReconnectSpread: tc.spread, Random: func() float64 { return 0.25 }})
+			waits := make(chan time.Duration, 10)
+			a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) {
+				c.Sleep = func(ctx context.Context, d time.Duration) error {
+					waits <- d
+					<-ctx.Done()
+					return ctx.Err()
+				}
+			})
+			eventually(t, 5*time.Second, "connected", a.Connected)
+			h.Close()
+			select {
+			case d := <-waits:
+				if d != tc.want {
+					t.Errorf("the agent waits %s before reconnecting, want the hub's %s", d, tc.want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the agent didn't notice the shutdown:\n%s", a.logs)
+			}
+			if !strings.Contains(a.logs.String(), tc.log) {
+				t.Errorf("agent log:\n%s", a.logs)
+			}
+		})
 	}
 }
 

@@ -37,7 +37,8 @@ type Config struct {
 	// Heartbeat is how often the hub pings each agent.
 	Heartbeat time.Duration
 	// ReconnectSpread is the window over which agents come back after the
-	// hub shuts down.
+	// hub shuts down; zero means at once (TETHER_RECONNECT_SPREAD_SECONDS
+	// may be 0, so zero is not a default here).
 	ReconnectSpread time.Duration
 	// HelloTimeout bounds the wait for an agent's hello.
 	HelloTimeout time.Duration
@@ -109,9 +110,6 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = 30 * time.Second
-	}
-	if cfg.ReconnectSpread == 0 {
-		cfg.ReconnectSpread = 10 * time.Second
 	}
 	if cfg.HelloTimeout == 0 {
 		cfg.HelloTimeout = 10 * time.Second
