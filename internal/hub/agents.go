@@ -21,7 +21,7 @@ import (
 // h.conns counts until it is finished.
 func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 	name := r.Header.Get(protocol.AgentHeader)
-	if h.cfg.Agents == nil {
+	if h.cfg.Agents == nil || h.cfg.OwnAgentsOnly && !isOwnAgent(r.Context()) {
 		h.metrics.connects.WithLabelValues("no_agents_list").Inc()
 		http.Error(w, "This hub takes no agents: it has no agents list (TETHER_FLEET_AGENTS or TETHER_FLEET_AGENTS_FILE).", http.StatusForbidden)
 		return

@@ -119,6 +119,19 @@ func (l *memListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
 	}
 }
 
+// ownAgentKey marks the context of requests from the hub's own agents: the
+// server of the in-memory listener gives it to each.
+type ownAgentKey struct{}
+
+func withOwnAgent(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ownAgentKey{}, true)
+}
+
+func isOwnAgent(ctx context.Context) bool {
+	own, _ := ctx.Value(ownAgentKey{}).(bool)
+	return own
+}
+
 type memAddr struct{}
 
 func (memAddr) Network() string { return "memory" }

@@ -18,6 +18,7 @@ import (
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/logging"
 	"github.com/tetherhq/tether/internal/pki"
+	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
@@ -131,6 +132,61 @@ func TestClusterTheHubReaches(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `The agent of "staging" connected`) {
 		t.Errorf("the hub's log doesn't say its own agent connected:\n%s", logs)
+	}
+}
+
+// TestClustersAloneTakeNoAgents: a hub with TETHER_FLEET_CLUSTERS and no
+// agents list serves its own clusters, and refuses every other agent with
+// 403, as a hub without an agents list does, even one that names its
+// cluster.
+func TestClustersAloneTakeNoAgents(t *testing.T) {
+	fc := newFakeCluster(t)
+	server := "https://" + strings.TrimPrefix(fc.srv.URL, "https://")
+	opts := optionsOn(t, map[string]string{
+		"TETHER_PUBLIC_URL": "http://hub.example.com",
+		"TETHER_FLEET_CLUSTERS": fmt.Sprintf("- {name: staging, server: %s, caFile: %s, tokenFile: %s}\n",
+			server, filepath.Join(fc.saDir, "ca.crt"), filepath.Join(fc.saDir, "token")),
+		"TETHER_METRICS_ADDR": "0",
+		"TETHER_USERS":        "- {name: ann, token: " + strings.Repeat("a", 32) + "}\n",
+	})
+	opts.AuditFile = filepath.Join(t.TempDir(), "audit")
+	logs := &syncbuf.Buffer{}
+	log, _ := logging.New("text", logs, slog.LevelInfo)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, opts, log, nil) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	base := "http://" + opts.Listener.Addr().String()
+	eventually(t, 10*time.Second, "staging is Ready", func() bool {
+		req, _ := http.NewRequest("GET", base+"/api/clusters/staging", nil)
+		req.Header.Set("Authorization", "Bearer "+strings.Repeat("a", 32))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `"status":"Ready"`)
+	})
+	req, _ := http.NewRequest("GET", base+"/api/agent", nil)
+	req.Header.Set(protocol.AgentHeader, "staging")
+	req.Header.Set("Authorization", "Bearer "+strings.Repeat("t", 32))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "takes no agents") {
+		t.Errorf("an outside agent got %d %q, want 403: the hub takes no agents", resp.StatusCode, b)
+	}
+	if !strings.Contains(logs.String(), "No agents list") {
+		t.Errorf("the hub didn't warn that it has no agents list:\n%s", logs)
 	}
 }
 

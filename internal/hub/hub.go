@@ -31,6 +31,10 @@ type Config struct {
 	// Agents is the agents list. Nil means the hub has none and refuses
 	// every agent with 403.
 	Agents *fleet.Agents
+	// OwnAgentsOnly says Agents holds only the hub's own agents, for
+	// TETHER_FLEET_CLUSTERS: the hub has no agents list, so it refuses
+	// every other agent with 403, as with none at all.
+	OwnAgentsOnly bool
 	// BasePath is the path prefix the hub is served under, like "/tether";
 	// "" or "/" for none.
 	BasePath string

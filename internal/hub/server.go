@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,7 +43,10 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	if err != nil {
 		return err
 	}
-	if agents == nil {
+	// Entries of TETHER_FLEET_CLUSTERS alone don't make an agents list:
+	// the hub's own agents connect, and every other agent is refused.
+	listed := strings.TrimSpace(fleetCfg.Agents) != "" || strings.TrimSpace(fleetCfg.AgentsFile) != ""
+	if !listed {
 		log.Warn("No agents list (TETHER_FLEET_AGENTS or TETHER_FLEET_AGENTS_FILE): this hub refuses every agent")
 	}
 	authCfg := opts.Auth
@@ -73,6 +77,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		Audit:           audit,
 		Logger:          log,
 		Agents:          agents,
+		OwnAgentsOnly:   !listed,
 		BasePath:        opts.BasePath,
 		Heartbeat:       opts.Heartbeat,
 		ReconnectSpread: opts.ReconnectSpread,
@@ -143,6 +148,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	// serving a TLS and a plain listener sets HTTP/2 up for whichever
 	// starts first, and kubectl's HTTP/2 then fails on the TLS one.
 	ownSrv := publicServer(h.Handler(), log, readHeaderTimeout)
+	ownSrv.BaseContext = func(net.Listener) context.Context { return withOwnAgent(context.Background()) }
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
