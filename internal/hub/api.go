@@ -61,8 +61,7 @@ func (h *Hub) clusterJSON(st ClusterStatus) ClusterJSON {
 // Requests from a browser on another origin are refused: the session
 // cookie will be taken here too, and must not work for other sites.
 func (h *Hub) person(w http.ResponseWriter, r *http.Request) (auth.Person, bool) {
-	if !h.sameOrigin(r) {
-		http.Error(w, "Requests from other sites are refused.", http.StatusForbidden)
+	if h.refuseOtherSites(w, r) {
 		return auth.Person{}, false
 	}
 	p, _, ok, err := h.cookiePerson(r)
@@ -75,6 +74,17 @@ func (h *Hub) person(w http.ResponseWriter, r *http.Request) (auth.Person, bool)
 		return auth.Person{}, false
 	}
 	return p, true
+}
+
+// refuseOtherSites answers 403 to a request with another site's Origin,
+// and says whether it did: every endpoint that takes the session cookie
+// calls it first, so the cookie works for the hub's own pages only.
+func (h *Hub) refuseOtherSites(w http.ResponseWriter, r *http.Request) bool {
+	if h.sameOrigin(r) {
+		return false
+	}
+	http.Error(w, "Requests from other sites are refused.", http.StatusForbidden)
+	return true
 }
 
 // sameOrigin reports whether r has no Origin header, or the hub's own.

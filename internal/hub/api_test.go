@@ -154,8 +154,15 @@ func TestSessionCookie(t *testing.T) {
 	if code, body, _ := call(t, "GET", h.url+"/", "", http.Header{"X-Remote-User": {"carol"}}); code != 200 || !strings.Contains(body, "Signed in as <strong>carol</strong>") {
 		t.Errorf("the page through the auth proxy: %d\n%s", code, body)
 	}
-	if code, _, _ := call(t, "GET", h.url+"/api/events", aliceToken, http.Header{"Origin": {"https://evil.example.com"}}); code != http.StatusForbidden {
-		t.Errorf("/api/events from another origin: %d, want 403", code)
+	// Every endpoint that takes the cookie refuses another site's Origin,
+	// the pages too, and serves the hub's own.
+	for _, path := range []string{"/api/events", "/", "/cluster/eu-1", "/api/kubeconfig"} {
+		if code, _, _ := call(t, "GET", h.url+path, aliceToken, http.Header{"Origin": {"https://evil.example.com"}}); code != http.StatusForbidden {
+			t.Errorf("%s from another origin: %d, want 403", path, code)
+		}
+	}
+	if code, body, _ := call(t, "GET", h.url+"/", "", http.Header{"X-Remote-User": {"carol"}, "Origin": {h.url}}); code != 200 || !strings.Contains(body, "Signed in as <strong>carol</strong>") {
+		t.Errorf("the page with the hub's own Origin: %d\n%s", code, body)
 	}
 
 	// /clusters/ never takes the cookie.

@@ -21,8 +21,7 @@ const kubeconfigUser = "tether"
 // them (SPEC section 3).
 func (h *Hub) serveKubeconfig(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
-	if !h.sameOrigin(r) {
-		http.Error(w, "Requests from other sites are refused.", http.StatusForbidden)
+	if h.refuseOtherSites(w, r) {
 		return
 	}
 	p, session, ok, err := h.cookiePerson(r)

@@ -93,6 +93,9 @@ func staticFiles() http.Handler {
 func (h *Hub) servePage(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
+	if h.refuseOtherSites(w, r) {
+		return
+	}
 	p, _, ok, err := h.cookiePerson(r)
 	if err != nil || !ok {
 		h.renderLogin(w, r, "", http.StatusOK)
@@ -127,6 +130,9 @@ func (h *Hub) pageBase() string { return strings.TrimSuffix(h.cfg.BasePath, "/")
 func (h *Hub) serveClusterPage(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
+	if h.refuseOtherSites(w, r) {
+		return
+	}
 	p, _, ok, err := h.cookiePerson(r)
 	if err != nil || !ok {
 		h.renderLogin(w, r, "", http.StatusOK)

@@ -36,8 +36,7 @@ func (h *Hub) cookiePerson(r *http.Request) (p auth.Person, session string, ok b
 // serveLogin takes the sign-in form: a static token, checked like a bearer
 // token, answered with a session cookie holding a hub-issued token.
 func (h *Hub) serveLogin(w http.ResponseWriter, r *http.Request) {
-	if !h.sameOrigin(r) {
-		http.Error(w, "Requests from other sites are refused.", http.StatusForbidden)
+	if h.refuseOtherSites(w, r) {
 		return
 	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
@@ -75,8 +74,7 @@ func (h *Hub) startSession(w http.ResponseWriter, r *http.Request, p auth.Person
 }
 
 func (h *Hub) serveLogout(w http.ResponseWriter, r *http.Request) {
-	if !h.sameOrigin(r) {
-		http.Error(w, "Requests from other sites are refused.", http.StatusForbidden)
+	if h.refuseOtherSites(w, r) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: h.pageBase(), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
