@@ -277,6 +277,41 @@ func TestAllowedNamespacesLimitWhatIsSeen(t *testing.T) {
 	}
 }
 
+// TestAllowedNamespacesWithClusterWideRights: an agent whose service
+// account may read everywhere still streams only its allowed namespaces,
+// the Namespace objects included.
+func TestAllowedNamespacesWithClusterWideRights(t *testing.T) {
+	ctx := t.Context()
+	saDir, err := cluster.NewServiceAccountDir(ctx, "inv-wide", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.GrantInventory(ctx, "inv-wide", "agent"); err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"wide-a", "wide-b"} {
+		mustDo(t, "POST", "/api/v1/namespaces", map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}})
+		mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, "app", nil))
+	}
+	w := newTestWatcher(t, saDir, "wide-a")
+	runWatcher(t, w)
+	store := inventory.NewStore()
+	stream(t, w, store, "c-wide", "")
+	eventually(t, 10*time.Second, "the pod and the Namespace of wide-a", func() bool {
+		return slices.Equal(names(store, "c-wide", "pods"), []string{"wide-a/app"}) &&
+			slices.Equal(names(store, "c-wide", "namespaces"), []string{"/wide-a"})
+	})
+	// A namespace made later is not streamed either.
+	mustDo(t, "POST", "/api/v1/namespaces", map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "wide-c"}})
+	mustDo(t, "POST", "/api/v1/namespaces/wide-a/pods", pod("wide-a", "later", nil))
+	eventually(t, 5*time.Second, "the later pod of wide-a", func() bool {
+		return slices.Contains(names(store, "c-wide", "pods"), "wide-a/later")
+	})
+	if got := names(store, "c-wide", "namespaces"); !slices.Equal(got, []string{"/wide-a"}) {
+		t.Errorf("namespaces streamed: %v, want only wide-a", got)
+	}
+}
+
 // TestDiscoveryAndAccessOnARealServer checks the watcher's own discovery
 // (aggregated, and the older per-version lists) and SelfSubjectAccessReviews
 // against the API server.
