@@ -166,6 +166,25 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent) (*
 	return c, nil
 }
 
+// caUnpinned returns those of names whose connected agent sent a CA that
+// the list's entry now doesn't pin (caSha256 added or changed).
+func (h *Hub) caUnpinned(names []string) []string {
+	var out []string
+	for _, name := range names {
+		entry, ok := h.cfg.Agents.Lookup(name)
+		if !ok || entry.CASHA256 == "" {
+			continue
+		}
+		h.mu.Lock()
+		sent, connected := h.lastCA[name], h.agents[name] != nil
+		h.mu.Unlock()
+		if connected && sent != entry.CASHA256 {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
 // welcome answers the agent's hello, within the hello's deadline. serveConn
 // sends it once the connection is registered, so a request made as soon as
 // the agent says it is connected finds it.

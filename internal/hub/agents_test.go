@@ -161,6 +161,36 @@ func TestCAPinning(t *testing.T) {
 	}
 }
 
+// TestCAPinnedOnReload: a reload that pins another CA for a connected
+// agent's cluster disconnects the agent, which is then refused; a pin of
+// the CA it sent keeps it connected.
+func TestCAPinnedOnReload(t *testing.T) {
+	fc := newFakeCluster(t)
+	other := newFakeCluster(t)
+	entry := func(pin []byte) fleet.Agent {
+		return fleet.Agent{Name: "eu-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true},
+			CASHA256: fleet.TokenSHA256(string(pin))}
+	}
+	list := fleet.New([]fleet.Agent{{Name: "eu-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true}}})
+	h := startHub(t, Config{Agents: list})
+	a := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "connected", a.Connected)
+
+	h.AgentsChanged(list.Replace([]fleet.Agent{entry(fc.ca.CertPEM)}))
+	if strings.Contains(h.logs.String(), "disconnecting its agent") {
+		t.Fatalf("pinning the CA the agent sent disconnected it:\n%s", h.logs)
+	}
+
+	h.AgentsChanged(list.Replace([]fleet.Agent{entry(other.ca.CertPEM)}))
+	err := a.wait(t, 5*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "caSha256") {
+		t.Fatalf("Run = %v, want a refusal naming caSha256 once the list pinned another CA", err)
+	}
+	if !strings.Contains(h.logs.String(), `The agents list changed for "eu-1": disconnecting its agent`) {
+		t.Errorf("hub log:\n%s", h.logs)
+	}
+}
+
 func TestCAChangeIsCounted(t *testing.T) {
 	fc := newFakeCluster(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})

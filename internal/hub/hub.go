@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -285,14 +286,14 @@ func (h *Hub) connected(name string) *agentConn {
 	return h.agents[name]
 }
 
-// AgentsChanged disconnects the agents that a new agents list removed or
-// whose token it revoked. They connect again and are refused if they should
-// be.
+// AgentsChanged disconnects the agents that a new agents list removed,
+// whose token it revoked, or whose CA it no longer pins. They connect again
+// and are refused if they should be.
 func (h *Hub) AgentsChanged(c fleet.Change) {
 	for _, name := range c.Removed {
 		h.inventory.Forget(name)
 	}
-	for _, name := range append(c.Removed, c.TokensRevoked...) {
+	for _, name := range slices.Concat(c.Removed, c.TokensRevoked, h.caUnpinned(c.Updated)) {
 		if conn := h.connected(name); conn != nil {
 			h.log.Info(fmt.Sprintf("The agents list changed for %q: disconnecting its agent", name), "agent", name)
 			conn.goAway(goAwayRemoved, 0)
