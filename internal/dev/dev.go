@@ -122,6 +122,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := writeKubeconfig(kubeconfig, hubURL.String()+"/clusters/"+ClusterName, adminToken, ca.CertPEM); err != nil {
 		return err
 	}
+	// The fleet page's sign-in form takes the same token the kubeconfig
+	// holds; a file of its own saves digging it out of the kubeconfig.
+	tokenFile := filepath.Join(cluster.Dir, "admin.token")
+	if err := os.WriteFile(tokenFile, []byte(adminToken+"\n"), 0o600); err != nil {
+		return err
+	}
 	agentOpts := agent.Options{
 		HubURL:            hubURL,
 		Name:              ClusterName,
@@ -168,7 +174,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 
 	fmt.Fprintf(cfg.Out, "\nTether is running on this machine:\n")
-	fmt.Fprintf(cfg.Out, "  hub:              %s\n", hubURL)
+	fmt.Fprintf(cfg.Out, "  hub:              %s (the fleet page)\n", hubURL)
+	fmt.Fprintf(cfg.Out, "  sign-in token:    %s (paste what it holds into the fleet page's sign-in form)\n", tokenFile)
 	fmt.Fprintf(cfg.Out, "  cluster:          %q, Kubernetes %s at %s, relayed by an agent\n", ClusterName, cluster.Version, cluster.URL)
 	fmt.Fprintf(cfg.Out, "  kubeconfig:       %s (through the hub, as %q in group %q, bound to cluster-admin)\n", kubeconfig, AdminUser, AdminGroup)
 	fmt.Fprintf(cfg.Out, "  audit log:        %s\n", opts.AuditFile)

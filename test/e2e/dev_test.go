@@ -1,6 +1,14 @@
 package e2e
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,10 +16,13 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
-// TestDev runs `tether dev` as the README says, and checks that Ctrl-C
-// stops everything it started.
+// TestDev runs `tether dev` as the README says, uses the kubeconfig and the
+// sign-in token it prints, and checks that Ctrl-C stops everything it
+// started.
 func TestDev(t *testing.T) {
 	addr := freeAddr(t)
 	p := start(t, "tether dev", nil, "dev", "--addr", addr)
@@ -30,6 +41,8 @@ func TestDev(t *testing.T) {
 		}
 	}
 
+	signInWithDevToken(t, "https://"+addr, kubeconfig, between(p.out.String(), "sign-in token:    ", " (paste"))
+
 	p.signal(syscall.SIGINT)
 	if code := p.exit(t, 30*time.Second); code != 0 {
 		t.Errorf("tether dev exited %d on Ctrl-C, want 0", code)
@@ -39,6 +52,90 @@ func TestDev(t *testing.T) {
 	if procs := processesMentioning(t, dir); len(procs) > 0 {
 		t.Errorf("processes of %s still run: %q", dir, procs)
 	}
+}
+
+// signInWithDevToken signs in to the fleet page at hubURL as a person would
+// after reading `tether dev`'s output: it trusts the CA the kubeconfig
+// carries, pastes what tokenFile holds into the sign-in form, and checks that
+// the session it gets sees the "dev" cluster.
+func signInWithDevToken(t *testing.T, hubURL, kubeconfig, tokenFile string) {
+	t.Helper()
+	if tokenFile == "" {
+		t.Fatal("no sign-in token file printed")
+	}
+	if fi, err := os.Stat(tokenFile); err != nil {
+		t.Fatal(err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Errorf("the sign-in token file has mode %v; want it readable by its owner only (0600)", fi.Mode().Perm())
+	}
+	token, err := os.ReadFile(tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kc struct {
+		Clusters []struct {
+			Cluster struct {
+				CA string `json:"certificate-authority-data"`
+			} `json:"cluster"`
+		} `json:"clusters"`
+	}
+	if err := yaml.Unmarshal(raw, &kc); err != nil || len(kc.Clusters) != 1 {
+		t.Fatalf("the kubeconfig: %v\n%s", err, raw)
+	}
+	caPEM, err := base64.StdEncoding.DecodeString(kc.Clusters[0].Cluster.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("no CA in the kubeconfig:\n%s", raw)
+	}
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar, Timeout: 10 * time.Second,
+		Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer client.CloseIdleConnections()
+
+	// A wrong token is refused, so the check below means something.
+	if code := postToken(t, client, hubURL, "x"+strings.TrimSpace(string(token))); code != http.StatusUnauthorized {
+		t.Errorf("signing in with a wrong token answered %d, want 401", code)
+	}
+	if code := postToken(t, client, hubURL, string(token)); code != http.StatusOK {
+		t.Fatalf("signing in with the printed token answered %d, want the fleet page (200)", code)
+	}
+	resp, err := client.Get(hubURL + "/api/clusters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var clusters []struct {
+		Name string `json:"name"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&clusters); resp.StatusCode != http.StatusOK || err != nil ||
+		len(clusters) != 1 || clusters[0].Name != "dev" {
+		t.Errorf("/api/clusters with the session: %s, %v, %+v; want the dev cluster", resp.Status, err, clusters)
+	}
+}
+
+// postToken posts token to the sign-in form, as the page does, and returns
+// the status of the page it ends on. The token goes as read from the file,
+// line break and all, as a paste would carry it.
+func postToken(t *testing.T, client *http.Client, hubURL, token string) int {
+	t.Helper()
+	form := url.Values{"token": {token}}.Encode()
+	req, _ := http.NewRequest("POST", hubURL+"/login", strings.NewReader(form))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", hubURL)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // processesMentioning lists the command lines, from /proc, that contain s.
