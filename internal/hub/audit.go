@@ -1,10 +1,13 @@
 package hub
 
 import (
+	"bufio"
 	"encoding/json"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -52,7 +55,7 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 		Path:       path,
 		Status:     w.status,
 		DurationMS: float64(d.Microseconds()) / 1000,
-		Bytes:      w.bytes,
+		Bytes:      w.bytes + w.hijacked.Load(),
 		RequestID:  rt.id,
 		Remote:     r.RemoteAddr,
 	})
@@ -113,12 +116,42 @@ func resourceParts(path string) []string {
 }
 
 // countingWriter records a response's status and size for the audit log.
-// Unwrap lets http.ResponseController reach Flush and Hijack underneath.
+// Unwrap lets http.ResponseController reach Flush underneath.
 type countingWriter struct {
 	http.ResponseWriter
 	status      int
 	bytes       int64
 	wroteHeader bool
+	// hijacked counts what is written to the client's connection after an
+	// upgrade (exec, attach, port-forward): the proxy's two copies write
+	// it, and the second may still run as the handler returns.
+	hijacked atomic.Int64
+}
+
+// Hijack takes the client's connection over for an upgrade, which the
+// proxy does only on the API server's 101, and counts what is written to
+// it from then on.
+func (w *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	if !w.wroteHeader {
+		w.status, w.wroteHeader = http.StatusSwitchingProtocols, true
+	}
+	return &countedConn{Conn: conn, n: &w.hijacked}, brw, nil
+}
+
+// countedConn adds what is written to it to n.
+type countedConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c *countedConn) Write(b []byte) (int, error) {
+	k, err := c.Conn.Write(b)
+	c.n.Add(int64(k))
+	return k, err
 }
 
 func (w *countingWriter) WriteHeader(code int) {

@@ -77,6 +77,20 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 		fc.note(r)
 		http.Error(w, "forbidden", http.StatusForbidden)
 	})
+	mux.HandleFunc("/echo-upgrade", func(w http.ResponseWriter, r *http.Request) {
+		// Switches to a protocol that echoes each byte back, as exec and
+		// port-forward switch to theirs.
+		fc.note(r)
+		w.Header().Set("Connection", "Upgrade")
+		w.Header().Set("Upgrade", "echo")
+		w.WriteHeader(http.StatusSwitchingProtocols)
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		io.Copy(conn, brw)
+	})
 	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)
 		io.WriteString(w, "event 1\n")

@@ -247,6 +247,52 @@ func TestFailedUpgradeClosesTheConnection(t *testing.T) {
 	}
 }
 
+// TestUpgradeIsAudited: an upgraded connection (as exec and port-forward
+// make) is spliced after the API server's 101, and its audit line says 101
+// and counts the bytes sent to the client over it.
+func TestUpgradeIsAudited(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, audit := proxyHub(t, fc, "")
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /clusters/open/echo-upgrade HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer "+aliceToken+
+		"\r\nConnection: Upgrade\r\nUpgrade: echo\r\nContent-Length: 0\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("status %d, want 101", resp.StatusCode)
+	}
+	msg := strings.Repeat("echo me ", 1000)
+	io.WriteString(c, msg)
+	back := make([]byte, len(msg))
+	if _, err := io.ReadFull(br, back); err != nil || string(back) != msg {
+		t.Fatalf("read back %d bytes, %v", len(back), err)
+	}
+	c.Close()
+	var line struct {
+		Path   string `json:"path"`
+		Status int    `json:"status"`
+		Bytes  int64  `json:"bytes"`
+	}
+	eventually(t, 5*time.Second, "the upgrade's audit line", func() bool {
+		for l := range strings.Lines(audit.String()) {
+			if json.Unmarshal([]byte(l), &line) == nil && line.Path == "/echo-upgrade" {
+				return true
+			}
+		}
+		return false
+	})
+	if line.Status != http.StatusSwitchingProtocols || line.Bytes < int64(len(msg)) {
+		t.Errorf("the audit line says status %d and %d bytes; want 101 and at least the %d bytes echoed", line.Status, line.Bytes, len(msg))
+	}
+}
+
 // TestCutResponseIsLogged: a response the API server's side stops sending
 // midway (here, its agent goes away) reaches the client cut short, not
 // ended as if complete, and the hub logs why through its own logger.
