@@ -4,6 +4,7 @@ import (
 	"crypto"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -12,7 +13,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
@@ -40,7 +43,25 @@ type hubTokens struct {
 	audience string
 	ttl      time.Duration
 	now      func() time.Time
+
+	mu       sync.Mutex                 // guards verified
+	verified map[[32]byte]verifiedToken // by the token's SHA-256
 }
+
+// verifiedToken is a hub-issued token that passed verify: whom it names,
+// and when it stops being valid. kubectl sends the same token with every
+// request, and checking its Ed25519 signature costs about 90 µs on a small
+// machine, so verify remembers the answer. The keys are fixed for the
+// hub's life, so the answer holds until the token expires.
+type verifiedToken struct {
+	p     Person
+	until time.Time // the expiry, leeway included
+}
+
+// maxVerified bounds the tokens remembered: far more than the people who
+// use a hub within a token's life. Past it, expired ones are dropped, then
+// any.
+const maxVerified = 4096
 
 type hubClaims struct {
 	Groups []string `json:"groups,omitempty"`
@@ -159,37 +180,91 @@ func (h *hubTokens) issue(p Person) (string, time.Time, error) {
 	return raw, exp.Time(), nil
 }
 
-// verify checks a token whose (unverified) issuer is the hub's.
+// verify checks a token whose (unverified) issuer is the hub's, or finds
+// it among those it checked before.
 func (h *hubTokens) verify(raw string) (Person, error) {
+	if p, ok := h.recall(raw); ok {
+		return p, nil
+	}
+	now := h.now()
+	p, exp, err := h.check(raw, now)
+	if err != nil {
+		return Person{}, err
+	}
+	h.remember(sha256.Sum256([]byte(raw)), verifiedToken{p: p, until: exp.Add(hubLeeway)}, now)
+	return p, nil
+}
+
+// recall returns whom raw names if verify passed it before and it hasn't
+// expired since.
+func (h *hubTokens) recall(raw string) (Person, bool) {
+	key := sha256.Sum256([]byte(raw))
+	h.mu.Lock()
+	v, ok := h.verified[key]
+	h.mu.Unlock()
+	if !ok || h.now().After(v.until) {
+		return Person{}, false
+	}
+	return v.p, true
+}
+
+// remember adds v to the verified tokens.
+func (h *hubTokens) remember(key [32]byte, v verifiedToken, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.verified == nil {
+		h.verified = make(map[[32]byte]verifiedToken)
+	}
+	if len(h.verified) >= maxVerified {
+		for k, old := range h.verified {
+			if now.After(old.until) {
+				delete(h.verified, k)
+			}
+		}
+		for k := range h.verified {
+			if len(h.verified) < maxVerified {
+				break
+			}
+			delete(h.verified, k)
+		}
+	}
+	h.verified[key] = v
+}
+
+// check verifies raw's signature and claims at now, and returns whom it
+// names and when it expires.
+func (h *hubTokens) check(raw string, now time.Time) (Person, time.Time, error) {
 	tok, err := jwt.ParseSigned(raw, []jose.SignatureAlgorithm{jose.EdDSA})
 	if err != nil {
-		return Person{}, fmt.Errorf("%w: a hub-issued token that can't be read: %v", ErrInvalidToken, err)
+		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token that can't be read: %v", ErrInvalidToken, err)
 	}
 	pub, ok := h.keys[tok.Headers[0].KeyID]
 	if !ok {
-		return Person{}, fmt.Errorf("%w: a hub-issued token signed with a key this hub doesn't have (did the hub restart without %s, or was its key replaced?); get a new kubeconfig", ErrInvalidToken, SettingSigningKeyFile)
+		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token signed with a key this hub doesn't have (did the hub restart without %s, or was its key replaced?); get a new kubeconfig", ErrInvalidToken, SettingSigningKeyFile)
 	}
 	var std jwt.Claims
 	var extra hubClaims
 	if err := tok.Claims(pub, &std, &extra); err != nil {
 		if errors.Is(err, jose.ErrCryptoFailure) {
-			return Person{}, fmt.Errorf("%w: a hub-issued token whose signature doesn't match the hub's key", ErrInvalidToken)
+			return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token whose signature doesn't match the hub's key", ErrInvalidToken)
 		}
-		return Person{}, fmt.Errorf("%w: a hub-issued token with claims the hub doesn't write", ErrInvalidToken)
+		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token with claims the hub doesn't write", ErrInvalidToken)
 	}
 	if std.Expiry == nil || std.Subject == "" {
-		return Person{}, fmt.Errorf("%w: a hub-issued token without an expiry or a name", ErrInvalidToken)
+		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token without an expiry or a name", ErrInvalidToken)
 	}
-	err = std.ValidateWithLeeway(jwt.Expected{Issuer: hubIssuer, AnyAudience: jwt.Audience{h.audience}, Time: h.now()}, hubLeeway)
+	err = std.ValidateWithLeeway(jwt.Expected{Issuer: hubIssuer, AnyAudience: jwt.Audience{h.audience}, Time: now}, hubLeeway)
 	switch {
 	case errors.Is(err, jwt.ErrExpired):
-		return Person{}, fmt.Errorf("%w: a hub-issued token for %q that expired at %s; get a new kubeconfig", ErrExpired, std.Subject, std.Expiry.Time().UTC().Format(time.RFC3339))
+		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token for %q that expired at %s; get a new kubeconfig", ErrExpired, std.Subject, std.Expiry.Time().UTC().Format(time.RFC3339))
 	case errors.Is(err, jwt.ErrInvalidAudience):
-		return Person{}, fmt.Errorf("%w: a hub-issued token for %q meant for another hub (%q, and this hub is %q)", ErrInvalidToken, std.Subject, short(strings.Join(std.Audience, ", ")), h.audience)
+		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token for %q meant for another hub (%q, and this hub is %q)", ErrInvalidToken, std.Subject, short(strings.Join(std.Audience, ", ")), h.audience)
 	case err != nil:
-		return Person{}, fmt.Errorf("%w: a hub-issued token for %q: %v", ErrInvalidToken, std.Subject, err)
+		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token for %q: %v", ErrInvalidToken, std.Subject, err)
 	}
-	return Person{Name: std.Subject, Groups: extra.Groups, Source: SourceHub}, nil
+	// Clipped, so that a caller's append can't write into what later
+	// requests with the same token get.
+	return Person{Name: std.Subject, Groups: slices.Clip(extra.Groups), Source: SourceHub}, std.Expiry.Time(), nil
 }
 
 // peekJWT reports whether token looks like a compact JWT (three base64url parts, the middle one

@@ -6,11 +6,13 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -128,6 +130,84 @@ func TestHubTokenExpiry(t *testing.T) {
 	if err.Error() != want {
 		t.Errorf("error:\n got %s\nwant %s", err, want)
 	}
+}
+
+// TestHubTokenVerifiedOnce: a token's signature is checked once and the
+// answer remembered, for the same person, without letting the token outlive
+// its expiry (TestHubTokenExpiry) or the remembered tokens grow without
+// bound.
+func TestHubTokenVerifiedOnce(t *testing.T) {
+	clock := newFakeClock()
+	a := newAuth(t, Config{TTL: time.Hour, Now: clock.Now})
+	tok, _, err := a.IssueToken(Person{Name: "alice", Groups: []string{"dev"}, Source: SourceToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		p, ok, err := a.Authenticate(bearer(tok))
+		if !ok || err != nil || p.Name != "alice" || !slices.Equal(p.Groups, []string{"dev"}) || p.Source != SourceHub {
+			t.Fatalf("request %d: %+v %v %v", i, p, ok, err)
+		}
+		// A caller that appends to the groups must not change what the
+		// next request with the token gets.
+		_ = append(p.Groups, "tether:admin")
+	}
+	a.hub.mu.Lock()
+	n := len(a.hub.verified)
+	a.hub.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d tokens remembered after three requests with one, want 1", n)
+	}
+	// The same claims under a signature that doesn't match are refused,
+	// though their token is remembered.
+	parts := strings.Split(tok, ".")
+	forged := parts[0] + "." + parts[1] + "." + base64.RawURLEncoding.EncodeToString(make([]byte, ed25519.SignatureSize))
+	if _, ok, err := a.Authenticate(bearer(forged)); ok || !errors.Is(err, ErrInvalidToken) {
+		t.Errorf("a forged signature: %v %v", ok, err)
+	}
+	// At most maxVerified are remembered; the newest is among them.
+	var last string
+	for i := range maxVerified + 10 {
+		last, _, _ = a.IssueToken(Person{Name: fmt.Sprintf("user-%d", i), Source: SourceToken})
+		if _, ok, err := a.Authenticate(bearer(last)); !ok || err != nil {
+			t.Fatalf("token %d: %v %v", i, ok, err)
+		}
+	}
+	a.hub.mu.Lock()
+	n = len(a.hub.verified)
+	_, newest := a.hub.verified[sha256.Sum256([]byte(last))]
+	a.hub.mu.Unlock()
+	if n > maxVerified || !newest {
+		t.Errorf("%d tokens remembered (the newest among them: %v), want at most %d", n, newest, maxVerified)
+	}
+}
+
+// BenchmarkHubToken compares checking a token's signature with finding it
+// among those already checked.
+func BenchmarkHubToken(b *testing.B) {
+	a := newAuth(b, Config{TTL: time.Hour})
+	tok, _, err := a.IssueToken(Person{Name: "alice", Groups: []string{"dev"}, Source: SourceToken})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("check", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := a.hub.check(tok, time.Now()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	if _, ok, err := a.Authenticate(bearer(tok)); !ok || err != nil {
+		b.Fatal(err)
+	}
+	r := bearer(tok)
+	b.Run("remembered", func(b *testing.B) {
+		for b.Loop() {
+			if _, ok, err := a.Authenticate(r); !ok || err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 func TestHubTokenRefused(t *testing.T) {
