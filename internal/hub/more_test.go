@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/pki"
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
 func TestUnreachableAPIServerSaysWhy(t *testing.T) {
@@ -146,7 +148,8 @@ func TestCertReloader(t *testing.T) {
 		writeFile(t, keyFile, k)
 	}
 	write("first")
-	r, err := newCertReloader(certFile, keyFile)
+	logs := &syncbuf.Buffer{}
+	r, err := newCertReloader(certFile, keyFile, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,6 +168,9 @@ func TestCertReloader(t *testing.T) {
 	if got := leafCN(); got != "second" {
 		t.Fatalf("after the files changed it serves %q, want the new certificate", got)
 	}
+	if !strings.Contains(logs.String(), "The hub serves its renewed TLS certificate, valid until") {
+		t.Errorf("the renewal wasn't logged:\n%s", logs)
+	}
 	writeFile(t, certFile, []byte("garbage"))
 	os.Chtimes(certFile, time.Now().Add(time.Minute), time.Now().Add(time.Minute))
 	r.mu.Lock()
@@ -173,7 +179,15 @@ func TestCertReloader(t *testing.T) {
 	if got := leafCN(); got != "second" {
 		t.Fatalf("after a bad write it serves %q, want the last good certificate", got)
 	}
-	if _, err := newCertReloader(certFile, keyFile); err == nil || !strings.Contains(err.Error(), "TETHER_TLS_CERT_FILE and TETHER_TLS_KEY_FILE must be a PEM certificate and its key") {
+	// The failure is logged once, not at every look at the files.
+	r.mu.Lock()
+	r.checked = time.Time{}
+	r.mu.Unlock()
+	leafCN()
+	if n := strings.Count(logs.String(), "The TLS certificate files changed but can't be used"); n != 1 {
+		t.Errorf("the failure was logged %d times, want once:\n%s", n, logs)
+	}
+	if _, err := newCertReloader(certFile, keyFile, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "TETHER_TLS_CERT_FILE and TETHER_TLS_KEY_FILE must be a PEM certificate and its key") {
 		t.Errorf("a bad pair at start: %v", err)
 	}
 }

@@ -97,7 +97,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	srv := publicServer(h.Handler(), log, readHeaderTimeout)
 	scheme := "http"
 	if opts.TLSCertFile != "" {
-		certs, err := newCertReloader(opts.TLSCertFile, opts.TLSKeyFile)
+		certs, err := newCertReloader(opts.TLSCertFile, opts.TLSKeyFile, log)
 		if err != nil {
 			ln.Close()
 			return err
@@ -237,15 +237,17 @@ func urlString(o Options) string {
 // when they change, so a renewed certificate needs no restart.
 type certReloader struct {
 	certFile, keyFile string
+	log               *slog.Logger
 
 	mu      sync.Mutex // guards the following
 	cert    *tls.Certificate
-	modTime time.Time
+	modTime time.Time // of the files the certificate came from
+	failed  time.Time // of the files that last failed to load, once logged
 	checked time.Time
 }
 
-func newCertReloader(certFile, keyFile string) (*certReloader, error) {
-	r := &certReloader{certFile: certFile, keyFile: keyFile}
+func newCertReloader(certFile, keyFile string, log *slog.Logger) (*certReloader, error) {
+	r := &certReloader{certFile: certFile, keyFile: keyFile, log: log}
 	if err := r.load(); err != nil {
 		return nil, err
 	}
@@ -278,8 +280,17 @@ func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	// Look at the files at most once a second, not on every handshake.
 	if time.Since(r.checked) > time.Second {
 		r.checked = time.Now()
-		if !r.newestModTime().Equal(r.modTime) {
-			r.load() // on error, keep serving the certificate we have
+		if mt := r.newestModTime(); !mt.Equal(r.modTime) {
+			// On error, keep serving the certificate we have, and say so
+			// once for these files: they may be halfway through a renewal.
+			if err := r.load(); err != nil {
+				if !mt.Equal(r.failed) {
+					r.failed = mt
+					r.log.Warn("The TLS certificate files changed but can't be used; the hub goes on serving its certificate until they can", "err", err)
+				}
+			} else {
+				r.log.Info(fmt.Sprintf("The hub serves its renewed TLS certificate, valid until %s", r.cert.Leaf.NotAfter.UTC().Format(time.RFC3339)))
+			}
 		}
 	}
 	return r.cert, nil
