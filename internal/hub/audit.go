@@ -13,19 +13,19 @@ import (
 
 // auditRecord is one line of the audit log (SPEC section 3).
 type auditRecord struct {
-	Time       time.Time `json:"time"`
-	Person     string    `json:"person,omitempty"`
-	Groups     []string  `json:"groups,omitempty"`
-	Source     string    `json:"source,omitempty"`
-	Cluster    string    `json:"cluster"`
-	Verb       string    `json:"verb"`
-	Method     string    `json:"method"`
-	Path       string    `json:"path"`
-	Status     int       `json:"status"`
-	DurationMS float64   `json:"durationMs"`
-	Bytes      int64     `json:"bytes"`
-	RequestID  string    `json:"requestId"`
-	Remote     string    `json:"remote"`
+	Time      time.Time `json:"time"`
+	Person    string    `json:"person,omitempty"`
+	Groups    []string  `json:"groups,omitempty"`
+	Source    string    `json:"source,omitempty"`
+	Cluster   string    `json:"cluster"`
+	Verb      string    `json:"verb"`
+	Method    string    `json:"method"`
+	Path      string    `json:"path"`
+	Status    int       `json:"status"`
+	Duration  float64   `json:"duration"` // seconds
+	Bytes     int64     `json:"bytes"`
+	RequestID string    `json:"requestId"`
+	Remote    string    `json:"remote"`
 }
 
 // audit writes one line for a request to a cluster, and counts it.
@@ -45,19 +45,19 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 	}
 	path := strings.TrimPrefix(r.URL.Path, h.clusterPrefix(cluster))
 	line, err := json.Marshal(auditRecord{
-		Time:       start.UTC(),
-		Person:     rt.person.Name,
-		Groups:     rt.person.Groups,
-		Source:     rt.person.Source,
-		Cluster:    cluster,
-		Verb:       verb(r.Method, path, r.URL.Query().Get("watch")),
-		Method:     r.Method,
-		Path:       path,
-		Status:     w.status,
-		DurationMS: float64(d.Microseconds()) / 1000,
-		Bytes:      w.bytes + w.hijacked.Load(),
-		RequestID:  rt.id,
-		Remote:     r.RemoteAddr,
+		Time:      start.UTC(),
+		Person:    rt.person.Name,
+		Groups:    rt.person.Groups,
+		Source:    rt.person.Source,
+		Cluster:   cluster,
+		Verb:      verb(r.Method, path, r.URL.Query().Get("watch")),
+		Method:    r.Method,
+		Path:      path,
+		Status:    w.status,
+		Duration:  d.Seconds(),
+		Bytes:     w.bytes + w.hijacked.Load(),
+		RequestID: rt.id,
+		Remote:    r.RemoteAddr,
 	})
 	if err != nil {
 		return

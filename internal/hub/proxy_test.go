@@ -129,8 +129,16 @@ func TestProxyImpersonatesAndStripsCredentials(t *testing.T) {
 	if err := json.Unmarshal(bytes.TrimSpace([]byte(lastLine(audit.String()))), &rec); err != nil {
 		t.Fatalf("audit line: %v", err)
 	}
-	if rec.Person != "alice" || rec.Cluster != "open" || rec.Verb != "list" || rec.Status != 200 || rec.RequestID != hd.Get(RequestIDHeader) || rec.Bytes == 0 {
+	if rec.Person != "alice" || rec.Cluster != "open" || rec.Verb != "list" || rec.Status != 200 || rec.RequestID != hd.Get(RequestIDHeader) || rec.Bytes == 0 || rec.Duration <= 0 {
 		t.Errorf("audit: %+v", rec)
+	}
+	// The fields SPEC names, under these keys.
+	var keys map[string]any
+	json.Unmarshal([]byte(lastLine(audit.String())), &keys)
+	for _, k := range []string{"time", "person", "groups", "cluster", "verb", "path", "status", "duration", "bytes", "requestId"} {
+		if _, ok := keys[k]; !ok {
+			t.Errorf("the audit line has no %q: %s", k, lastLine(audit.String()))
+		}
 	}
 }
 
