@@ -140,7 +140,13 @@ func (h *Hub) serveClusterJSON(w http.ResponseWriter, r *http.Request) {
 
 // serveEvents streams changes as Server-Sent Events: first every cluster
 // the person may see, then each one again when it changes (a "cluster"
-// event), until the client goes away.
+// event), until the client goes away. A cluster the stream has shown that
+// the person may no longer see (it left the agents list, or its groups no
+// longer take them in) gets a "removed" event with its name.
+//
+// Only a cluster this stream has shown can be removed: a person must not
+// learn the name of a cluster they never could see, so the stream keeps
+// the set of names it has sent (10,000 names take about 270 KB).
 func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	p, ok := h.person(w, r)
 	if !ok {
@@ -153,15 +159,41 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	sub := h.events.subscribe()
 	defer h.events.unsubscribe(sub)
 
+	shown := map[string]struct{}{}
 	send := func(c ClusterJSON) error {
+		shown[c.Name] = struct{}{}
 		b, _ := json.Marshal(c)
-		if _, err := fmt.Fprintf(w, "event: cluster\ndata: %s\n\n", b); err != nil {
-			return err
+		_, err := fmt.Fprintf(w, "event: cluster\ndata: %s\n\n", b)
+		return err
+	}
+	remove := func(name string) error {
+		if _, ok := shown[name]; !ok {
+			return nil
 		}
-		return nil
+		delete(shown, name)
+		b, _ := json.Marshal(RemovedJSON{Name: name})
+		_, err := fmt.Fprintf(w, "event: removed\ndata: %s\n\n", b)
+		return err
 	}
 	sendAll := func() error {
-		for _, c := range h.visibleClusters(p) {
+		visible := h.visibleClusters(p)
+		now := make(map[string]struct{}, len(visible))
+		for _, c := range visible {
+			now[c.Name] = struct{}{}
+		}
+		var gone []string
+		for n := range shown {
+			if _, ok := now[n]; !ok {
+				gone = append(gone, n)
+			}
+		}
+		sort.Strings(gone)
+		for _, n := range gone {
+			if err := remove(n); err != nil {
+				return err
+			}
+		}
+		for _, c := range visible {
 			if err := send(c); err != nil {
 				return err
 			}
@@ -191,10 +223,14 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			for _, n := range names {
 				st, known := h.Cluster(n)
+				var err error
 				if _, visible := h.visible(n, p); known && visible {
-					if send(h.clusterJSON(st)) != nil {
-						return
-					}
+					err = send(h.clusterJSON(st))
+				} else {
+					err = remove(n)
+				}
+				if err != nil {
+					return
 				}
 			}
 			if rc.Flush() != nil {
@@ -202,6 +238,12 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+}
+
+// RemovedJSON is the data of a "removed" event: a cluster the stream showed
+// that the person may no longer see.
+type RemovedJSON struct {
+	Name string `json:"name"`
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -288,10 +288,19 @@ func (h *Hub) connected(name string) *agentConn {
 
 // AgentsChanged disconnects the agents that a new agents list removed,
 // whose token it revoked, or whose CA it no longer pins. They connect again
-// and are refused if they should be.
+// and are refused if they should be. It tells the event streams about every
+// cluster added, removed or changed, so open fleet pages show new clusters,
+// new labels and who may see what, and drop clusters that are gone; an
+// entry changed in a way people don't see (a token) is announced too, which
+// costs one event.
 func (h *Hub) AgentsChanged(c fleet.Change) {
 	for _, name := range c.Removed {
 		h.inventory.Forget(name)
+	}
+	for _, names := range [][]string{c.Added, c.Removed, c.Updated} {
+		for _, name := range names {
+			h.events.changed(name)
+		}
 	}
 	for _, name := range slices.Concat(c.Removed, c.TokensRevoked, h.caUnpinned(c.Updated)) {
 		if conn := h.connected(name); conn != nil {
