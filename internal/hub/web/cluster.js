@@ -322,4 +322,9 @@
     renderCluster(c);
     if (changed) schedule();
   });
+  // The cluster left the agents list, or this person may no longer see it:
+  // loading it again gets the hub's own words for that.
+  events.addEventListener("removed", e => {
+    if (JSON.parse(e.data).name === name) schedule();
+  });
 })();

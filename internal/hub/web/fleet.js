@@ -1,5 +1,6 @@
-// The fleet page: cards rendered by the hub, kept live from /api/events,
-// filtered by labels as the person types.
+// The fleet page: cards rendered by the hub, kept live from /api/events
+// (a card added or updated for each "cluster" event, taken away for each
+// "removed" one), filtered by labels as the person types.
 "use strict";
 (function () {
   const list = document.getElementById("clusters");
@@ -46,14 +47,50 @@
     renderSummary(card, c.summary);
   }
 
+  function cardOf(name) {
+    return list.querySelector('.card[data-name="' + CSS.escape(name) + '"]');
+  }
+
   function upsert(c) {
-    let card = list.querySelector('.card[data-name="' + CSS.escape(c.name) + '"]');
+    seen.add(c.name);
+    let card = cardOf(c.name);
     if (!card) {
       card = template.content.firstElementChild.cloneNode(true);
       const after = Array.from(list.children).find(el => el.dataset.name > c.name);
       list.insertBefore(card, after || null);
     }
     render(card, c);
+    applyFilter();
+  }
+
+  function remove(name) {
+    seen.add(name);
+    const card = cardOf(name);
+    if (card) card.remove();
+    applyFilter();
+  }
+
+  // A stream that starts (again, after the hub restarted or the network
+  // broke) sends every cluster the person sees, but not those that went
+  // away while no stream was open: their cards are taken away once the
+  // list of clusters says they are gone. A card an event has touched since
+  // the stream opened is the stream's to keep or take away.
+  let seen = new Set();
+  async function dropStale() {
+    seen = new Set();
+    const mark = seen;
+    let r;
+    try {
+      r = await fetch(base + "api/clusters", { headers: { Accept: "application/json" } });
+    } catch (e) {
+      return;
+    }
+    if (!r.ok || mark !== seen) return; // signed out, or another stream opened since
+    const names = new Set((await r.json()).map(c => c.name));
+    if (mark !== seen) return;
+    for (const card of Array.from(list.children)) {
+      if (!names.has(card.dataset.name) && !seen.has(card.dataset.name)) card.remove();
+    }
     applyFilter();
   }
 
@@ -73,5 +110,7 @@
   applyFilter();
 
   const events = new EventSource(base + "api/events");
+  events.addEventListener("open", dropStale);
   events.addEventListener("cluster", e => upsert(JSON.parse(e.data)));
+  events.addEventListener("removed", e => remove(JSON.parse(e.data).name));
 })();

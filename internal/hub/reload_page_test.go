@@ -1,0 +1,84 @@
+package hub
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/testutil/browser"
+)
+
+// TestFleetPageFollowsTheAgentsList changes the agents list file under a
+// fleet page open in a real Chromium: a card appears for a new cluster,
+// follows its labels (and the label filter with them), and goes away when
+// the cluster leaves the list or its groups leave the person out, all
+// without the page being loaded again. A card whose cluster went while the
+// page had no stream goes when the stream is back.
+func TestFleetPageFollowsTheAgentsList(t *testing.T) {
+	h, write := listFileHub(t, listEntry("a", ", labels: {env: dev}")+listEntry("b", ", labels: {env: prod}"))
+	h.cfg.PublicURL = h.url // the browser opens the hub at its test address
+	d := driver{t, browser.New(t)}
+	cards := func() string {
+		t.Helper()
+		return d.eval(`Array.from(document.querySelectorAll('.card')).map(c => c.dataset.name).join(',')`)
+	}
+	// waitPage waits until the cards, those the filter shows, and the
+	// count are as given.
+	waitPage := func(what, all, shown, count string) {
+		t.Helper()
+		d.poll(what, fmt.Sprintf(`Array.from(document.querySelectorAll('.card')).map(c => c.dataset.name).join(',') === %q &&
+			Array.from(document.querySelectorAll('.card')).filter(c => !c.hidden).map(c => c.dataset.name).join(',') === %q &&
+			document.getElementById('count').textContent === %q`, all, shown, count), 5*time.Second)
+	}
+
+	d.do("sign in as alice", chromedp.Navigate(h.url+"/"), chromedp.SendKeys(chromedp.CSS("#token"), aliceToken+"\r"), chromedp.WaitVisible(chromedp.CSS(".card")))
+	if got := cards(); got != "a,b" {
+		t.Fatalf("alice sees cards %q, want a,b", got)
+	}
+	// A page loaded again would lose this.
+	d.eval(`window.sameLoad = "yes"; "ok"`)
+	d.do("filter", chromedp.SendKeys(chromedp.CSS("#filter"), "env=prod"))
+	waitPage("the filter shows b", "a,b", "b", "1 of 2 clusters")
+
+	write(listEntry("a", ", labels: {env: dev}") + listEntry("b", ", labels: {env: prod}") + listEntry("e", ", labels: {env: dev}"))
+	waitPage("e's card comes, hidden by the filter", "a,b,e", "b", "1 of 3 clusters")
+	browser.Screenshot(t, d.ctx, "added")
+
+	write(listEntry("a", ", labels: {env: dev}") + listEntry("b", ", labels: {env: prod}") + listEntry("e", ", labels: {env: prod, team: web}"))
+	waitPage("e's new labels match the filter", "a,b,e", "b,e", "2 of 3 clusters")
+	if got := d.eval(`document.querySelector('.card[data-name="e"] .labels').textContent`); got != "env=prod team=web" {
+		t.Errorf("e's card shows the labels %q", got)
+	}
+	browser.Screenshot(t, d.ctx, "labels")
+
+	write(listEntry("a", ", labels: {env: dev}") + listEntry("b", ", labels: {env: prod}, groups: [ops]") + listEntry("e", ", labels: {env: prod, team: web}"))
+	waitPage("b is ops' alone: alice's card of it goes", "a,e", "e", "1 of 2 clusters")
+
+	write(listEntry("a", ", labels: {env: dev}") + listEntry("b", ", labels: {env: prod}, groups: [ops]"))
+	waitPage("e left the list: its card goes", "a", "", "0 of 1 clusters")
+	browser.Screenshot(t, d.ctx, "removed")
+	d.eval(`const f = document.getElementById('filter'); f.value = ""; f.dispatchEvent(new Event('input')); "cleared"`)
+	waitPage("without a filter, a", "a", "a", "1 of 1 clusters")
+
+	// The page's stream breaks, and a leaves the list while it is down (a
+	// change no stream is told of, as when a hub restarts with a new list):
+	// the stream that comes back takes the card away.
+	h.cfg.Agents.Replace([]fleet.Agent{{Name: "b", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}, Groups: fleet.Groups{Names: []string{"ops"}}}})
+	h.srv.CloseClientConnections()
+	d.poll("a's card goes once the stream is back", `document.querySelectorAll('.card').length === 0 && document.getElementById('count').textContent === "0 of 0 clusters"`, 10*time.Second)
+
+	if got := d.eval(`String(window.sameLoad)`); got != "yes" {
+		t.Errorf("the page was loaded again (window.sameLoad is %q)", got)
+	}
+
+	// A cluster page whose cluster leaves the list says so.
+	write(listEntry("f", ""))
+	d.poll("f's card comes", `document.querySelector('.card[data-name="f"]') !== null`, 5*time.Second)
+	d.do("open f's page", chromedp.Click(chromedp.CSS(`.card[data-name="f"] a.name`)), chromedp.WaitVisible(chromedp.CSS("#history")))
+	write(listEntry("g", ""))
+	d.poll("f's page says f is gone", `!document.getElementById('error').hidden && document.getElementById('error').textContent === 'Tether has no cluster "f".'`, 5*time.Second)
+	browser.Screenshot(t, d.ctx, "cluster-gone")
+}
