@@ -291,8 +291,8 @@ func (h *Hub) connected(name string) *agentConn {
 // and are refused if they should be. It tells the event streams about every
 // cluster added, removed or changed, so open fleet pages show new clusters,
 // new labels and who may see what, and drop clusters that are gone; an
-// entry changed in a way people don't see (a token) is announced too, which
-// costs one event.
+// entry changed in a way people don't see (a token, a pinned CA) is
+// announced too, which costs one event.
 func (h *Hub) AgentsChanged(c fleet.Change) {
 	for _, name := range c.Removed {
 		h.inventory.Forget(name)
