@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Errors Authenticate wraps, so the caller can tell them apart with errors.Is. Each error's text
@@ -59,10 +60,12 @@ func (p Person) String() string { return fmt.Sprintf("%q (%s)", p.Name, p.Source
 type Authenticator struct {
 	cfg   Config
 	log   *slog.Logger
-	users *users       // nil without a users list
-	hub   *hubTokens   // always set
-	oidc  *oidcSource  // nil without an issuer
-	proxy *proxyConfig // nil without an auth proxy
+	users *users     // nil without a users list
+	hub   *hubTokens // always set
+	// verified are the JWTs (hub-issued, OIDC) checked lately.
+	verified verifiedTokens
+	oidc     *oidcSource  // nil without an issuer
+	proxy    *proxyConfig // nil without an auth proxy
 
 	life context.Context // done when Close is called
 	stop context.CancelFunc
@@ -225,7 +228,7 @@ func (a *Authenticator) fromBearer(ctx context.Context, token string) (Person, e
 	if u, ok := a.users.lookup(token); ok {
 		return Person{Name: u.Name, Groups: u.Groups, Source: SourceToken}, nil
 	}
-	if p, ok := a.hub.recall(token); ok {
+	if p, ok := a.verified.recall(token, a.cfg.now()); ok {
 		return p, nil
 	}
 	claims, isJWT := peekJWT(token)
@@ -235,11 +238,20 @@ func (a *Authenticator) fromBearer(ctx context.Context, token string) (Person, e
 		}
 		return Person{}, fmt.Errorf("%w: it is not in the users list, and not a JWT, so not an OIDC ID token or a hub-issued one", ErrUnknownToken)
 	}
-	if claims.Issuer == hubIssuer {
-		return a.hub.verify(token)
-	}
-	if a.oidc == nil {
+	var p Person
+	var until time.Time
+	var err error
+	switch {
+	case claims.Issuer == hubIssuer:
+		p, until, err = a.hub.verify(token)
+	case a.oidc == nil:
 		return Person{}, fmt.Errorf("%w: a JWT issued by %q, but no OIDC issuer is set (%s) and the hub didn't issue it", ErrInvalidToken, short(claims.Issuer), SettingOIDCIssuer)
+	default:
+		p, until, err = a.oidc.verify(ctx, token)
 	}
-	return a.oidc.verify(ctx, token)
+	if err != nil {
+		return Person{}, err
+	}
+	a.verified.remember(token, p, until, a.cfg.now())
+	return p, nil
 }

@@ -4,7 +4,6 @@ import (
 	"crypto"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -13,9 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-jose/go-jose/v4"
@@ -43,25 +40,7 @@ type hubTokens struct {
 	audience string
 	ttl      time.Duration
 	now      func() time.Time
-
-	mu       sync.Mutex                 // guards verified
-	verified map[[32]byte]verifiedToken // by the token's SHA-256
 }
-
-// verifiedToken is a hub-issued token that passed verify: whom it names,
-// and when it stops being valid. kubectl sends the same token with every
-// request, and checking its Ed25519 signature costs about 90 µs on a small
-// machine, so verify remembers the answer. The keys are fixed for the
-// hub's life, so the answer holds until the token expires.
-type verifiedToken struct {
-	p     Person
-	until time.Time // the expiry, leeway included
-}
-
-// maxVerified bounds the tokens remembered: far more than the people who
-// use a hub within a token's life. Past it, expired ones are dropped, then
-// any.
-const maxVerified = 4096
 
 type hubClaims struct {
 	Groups []string `json:"groups,omitempty"`
@@ -180,55 +159,15 @@ func (h *hubTokens) issue(p Person) (string, time.Time, error) {
 	return raw, exp.Time(), nil
 }
 
-// verify checks a token whose (unverified) issuer is the hub's, or finds
-// it among those it checked before.
-func (h *hubTokens) verify(raw string) (Person, error) {
-	if p, ok := h.recall(raw); ok {
-		return p, nil
-	}
-	now := h.now()
-	p, exp, err := h.check(raw, now)
+// verify checks a token whose (unverified) issuer is the hub's, and says
+// until when the answer holds: its expiry, with the leeway. The keys are
+// fixed for the hub's life, so nothing else can change it.
+func (h *hubTokens) verify(raw string) (Person, time.Time, error) {
+	p, exp, err := h.check(raw, h.now())
 	if err != nil {
-		return Person{}, err
+		return Person{}, time.Time{}, err
 	}
-	h.remember(sha256.Sum256([]byte(raw)), verifiedToken{p: p, until: exp.Add(hubLeeway)}, now)
-	return p, nil
-}
-
-// recall returns whom raw names if verify passed it before and it hasn't
-// expired since.
-func (h *hubTokens) recall(raw string) (Person, bool) {
-	key := sha256.Sum256([]byte(raw))
-	h.mu.Lock()
-	v, ok := h.verified[key]
-	h.mu.Unlock()
-	if !ok || h.now().After(v.until) {
-		return Person{}, false
-	}
-	return v.p, true
-}
-
-// remember adds v to the verified tokens.
-func (h *hubTokens) remember(key [32]byte, v verifiedToken, now time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.verified == nil {
-		h.verified = make(map[[32]byte]verifiedToken)
-	}
-	if len(h.verified) >= maxVerified {
-		for k, old := range h.verified {
-			if now.After(old.until) {
-				delete(h.verified, k)
-			}
-		}
-		for k := range h.verified {
-			if len(h.verified) < maxVerified {
-				break
-			}
-			delete(h.verified, k)
-		}
-	}
-	h.verified[key] = v
+	return p, exp.Add(hubLeeway), nil
 }
 
 // check verifies raw's signature and claims at now, and returns whom it
@@ -262,9 +201,7 @@ func (h *hubTokens) check(raw string, now time.Time) (Person, time.Time, error) 
 	case err != nil:
 		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token for %q: %v", ErrInvalidToken, std.Subject, err)
 	}
-	// Clipped, so that a caller's append can't write into what later
-	// requests with the same token get.
-	return Person{Name: std.Subject, Groups: slices.Clip(extra.Groups), Source: SourceHub}, std.Expiry.Time(), nil
+	return Person{Name: std.Subject, Groups: extra.Groups, Source: SourceHub}, std.Expiry.Time(), nil
 }
 
 // peekJWT reports whether token looks like a compact JWT (three base64url parts, the middle one

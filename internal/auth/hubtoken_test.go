@@ -152,9 +152,9 @@ func TestHubTokenVerifiedOnce(t *testing.T) {
 		// next request with the token gets.
 		_ = append(p.Groups, "tether:admin")
 	}
-	a.hub.mu.Lock()
-	n := len(a.hub.verified)
-	a.hub.mu.Unlock()
+	a.verified.mu.Lock()
+	n := len(a.verified.m)
+	a.verified.mu.Unlock()
 	if n != 1 {
 		t.Errorf("%d tokens remembered after three requests with one, want 1", n)
 	}
@@ -173,10 +173,10 @@ func TestHubTokenVerifiedOnce(t *testing.T) {
 			t.Fatalf("token %d: %v %v", i, ok, err)
 		}
 	}
-	a.hub.mu.Lock()
-	n = len(a.hub.verified)
-	_, newest := a.hub.verified[sha256.Sum256([]byte(last))]
-	a.hub.mu.Unlock()
+	a.verified.mu.Lock()
+	n = len(a.verified.m)
+	_, newest := a.verified.m[sha256.Sum256([]byte(last))]
+	a.verified.mu.Unlock()
 	if n > maxVerified || !newest {
 		t.Errorf("%d tokens remembered (the newest among them: %v), want at most %d", n, newest, maxVerified)
 	}

@@ -168,34 +168,50 @@ func (o *oidcSource) close() {
 	o.closed = true
 }
 
+// oidcRecall is how long a verified ID token is taken without checking it
+// again, at most: the issuer may have dropped the key that signed it.
+const oidcRecall = time.Minute
+
 // verify checks an ID token: signature, issuer, audience and expiry by go-oidc, then the
-// username and groups claims.
-func (o *oidcSource) verify(ctx context.Context, raw string) (Person, error) {
+// username and groups claims. It says until when the answer holds: the token's expiry, or
+// oidcRecall from now if that is sooner.
+func (o *oidcSource) verify(ctx context.Context, raw string) (Person, time.Time, error) {
+	p, exp, err := o.check(ctx, raw)
+	if err != nil {
+		return Person{}, time.Time{}, err
+	}
+	if soon := o.now().Add(oidcRecall); soon.Before(exp) {
+		exp = soon
+	}
+	return p, exp, nil
+}
+
+func (o *oidcSource) check(ctx context.Context, raw string) (Person, time.Time, error) {
 	v, err := o.getVerifier(ctx)
 	if err != nil {
-		return Person{}, err
+		return Person{}, time.Time{}, err
 	}
 	tok, err := v.Verify(ctx, raw)
 	if err != nil {
 		var expired *oidc.TokenExpiredError
 		if errors.As(err, &expired) {
-			return Person{}, fmt.Errorf("%w: an OIDC ID token that expired at %s; sign in again", ErrExpired, expired.Expiry.UTC().Format(time.RFC3339))
+			return Person{}, time.Time{}, fmt.Errorf("%w: an OIDC ID token that expired at %s; sign in again", ErrExpired, expired.Expiry.UTC().Format(time.RFC3339))
 		}
-		return Person{}, fmt.Errorf("%w: an OIDC ID token the hub can't accept: %v", ErrInvalidToken, err)
+		return Person{}, time.Time{}, fmt.Errorf("%w: an OIDC ID token the hub can't accept: %v", ErrInvalidToken, err)
 	}
 	var claims map[string]json.RawMessage
 	if err := tok.Claims(&claims); err != nil {
-		return Person{}, fmt.Errorf("%w: an OIDC ID token whose claims can't be read: %v", ErrInvalidToken, err)
+		return Person{}, time.Time{}, fmt.Errorf("%w: an OIDC ID token whose claims can't be read: %v", ErrInvalidToken, err)
 	}
 	name, err := o.username(claims)
 	if err != nil {
-		return Person{}, err
+		return Person{}, time.Time{}, err
 	}
 	groups, err := o.groups(claims)
 	if err != nil {
-		return Person{}, err
+		return Person{}, time.Time{}, err
 	}
-	return Person{Name: name, Groups: groups, Source: SourceOIDC, Bearer: raw}, nil
+	return Person{Name: name, Groups: groups, Source: SourceOIDC, Bearer: raw}, tok.Expiry, nil
 }
 
 func (o *oidcSource) username(claims map[string]json.RawMessage) (string, error) {

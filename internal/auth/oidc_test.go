@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"crypto/sha256"
 	"errors"
 	"net"
 	"slices"
@@ -141,6 +142,44 @@ func TestOIDCKeyRotation(t *testing.T) {
 	iss.RotateKey(t)
 	if _, ok, err := a.Authenticate(bearer(iss.IDToken(t, verified))); !ok {
 		t.Fatalf("a token signed with the issuer's new key: %v", err)
+	}
+}
+
+// TestOIDCTokenRemembered: an ID token checked once is taken without a new
+// check for a minute at most (the issuer may drop its key), and never past
+// its expiry.
+func TestOIDCTokenRemembered(t *testing.T) {
+	clock := newFakeClock()
+	iss, a := oidcAuth(t, oidctest.Options{Now: clock.Now}, Config{Now: clock.Now})
+	start := clock.Now()
+	long := iss.Sign(t, oidctest.Token{Claims: verified})
+	short := iss.Sign(t, oidctest.Token{Claims: verified, Expiry: start.Add(30 * time.Second)})
+	for _, tok := range []string{long, short} {
+		if p, ok, err := a.Authenticate(bearer(tok)); !ok || err != nil || p.Bearer != tok {
+			t.Fatalf("%+v %v %v", p, ok, err)
+		}
+	}
+	until := func(tok string) time.Time {
+		a.verified.mu.Lock()
+		defer a.verified.mu.Unlock()
+		return a.verified.m[sha256.Sum256([]byte(tok))].until
+	}
+	if got, want := until(long), start.Add(oidcRecall); !got.Equal(want) {
+		t.Errorf("a token valid for an hour is remembered until %s, want %s", got, want)
+	}
+	if got, want := until(short), start.Add(30*time.Second); !got.Equal(want) {
+		t.Errorf("a token valid for 30 s is remembered until %s, want its expiry %s", got, want)
+	}
+	clock.Advance(31 * time.Second)
+	if _, ok, err := a.Authenticate(bearer(short)); ok || !errors.Is(err, ErrExpired) {
+		t.Errorf("the 30 s token, 31 s on: %v %v; want it expired", ok, err)
+	}
+	clock.Advance(30 * time.Second)
+	if _, ok, err := a.Authenticate(bearer(long)); !ok || err != nil {
+		t.Fatalf("the hour token, checked again after a minute: %v %v", ok, err)
+	}
+	if got, want := until(long), clock.Now().Add(oidcRecall); !got.Equal(want) {
+		t.Errorf("after its second check the token is remembered until %s, want %s", got, want)
 	}
 }
 

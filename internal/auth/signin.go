@@ -66,7 +66,7 @@ func (a *Authenticator) OIDCExchange(ctx context.Context, redirectURL, code, ver
 	if raw == "" {
 		return Person{}, fmt.Errorf("%w: the issuer's answer has no id_token", ErrInvalidToken)
 	}
-	p, err := a.oidc.verify(ctx, raw)
+	p, _, err := a.oidc.verify(ctx, raw)
 	if err != nil {
 		return Person{}, err
 	}
