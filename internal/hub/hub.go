@@ -296,6 +296,12 @@ func (h *Hub) connected(name string) *agentConn {
 func (h *Hub) AgentsChanged(c fleet.Change) {
 	for _, name := range c.Removed {
 		h.inventory.Forget(name)
+		h.mu.Lock()
+		if h.agents[name] == nil { // else once its agent has gone (setStatus)
+			delete(h.status, name)
+			delete(h.lastCA, name)
+		}
+		h.mu.Unlock()
 	}
 	for _, names := range [][]string{c.Added, c.Removed, c.Updated} {
 		for _, name := range names {

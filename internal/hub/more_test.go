@@ -46,6 +46,18 @@ func TestRemovedAgentIsDisconnectedAndRefused(t *testing.T) {
 		_, ok := h.Cluster("eu-1")
 		return !ok
 	})
+	// Its status records go too: listed again, it starts afresh.
+	eventually(t, 5*time.Second, "the removed cluster's status history is dropped", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		_, status := h.status["eu-1"]
+		_, ca := h.lastCA["eu-1"]
+		return !status && !ca
+	})
+	h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "eu-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}}, {Name: "us-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}}}))
+	if hist := h.History("eu-1"); len(hist) != 0 {
+		t.Errorf("listed again, eu-1 has the history of before: %v", hist)
+	}
 }
 
 func TestAgentChecksTheHubCertificate(t *testing.T) {

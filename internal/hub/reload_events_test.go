@@ -212,14 +212,13 @@ func TestListReloadReachesEventStreams(t *testing.T) {
 	if got := alice.shown["d"]["team"]; got != "web" {
 		t.Errorf("d's labels as alice got them: %v", alice.shown["d"])
 	}
-	// c's agent is sent away and refused: its status changes once more,
-	// after it left the list.
+	// c's agent is sent away and refused, after c left the list; the hub
+	// then forgets c's status altogether.
 	if err := agentC.wait(t, 5*time.Second); err == nil || !strings.Contains(err.Error(), "it doesn't know this name and token.") {
 		t.Fatalf("c's agent: Run = %v, want a refusal once the list dropped it", err)
 	}
-	eventually(t, 5*time.Second, "c's last status is recorded", func() bool {
-		hist := h.History("c")
-		return len(hist) > 0 && hist[0].Status == Unreachable+": "+MessageNotConnected
+	eventually(t, 5*time.Second, "c's agent gone and its status forgotten", func() bool {
+		return h.connected("c") == nil && len(h.History("c")) == 0
 	})
 
 	// One more change everyone sees: whatever the streams were to say of

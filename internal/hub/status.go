@@ -131,7 +131,17 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 	if r.ready {
 		next = ClusterStatus{Name: name, Status: Ready, KubernetesVersion: r.version, AgentVersion: agentVersion}
 	}
+	_, listed := h.cfg.Agents.Lookup(name)
 	h.mu.Lock()
+	if !listed && h.agents[name] == nil {
+		// Gone from the agents list: forget it, so status records don't
+		// pile up as clusters come and go, and a name listed again starts
+		// afresh.
+		delete(h.status, name)
+		delete(h.lastCA, name)
+		h.mu.Unlock()
+		return
+	}
 	prev, had := h.status[name]
 	cur := &clusterStatus{ClusterStatus: next}
 	if had {
