@@ -24,7 +24,7 @@ type verifiedToken struct {
 
 // maxVerified bounds the tokens remembered: far more than the people who
 // use a hub within a token's life. Past it, expired ones are dropped, then
-// any.
+// any, down to seven eighths.
 const maxVerified = 4096
 
 // recall returns whom raw names if it was verified and still holds at now.
@@ -56,8 +56,10 @@ func (v *verifiedTokens) remember(raw string, p Person, until, now time.Time) {
 				delete(v.m, k)
 			}
 		}
+		// Still full of live tokens: make room for a while, not for one,
+		// so a flood of new tokens doesn't walk the map at each.
 		for k := range v.m {
-			if len(v.m) < maxVerified {
+			if len(v.m) < maxVerified*7/8 {
 				break
 			}
 			delete(v.m, k)
