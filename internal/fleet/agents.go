@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -230,6 +231,12 @@ type Change struct {
 
 // Empty reports whether nothing changed.
 func (c Change) Empty() bool { return len(c.Added)+len(c.Removed)+len(c.Updated) == 0 }
+
+// HasList reports whether TETHER_FLEET_AGENTS or TETHER_FLEET_AGENTS_FILE
+// is set: whether the hub has an agents list of its own, beside Extra.
+func (c Config) HasList() bool {
+	return strings.TrimSpace(c.Agents) != "" || strings.TrimSpace(c.AgentsFile) != ""
+}
 
 // Agents holds the current agents list; it is safe for concurrent use. A nil *Agents is a hub
 // without an agents list: it knows no agent (the hub answers agents 403 then, not 401).

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -45,7 +44,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	}
 	// Entries of TETHER_FLEET_CLUSTERS alone don't make an agents list:
 	// the hub's own agents connect, and every other agent is refused.
-	listed := strings.TrimSpace(fleetCfg.Agents) != "" || strings.TrimSpace(fleetCfg.AgentsFile) != ""
+	listed := fleetCfg.HasList()
 	if !listed {
 		log.Warn("No agents list (TETHER_FLEET_AGENTS or TETHER_FLEET_AGENTS_FILE): this hub refuses every agent")
 	}
