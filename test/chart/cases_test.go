@@ -141,6 +141,7 @@ hub:
   shutdownGraceSeconds: 60
 fleet:
   agentsSecret: tether-agents
+  clustersSecret: tether-clusters
 service:
   type: LoadBalancer
   annotations: {example.com/lb: internal}

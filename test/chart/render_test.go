@@ -220,6 +220,17 @@ func TestHubDeployment(t *testing.T) {
 			t.Errorf("%s's volume %s, want Secret %s", setting, js(v), volume)
 		}
 	}
+	// The clusters the hub reaches itself: the list from the Secret's
+	// clusters.yaml, and its files in a directory the entries can name.
+	if e := ctr.envVar("TETHER_FLEET_CLUSTERS"); e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil ||
+		e.ValueFrom.SecretKeyRef.Name != "tether-clusters" || e.ValueFrom.SecretKeyRef.Key != "clusters.yaml" {
+		t.Errorf("TETHER_FLEET_CLUSTERS %s, want the key clusters.yaml of Secret tether-clusters", js(e))
+	}
+	if m := mountOf(ctr, "/etc/tether/clusters/staging-ca.crt"); m == nil || m.SubPath != "" {
+		t.Errorf("/etc/tether/clusters is mounted as %s, want the whole Secret as a directory", js(m))
+	} else if v := pod.volume(m.Name); v == nil || v.Secret == nil || v.Secret.SecretName != "tether-clusters" {
+		t.Errorf("the clusters' volume %s, want Secret tether-clusters", js(v))
+	}
 	for k, want := range map[string]string{
 		"TETHER_PUBLIC_URL":               "https://tether.example.com/tether",
 		"TETHER_BASE_PATH":                "/tether",
