@@ -65,18 +65,7 @@ func TestClusterTheHubReaches(t *testing.T) {
 			"- {name: bob, token: " + strings.Repeat("b", 32) + ", groups: [dev]}\n",
 	}
 	opts := optionsOn(t, settings)
-	opts.AuditFile = filepath.Join(t.TempDir(), "audit")
-	logs := &syncbuf.Buffer{}
-	log, _ := logging.New("text", logs, slog.LevelInfo)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, opts, log, nil) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
+	logs := serve(t, opts)
 	base := "https://" + opts.Listener.Addr().String()
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: hubCA.Pool()}, ForceAttemptHTTP2: true}}
 	defer client.CloseIdleConnections()
@@ -149,18 +138,7 @@ func TestClustersAloneTakeNoAgents(t *testing.T) {
 		"TETHER_METRICS_ADDR": "0",
 		"TETHER_USERS":        "- {name: ann, token: " + strings.Repeat("a", 32) + "}\n",
 	})
-	opts.AuditFile = filepath.Join(t.TempDir(), "audit")
-	logs := &syncbuf.Buffer{}
-	log, _ := logging.New("text", logs, slog.LevelInfo)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, opts, log, nil) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
+	logs := serve(t, opts)
 	base := "http://" + opts.Listener.Addr().String()
 	eventually(t, 10*time.Second, "staging is Ready", func() bool {
 		req, _ := http.NewRequest("GET", base+"/api/clusters/staging", nil)
@@ -210,6 +188,25 @@ func TestClusterTheHubCantRead(t *testing.T) {
 
 // optionsOn reads settings as the hub's environment, and gives the hub a
 // listener of its own on 127.0.0.1.
+// serve runs Serve with opts, its audit in a file, until the test ends, and
+// returns its log.
+func serve(t *testing.T, opts Options) *syncbuf.Buffer {
+	t.Helper()
+	opts.AuditFile = filepath.Join(t.TempDir(), "audit")
+	logs := &syncbuf.Buffer{}
+	log, _ := logging.New("text", logs, slog.LevelInfo)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, opts, log, nil) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return logs
+}
+
 func optionsOn(t *testing.T, settings map[string]string) Options {
 	t.Helper()
 	opts, err := OptionsFromEnv(func(k string) string { return settings[k] }, true)
