@@ -149,7 +149,7 @@ func (h *Hub) reviewAccess(ctx context.Context, cluster string, forwardToken boo
 			req.Header.Add("Impersonate-Group", g)
 		}
 	}
-	resp, err := c.apiTransport(false).RoundTrip(req)
+	resp, err := c.roundTrip(req)
 	if err != nil {
 		return false, err
 	}

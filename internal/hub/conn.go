@@ -74,8 +74,10 @@ type agentConn struct {
 	// "Connection: close, Upgrade", which the API server takes for no
 	// upgrade.) Made on first use too.
 	upgrades *http.Transport
-	pingSeq  uint64 // the last ping sent, and when, for the round-trip metric
-	pingAt   time.Time
+	// client sends the requests that may be sent twice (decision 016).
+	client  *apiClient
+	pingSeq uint64 // the last ping sent, and when, for the round-trip metric
+	pingAt  time.Time
 
 	closeOnce sync.Once
 	done      chan struct{} // closed when the connection is ending
@@ -418,7 +420,30 @@ func (c *countingConn) Close() error {
 	return err
 }
 
-// apiTransport is the transport for requests to the cluster's API server:
+// roundTrip sends a request to the cluster's API server, through the hub's
+// own client if it may (replayable), else through net/http's transport.
+func (c *agentConn) roundTrip(r *http.Request) (*http.Response, error) {
+	if replayable(r) {
+		return c.apiClient().RoundTrip(r)
+	}
+	return c.apiTransport(r.Header.Get("Upgrade") != "").RoundTrip(r)
+}
+
+// apiClient is the client for replayable requests, made on first use.
+func (c *agentConn) apiClient() *apiClient {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.client == nil {
+		tlsConfig := c.apiTLSConfig()
+		c.client = &apiClient{
+			dial:        func(ctx context.Context) (*tls.Conn, error) { return c.dialAPI(ctx, tlsConfig) },
+			idleTimeout: c.hub.cfg.IdleTimeout,
+		}
+	}
+	return c.client
+}
+
+// apiTransport is the transport for the requests apiClient doesn't send:
 // upgrades for upgrade requests, transport for the rest. Each is made on
 // first use.
 func (c *agentConn) apiTransport(upgrade bool) *http.Transport {
@@ -437,11 +462,14 @@ func (c *agentConn) apiTransport(upgrade bool) *http.Transport {
 	return c.transport
 }
 
-// closeIdleConnections closes the connections the transports keep.
+// closeIdleConnections closes the connections the clients keep.
 func (c *agentConn) closeIdleConnections() {
 	c.mu.Lock()
-	t, u := c.transport, c.upgrades
+	t, u, client := c.transport, c.upgrades, c.client
 	c.mu.Unlock()
+	if client != nil {
+		client.close()
+	}
 	for _, t := range []*http.Transport{t, u} {
 		if t != nil {
 			t.CloseIdleConnections()
@@ -450,35 +478,14 @@ func (c *agentConn) closeIdleConnections() {
 }
 
 // newTransport makes the HTTP transport to the cluster's API server: each
-// connection is a stream through the tunnel with TLS inside it, checked
-// against the CA the agent sent, as kubernetes.default.svc. The agent only
-// ever sees ciphertext.
+// connection is a stream through the tunnel with TLS inside it (dialAPI).
 func (c *agentConn) newTransport() *http.Transport {
-	roots := x509.NewCertPool()
-	for _, der := range c.ca {
-		if cert, err := x509.ParseCertificate(der); err == nil { // parsed once already
-			roots.AddCert(cert)
-		}
-	}
-	serverName := APIServerName
-	if n, ok := c.hub.cfg.ServerNames[c.name]; ok {
-		serverName = n
-	}
-	tlsConfig := &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}
+	tlsConfig := c.apiTLSConfig()
 	return &http.Transport{
 		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			st, err := c.dial(ctx)
-			if err != nil {
-				return nil, err
-			}
-			tc := tls.Client(st, tlsConfig)
-			if err := tc.HandshakeContext(ctx); err != nil {
-				st.Close()
-				return nil, fmt.Errorf("TLS with the API server: %w", err)
-			}
-			return tc, nil
+			return c.dialAPI(ctx, tlsConfig)
 		},
-		MaxIdleConnsPerHost: 32,
+		MaxIdleConnsPerHost: maxIdleAPIConns,
 		IdleConnTimeout:     c.hub.cfg.IdleTimeout,
 		// Pass the client's Accept-Encoding through as it is. Otherwise a
 		// client that asks for no compression gets the API server's gzip
@@ -489,6 +496,42 @@ func (c *agentConn) newTransport() *http.Transport {
 		// Redirects are never followed: the transport doesn't, and callers
 		// use no http.Client that would.
 	}
+}
+
+// maxIdleAPIConns is how many idle connections to its API server the hub
+// keeps per cluster, in each pool.
+const maxIdleAPIConns = 32
+
+// apiTLSConfig is the TLS the hub speaks to the cluster's API server: checked
+// against the CA the agent sent, as kubernetes.default.svc (or the host of a
+// cluster the hub reaches itself), HTTP/1.1.
+func (c *agentConn) apiTLSConfig() *tls.Config {
+	roots := x509.NewCertPool()
+	for _, der := range c.ca {
+		if cert, err := x509.ParseCertificate(der); err == nil { // parsed once already
+			roots.AddCert(cert)
+		}
+	}
+	serverName := APIServerName
+	if n, ok := c.hub.cfg.ServerNames[c.name]; ok {
+		serverName = n
+	}
+	return &tls.Config{RootCAs: roots, ServerName: serverName, MinVersion: tls.VersionTLS12}
+}
+
+// dialAPI opens a connection to the cluster's API server: a stream through
+// the tunnel, with TLS inside it. The agent only ever sees ciphertext.
+func (c *agentConn) dialAPI(ctx context.Context, tlsConfig *tls.Config) (*tls.Conn, error) {
+	st, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tc := tls.Client(st, tlsConfig)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("TLS with the API server: %w", err)
+	}
+	return tc, nil
 }
 
 // parseCA returns the DER of the certificates in data's PEM blocks that

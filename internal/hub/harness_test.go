@@ -41,6 +41,7 @@ type fakeCluster struct {
 	mu     sync.Mutex
 	tokens []string       // the bearer tokens of requests, in order
 	paths  map[string]int // requests per path
+	conns  map[string]int // requests per path and client address (connection)
 	gate   chan struct{}  // /stream waits on it between its events
 }
 
@@ -63,7 +64,7 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fc := &fakeCluster{ca: ca, saDir: t.TempDir(), paths: map[string]int{}, gate: make(chan struct{})}
+	fc := &fakeCluster{ca: ca, saDir: t.TempDir(), paths: map[string]int{}, conns: map[string]int{}, gate: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)
@@ -135,6 +136,7 @@ func (fc *fakeCluster) note(r *http.Request) {
 	defer fc.mu.Unlock()
 	fc.tokens = append(fc.tokens, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
 	fc.paths[r.URL.Path]++
+	fc.conns[r.URL.Path+" from "+r.RemoteAddr]++
 }
 
 func (fc *fakeCluster) lastToken() string {

@@ -176,7 +176,7 @@ type clusterTransport struct{}
 
 func (clusterTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	rt := r.Context().Value(clusterKey{}).(route)
-	return rt.conn.apiTransport(r.Header.Get("Upgrade") != "").RoundTrip(r)
+	return rt.conn.roundTrip(r)
 }
 
 // closeFailedUpgrades closes the client's connection after an upgrade the

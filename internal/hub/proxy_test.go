@@ -3,8 +3,10 @@ package hub
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -221,6 +223,45 @@ func TestProxyStreamsWithoutBuffering(t *testing.T) {
 	if err != nil || line != "event 2\n" {
 		t.Fatalf("second event: %q, %v", line, err)
 	}
+}
+
+func TestProxyKeepsConnectionsToTheAPIServer(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	for range 5 {
+		if code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/pods", aliceToken, nil); code != 200 {
+			t.Fatalf("GET: %d %s", code, body)
+		}
+	}
+	fc.mu.Lock()
+	conns := maps.Clone(fc.conns)
+	fc.mu.Unlock()
+	maps.DeleteFunc(conns, func(k string, _ int) bool { return !strings.HasPrefix(k, "/api/v1/pods ") })
+	if len(conns) != 1 {
+		t.Errorf("five GETs one after another came on %d connections (%v), want 1", len(conns), conns)
+	}
+	if got := h.streamsOpen(); got != 1 {
+		t.Errorf("%v streams open, want 1: the kept connection", got)
+	}
+
+	// A watch the client leaves closes its connection and stream.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", h.url+"/clusters/open/stream?watch=true", nil)
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if line, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil || line != "event 1\n" {
+		t.Fatalf("first event: %q, %v", line, err)
+	}
+	if got := h.streamsOpen(); got != 1 {
+		t.Errorf("%v streams open during the watch, want 1: the kept connection's", got)
+	}
+	cancel()
+	eventually(t, 5*time.Second, "the watch's connection and stream close", func() bool { return h.streamsOpen() == 0 })
 }
 
 func TestFailedUpgradeClosesTheConnection(t *testing.T) {

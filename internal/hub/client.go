@@ -1,0 +1,263 @@
+package hub
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// apiClient sends the requests that may be sent twice (GET, HEAD and
+// OPTIONS, with no body) to a cluster's API server over HTTP/1.1, in the
+// caller's goroutine: it writes the request and reads the answer itself.
+// net/http's transport hands each request to a write loop and each answer
+// back from a read loop, two goroutine wakes that cost about 0.1 ms per
+// request here (docs/decisions/016-the-hubs-own-http-client.md). Requests
+// with a body, and upgrades, go through net/http's transport, which writes a
+// body while it reads an early answer.
+//
+// Connections are kept for reuse as net/http keeps them: at most
+// maxIdleAPIConns idle, each closed after idleTimeout unused. A request on a
+// kept connection that the API server had closed (it read nothing of the
+// answer) is sent again on another.
+type apiClient struct {
+	dial        func(context.Context) (*tls.Conn, error)
+	idleTimeout time.Duration // 0: kept until closed
+
+	mu     sync.Mutex
+	idle   []*apiConn // the most recently used last
+	closed bool
+}
+
+// apiConn is one connection to the API server; in the client's idle list
+// or in one request's hands.
+type apiConn struct {
+	client *apiClient
+	tc     *tls.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	read   int64       // bytes read through br, to tell whether an answer began
+	timer  *time.Timer // closes it after idleTimeout in the idle list
+}
+
+func (pc *apiConn) Read(p []byte) (int, error) {
+	n, err := pc.tc.Read(p)
+	pc.read += int64(n)
+	return n, err
+}
+
+// replayable says whether a request may go through apiClient: one that can
+// be sent again if a kept connection turns out closed, as net/http's
+// transport judges it.
+func replayable(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+	default:
+		return false
+	}
+	return (r.Body == nil || r.Body == http.NoBody) && r.Header.Get("Upgrade") == ""
+}
+
+// RoundTrip sends req, which must be replayable, and returns the answer.
+// The answer's body holds the connection until it is read to its end or
+// closed; req's context ending closes the connection.
+func (c *apiClient) RoundTrip(req *http.Request) (*http.Response, error) {
+	for {
+		pc, reused, err := c.get(req.Context())
+		if err != nil {
+			return nil, err
+		}
+		before := pc.read
+		resp, err := pc.roundTrip(req)
+		if err == nil {
+			return resp, nil
+		}
+		pc.tc.Close()
+		if ctxErr := req.Context().Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		if !reused || pc.read != before {
+			return nil, err
+		}
+		// A kept connection the API server (or the agent) had closed:
+		// nothing of an answer came, so the request is sent again.
+	}
+}
+
+// get takes the most recently used idle connection, or makes one.
+func (c *apiClient) get(ctx context.Context) (pc *apiConn, reused bool, err error) {
+	c.mu.Lock()
+	if n := len(c.idle); n > 0 {
+		pc = c.idle[n-1]
+		c.idle[n-1] = nil
+		c.idle = c.idle[:n-1]
+		if pc.timer != nil {
+			pc.timer.Stop()
+		}
+		c.mu.Unlock()
+		return pc, true, nil
+	}
+	c.mu.Unlock()
+	tc, err := c.dial(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	pc = &apiConn{client: c, tc: tc}
+	pc.br = bufio.NewReaderSize(pc, 4<<10)
+	pc.bw = bufio.NewWriterSize(tc, 4<<10)
+	return pc, false, nil
+}
+
+// put keeps pc for the next request, or closes it if the client keeps
+// enough or is closed.
+func (c *apiClient) put(pc *apiConn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || len(c.idle) >= maxIdleAPIConns {
+		pc.tc.Close()
+		return
+	}
+	if c.idleTimeout > 0 {
+		if pc.timer == nil {
+			pc.timer = time.AfterFunc(c.idleTimeout, func() { c.expire(pc) })
+		} else {
+			pc.timer.Reset(c.idleTimeout)
+		}
+	}
+	c.idle = append(c.idle, pc)
+}
+
+// expire closes pc if it is still idle.
+func (c *apiClient) expire(pc *apiConn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, idle := range c.idle {
+		if idle == pc {
+			c.idle = append(c.idle[:i], c.idle[i+1:]...)
+			pc.tc.Close()
+			return
+		}
+	}
+}
+
+// close closes the idle connections and keeps none from now on. Requests
+// in flight go on.
+func (c *apiClient) close() {
+	c.mu.Lock()
+	idle := c.idle
+	c.idle, c.closed = nil, true
+	c.mu.Unlock()
+	for _, pc := range idle {
+		if pc.timer != nil {
+			pc.timer.Stop()
+		}
+		pc.tc.Close()
+	}
+}
+
+// errSwitched is an answer switching protocols to a request that asked for
+// no upgrade.
+var errSwitched = errors.New("the API server switched protocols unasked")
+
+// roundTrip writes req on pc and reads the answer's head. The caller closes
+// pc if it fails.
+func (pc *apiConn) roundTrip(req *http.Request) (*http.Response, error) {
+	stop := context.AfterFunc(req.Context(), func() { pc.tc.Close() })
+	resp, err := pc.exchange(req)
+	if err != nil {
+		stop()
+		return nil, err
+	}
+	if resp.Body == http.NoBody {
+		// Nothing more to read: the connection is free now.
+		if stop() && !resp.Close {
+			pc.client.put(pc)
+		} else {
+			pc.tc.Close()
+		}
+		return resp, nil
+	}
+	resp.Body = &apiBody{pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close}
+	return resp, nil
+}
+
+func (pc *apiConn) exchange(req *http.Request) (*http.Response, error) {
+	if err := req.Write(pc.bw); err != nil {
+		return nil, err
+	}
+	if err := pc.bw.Flush(); err != nil {
+		return nil, err
+	}
+	trace := httptrace.ContextClientTrace(req.Context())
+	for range maxInformational + 1 {
+		resp, err := http.ReadResponse(pc.br, req)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			return nil, errSwitched
+		case resp.StatusCode < 200:
+			// 103 Early Hints and the like: passed on as net/http's
+			// transport does (the proxy sends them to the client), and the
+			// answer follows.
+			if trace != nil && trace.Got1xxResponse != nil && resp.StatusCode != http.StatusContinue {
+				if err := trace.Got1xxResponse(resp.StatusCode, textproto.MIMEHeader(resp.Header)); err != nil {
+					return nil, err
+				}
+			}
+			continue
+		}
+		return resp, nil
+	}
+	return nil, errTooManyInformational
+}
+
+// maxInformational is how many 1xx answers may come before the answer, as
+// in net/http's transport.
+const maxInformational = 5
+
+var errTooManyInformational = errors.New("too many 1xx informational answers")
+
+// apiBody is an answer's body. Read to its end, it gives its connection
+// back for reuse; closed before that, it closes the connection: the rest of
+// the answer (a watch, say) may never end, so it isn't drained.
+type apiBody struct {
+	pc    *apiConn
+	body  io.ReadCloser
+	stop  func() bool // unregisters the close on the request's end
+	reuse bool
+	done  atomic.Bool
+}
+
+func (b *apiBody) Read(p []byte) (int, error) {
+	n, err := b.body.Read(p)
+	if err != nil {
+		b.finish(err == io.EOF)
+	}
+	return n, err
+}
+
+func (b *apiBody) Close() error {
+	b.finish(false)
+	return nil
+}
+
+func (b *apiBody) finish(atEnd bool) {
+	if b.done.Swap(true) {
+		return
+	}
+	// stop reports false once the request's end has closed the connection.
+	if b.stop() && atEnd && b.reuse && b.pc.br.Buffered() == 0 {
+		b.pc.client.put(b.pc)
+		return
+	}
+	b.pc.tc.Close()
+}

@@ -1,0 +1,337 @@
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// apiServer is a TLS server for apiClient's tests that counts the
+// connections it has open and has had.
+type apiServer struct {
+	srv    *httptest.Server
+	opened atomic.Int64
+	open   atomic.Int64
+	dials  atomic.Int64
+}
+
+func newAPIServer(t *testing.T, handler http.HandlerFunc) *apiServer {
+	t.Helper()
+	s := &apiServer{srv: httptest.NewUnstartedServer(handler)}
+	s.srv.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		switch state {
+		case http.StateNew:
+			s.opened.Add(1)
+			s.open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			s.open.Add(-1)
+		}
+	}
+	s.srv.StartTLS()
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+// client makes an apiClient to s, as the hub makes one to a cluster.
+func (s *apiServer) client(t *testing.T, idleTimeout time.Duration) *apiClient {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AddCert(s.srv.Certificate())
+	cfg := &tls.Config{RootCAs: roots, ServerName: "example.com"}
+	c := &apiClient{idleTimeout: idleTimeout, dial: func(ctx context.Context) (*tls.Conn, error) {
+		s.dials.Add(1)
+		d := tls.Dialer{Config: cfg}
+		conn, err := d.DialContext(ctx, "tcp", s.srv.Listener.Addr().String())
+		if err != nil {
+			return nil, err
+		}
+		return conn.(*tls.Conn), nil
+	}}
+	t.Cleanup(c.close)
+	return c
+}
+
+func (s *apiServer) get(t *testing.T, c *apiClient, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", "https://"+APIServerName+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: reading the body: %v", path, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+func (c *apiClient) idleCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.idle)
+}
+
+func TestReplayable(t *testing.T) {
+	for _, tc := range []struct {
+		method, upgrade string
+		body            io.Reader
+		want            bool
+	}{
+		{method: "GET", want: true},
+		{method: "HEAD", want: true},
+		{method: "OPTIONS", want: true},
+		{method: "GET", upgrade: "SPDY/3.1"},
+		{method: "GET", body: strings.NewReader("x")},
+		{method: "DELETE"},
+		{method: "POST"},
+		{method: "PATCH", body: strings.NewReader("{}")},
+	} {
+		req, _ := http.NewRequest(tc.method, "https://"+APIServerName+"/", tc.body)
+		if tc.upgrade != "" {
+			req.Header.Set("Upgrade", tc.upgrade)
+		}
+		if got := replayable(req); got != tc.want {
+			t.Errorf("%s (upgrade %q, body %v): replayable %v, want %v", tc.method, tc.upgrade, tc.body != nil, got, tc.want)
+		}
+	}
+}
+
+func TestClientReusesAConnection(t *testing.T) {
+	s := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/empty":
+			w.WriteHeader(http.StatusNoContent)
+		case "/chunked":
+			io.WriteString(w, "a")
+			w.(http.Flusher).Flush()
+			io.WriteString(w, "b")
+		default:
+			io.WriteString(w, r.URL.Path)
+		}
+	})
+	c := s.client(t, time.Minute)
+	for _, path := range []string{"/a", "/empty", "/chunked", "/b"} {
+		code, body := s.get(t, c, path)
+		want := map[string]string{"/empty": "", "/chunked": "ab"}[path]
+		if want == "" && path != "/empty" {
+			want = path
+		}
+		if body != want {
+			t.Errorf("GET %s: %d %q, want %q", path, code, body, want)
+		}
+	}
+	req, _ := http.NewRequest("HEAD", "https://"+APIServerName+"/head", nil)
+	resp, err := c.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if got := s.opened.Load(); got != 1 {
+		t.Errorf("%d connections for five requests one after another, want 1", got)
+	}
+	if got := c.idleCount(); got != 1 {
+		t.Errorf("%d idle connections, want 1", got)
+	}
+}
+
+func TestClientKeepsAtMostItsLimit(t *testing.T) {
+	const n = maxIdleAPIConns + 8
+	var arrived sync.WaitGroup
+	arrived.Add(n)
+	s := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
+		arrived.Done()
+		arrived.Wait() // all n at once: n connections
+		io.WriteString(w, "ok")
+	})
+	c := s.client(t, time.Minute)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if code, body := s.get(t, c, "/"); code != 200 || body != "ok" {
+				t.Errorf("GET: %d %q", code, body)
+			}
+		})
+	}
+	wg.Wait()
+	if got := c.idleCount(); got != maxIdleAPIConns {
+		t.Errorf("%d idle connections, want %d", got, maxIdleAPIConns)
+	}
+	eventually(t, 5*time.Second, "the API server sees the connections beyond the limit closed", func() bool {
+		return s.open.Load() == maxIdleAPIConns
+	})
+}
+
+func TestClientClosesIdleConnections(t *testing.T) {
+	s := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	c := s.client(t, 100*time.Millisecond)
+	s.get(t, c, "/")
+	eventually(t, 5*time.Second, "the idle connection closed after its timeout", func() bool { return s.open.Load() == 0 })
+	if got := c.idleCount(); got != 0 {
+		t.Errorf("%d idle connections after the timeout, want 0", got)
+	}
+
+	// close closes the idle ones, and keeps none after.
+	c = s.client(t, time.Minute)
+	s.get(t, c, "/")
+	c.close()
+	eventually(t, 5*time.Second, "close closed the idle connection", func() bool { return s.open.Load() == 0 })
+	s.get(t, c, "/")
+	eventually(t, 5*time.Second, "a connection freed after close is closed", func() bool { return s.open.Load() == 0 })
+}
+
+func TestClientSendsAgainOnAClosedKeptConnection(t *testing.T) {
+	s := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	c := s.client(t, time.Minute)
+	s.get(t, c, "/")
+	// The API server closes its idle connections, as one restarting does.
+	s.srv.CloseClientConnections()
+	eventually(t, 5*time.Second, "the API server closed the connection", func() bool { return s.open.Load() == 0 })
+	if code, body := s.get(t, c, "/"); code != 200 || body != "ok" {
+		t.Fatalf("GET after the API server closed the kept connection: %d %q", code, body)
+	}
+	if got := s.dials.Load(); got != 2 {
+		t.Errorf("%d dials, want 2: the request went again on a new connection", got)
+	}
+
+	// A new connection that fails is not tried again.
+	c = s.client(t, time.Minute)
+	dials := s.dials.Load()
+	fails := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
+		conn, _, _ := http.NewResponseController(w).Hijack()
+		conn.Close()
+	})
+	c.dial = fails.client(t, time.Minute).dial
+	req, _ := http.NewRequest("GET", "https://"+APIServerName+"/", nil)
+	if _, err := c.RoundTrip(req); err == nil {
+		t.Fatal("no error from an API server that closed the connection")
+	}
+	if got := fails.dials.Load(); got != 1 || s.dials.Load() != dials {
+		t.Errorf("%d dials for a request on a new connection that failed, want 1", got)
+	}
+}
+
+func TestClientDoesNotReuseAConnectionCutShort(t *testing.T) {
+	s := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/close" {
+			w.Header().Set("Connection", "close")
+		}
+		w.Write(make([]byte, 64<<10))
+	})
+	c := s.client(t, time.Minute)
+	// The body closed before its end: the rest is not drained (a watch may
+	// never end), so the connection can't be used again.
+	req, _ := http.NewRequest("GET", "https://"+APIServerName+"/", nil)
+	resp, err := c.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Read(make([]byte, 10))
+	resp.Body.Close()
+	// An answer that says the connection closes.
+	s.get(t, c, "/close")
+	if got := c.idleCount(); got != 0 {
+		t.Errorf("%d idle connections, want 0", got)
+	}
+	eventually(t, 5*time.Second, "both connections closed", func() bool { return s.open.Load() == 0 })
+}
+
+func TestClientRequestEndClosesTheConnection(t *testing.T) {
+	release := make(chan struct{})
+	s := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/watch" {
+			io.WriteString(w, "event 1\n")
+			w.(http.Flusher).Flush()
+		}
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	})
+	defer close(release)
+	c := s.client(t, time.Minute)
+
+	// Waiting for the answer's head.
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+APIServerName+"/slow", nil)
+	if _, err := c.RoundTrip(req); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a request whose context ended: %v, want %v", err, context.DeadlineExceeded)
+	}
+
+	// Reading a watch.
+	ctx, cancel = context.WithCancel(t.Context())
+	req, _ = http.NewRequestWithContext(ctx, "GET", "https://"+APIServerName+"/watch", nil)
+	resp, err := c.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "event 1\n" {
+		t.Fatalf("first event: %q, %v", buf, err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := resp.Body.Read(buf)
+		read <- err
+	}()
+	cancel()
+	if err := <-read; err == nil {
+		t.Error("a watch's read went on after its request's context ended")
+	}
+	resp.Body.Close()
+	eventually(t, 5*time.Second, "both connections closed", func() bool { return s.open.Load() == 0 })
+	if got := c.idleCount(); got != 0 {
+		t.Errorf("%d idle connections, want 0", got)
+	}
+}
+
+func TestClientPassesInformationalAnswersOn(t *testing.T) {
+	s := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
+		for range 3 {
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+		}
+		if r.URL.Path == "/endless" {
+			for range maxInformational {
+				w.WriteHeader(http.StatusEarlyHints)
+			}
+		}
+		io.WriteString(w, "answer")
+	})
+	c := s.client(t, time.Minute)
+	var got []string
+	trace := &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		got = append(got, h.Get("Link"))
+		return nil
+	}}
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "GET", "https://"+APIServerName+"/", nil)
+	resp, err := c.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "answer" || len(got) != 3 || got[0] != "</style.css>; rel=preload" {
+		t.Errorf("got %d %q after 1xx answers %q; want 200 \"answer\" after three", resp.StatusCode, body, got)
+	}
+	req, _ = http.NewRequest("GET", "https://"+APIServerName+"/endless", nil)
+	if _, err := c.RoundTrip(req); !errors.Is(err, errTooManyInformational) {
+		t.Errorf("eight 1xx answers: %v, want %v", err, errTooManyInformational)
+	}
+}
