@@ -50,6 +50,9 @@ type Person struct {
 	// token is a credential for the hub itself, and forwarding it would let anyone who can read
 	// one cluster's requests use the hub as that person on every other cluster.
 	Bearer string
+	// listed is set for a hub-issued token made for someone on the users
+	// list: it holds only while they are on it (stillListed).
+	listed bool
 }
 
 // String names the person for logs: never the token.
@@ -229,7 +232,7 @@ func (a *Authenticator) fromBearer(ctx context.Context, token string) (Person, e
 		return Person{Name: u.Name, Groups: u.Groups, Source: SourceToken}, nil
 	}
 	if p, ok := a.verified.recall(token, a.cfg.now()); ok {
-		return p, nil
+		return a.stillListed(p)
 	}
 	claims, isJWT := peekJWT(token)
 	if !isJWT {
@@ -253,5 +256,22 @@ func (a *Authenticator) fromBearer(ctx context.Context, token string) (Person, e
 		return Person{}, err
 	}
 	a.verified.remember(token, p, until, a.cfg.now())
+	return a.stillListed(p)
+}
+
+// stillListed holds a hub-issued token made for someone on the users list
+// to the list in force: taken off it, they lose what their kubeconfigs and
+// page session let them do at once, and their groups are the list's, not
+// those the token was issued with. Tokens made for people signed in through
+// OIDC or the auth proxy can't be checked so; they hold until they expire.
+func (a *Authenticator) stillListed(p Person) (Person, error) {
+	if !p.listed {
+		return p, nil
+	}
+	u, ok := a.users.named(p.Name)
+	if !ok {
+		return Person{}, fmt.Errorf("%w: a hub-issued token for %q, who is no longer in the users list", ErrInvalidToken, p.Name)
+	}
+	p.Groups = u.Groups
 	return p, nil
 }

@@ -55,13 +55,17 @@
 // # Hub-issued tokens
 //
 // JWTs signed with Ed25519 (EdDSA): iss "tether-hub", aud the hub's TETHER_PUBLIC_URL, sub the
-// person's name, a groups claim, and an expiry TETHER_KUBECONFIG_TTL (12h) after issue.
+// person's name, a groups claim, a from claim (how the person signed in: token, oidc or proxy),
+// and an expiry TETHER_KUBECONFIG_TTL (12h) after issue.
 // TETHER_TOKEN_SIGNING_KEY_FILE holds one or more Ed25519 private keys in PEM (PKCS #8, as
 // openssl genpkey -algorithm ed25519 writes); the first signs and all are accepted, so a key is
 // rotated by putting a new one first and removing the old one a TTL later. Ed25519 rather than
 // a shared HMAC secret so that the public half can be published later (JWKS) without letting
-// anyone sign. A hub-issued token is valid until it expires, even if the person has since left
-// the users list; replacing the key revokes every token at once.
+// anyone sign. A token issued to someone on the users list holds only while they are on it,
+// with the groups the list gives them now: taking a person off the list revokes their
+// kubeconfigs and page session at once. Tokens issued to people signed in through OIDC or the
+// auth proxy can't be checked against a list, and are valid until they expire; replacing the
+// key revokes every token at once.
 //
 // # Secrets
 //

@@ -13,6 +13,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -113,7 +115,7 @@ func TestHubTokenRoundTrip(t *testing.T) {
 func TestHubTokenExpiry(t *testing.T) {
 	clock := newFakeClock()
 	a := newAuth(t, Config{TTL: time.Hour, Now: clock.Now})
-	tok, exp, err := a.IssueToken(Person{Name: "alice", Source: SourceToken})
+	tok, exp, err := a.IssueToken(Person{Name: "alice", Source: SourceProxy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +141,7 @@ func TestHubTokenExpiry(t *testing.T) {
 func TestHubTokenVerifiedOnce(t *testing.T) {
 	clock := newFakeClock()
 	a := newAuth(t, Config{TTL: time.Hour, Now: clock.Now})
-	tok, _, err := a.IssueToken(Person{Name: "alice", Groups: []string{"dev"}, Source: SourceToken})
+	tok, _, err := a.IssueToken(Person{Name: "alice", Groups: []string{"dev"}, Source: SourceProxy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +170,7 @@ func TestHubTokenVerifiedOnce(t *testing.T) {
 	// At most maxVerified are remembered; the newest is among them.
 	var last string
 	for i := range maxVerified + 10 {
-		last, _, _ = a.IssueToken(Person{Name: fmt.Sprintf("user-%d", i), Source: SourceToken})
+		last, _, _ = a.IssueToken(Person{Name: fmt.Sprintf("user-%d", i), Source: SourceProxy})
 		if _, ok, err := a.Authenticate(bearer(last)); !ok || err != nil {
 			t.Fatalf("token %d: %v %v", i, ok, err)
 		}
@@ -186,7 +188,7 @@ func TestHubTokenVerifiedOnce(t *testing.T) {
 // among those already checked.
 func BenchmarkHubToken(b *testing.B) {
 	a := newAuth(b, Config{TTL: time.Hour})
-	tok, _, err := a.IssueToken(Person{Name: "alice", Groups: []string{"dev"}, Source: SourceToken})
+	tok, _, err := a.IssueToken(Person{Name: "alice", Groups: []string{"dev"}, Source: SourceProxy})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -271,7 +273,7 @@ func TestHubTokenKeyRotation(t *testing.T) {
 	before := newAuth(t, Config{SigningKeyFile: keyFile(t, oldKey)})
 	during := newAuth(t, Config{SigningKeyFile: keyFile(t, newKey, oldKey)})
 	after := newAuth(t, Config{SigningKeyFile: keyFile(t, newKey)})
-	alice := Person{Name: "alice", Source: SourceToken}
+	alice := Person{Name: "alice", Source: SourceProxy}
 	oldTok, _, _ := before.IssueToken(alice)
 	newTok, _, _ := during.IssueToken(alice)
 	for _, tc := range []struct {
@@ -293,7 +295,7 @@ func TestIssueTokenRefuses(t *testing.T) {
 	if !strings.Contains(buf.String(), "TETHER_TOKEN_SIGNING_KEY_FILE is not set") {
 		t.Errorf("no warning about the key made at start: %s", buf)
 	}
-	tok, _, err := a.IssueToken(Person{Name: "alice", Source: SourceToken})
+	tok, _, err := a.IssueToken(Person{Name: "alice", Source: SourceProxy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,5 +305,63 @@ func TestIssueTokenRefuses(t *testing.T) {
 	}
 	if _, _, err := a.IssueToken(Person{Source: SourceProxy}); err == nil {
 		t.Error("issued a token for no one")
+	}
+}
+
+// A hub-issued token made for someone on the users list holds only while
+// they are on it, with the list's groups: taking someone off the list
+// revokes their kubeconfigs and page session at once.
+func TestHubTokenHoldsWhileListed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "users.yaml")
+	write := func(s string) { replaceFile(t, path, s) }
+	alice := "- name: alice\n  token: " + tokAlice + "\n  groups: [dev]\n"
+	bob := "- name: bob\n  token: " + tokBob + "\n"
+	write(alice + bob)
+	a := newAuth(t, Config{UsersFile: path, HubURL: "https://tether.example.com", SigningKeyFile: keyFile(t, ed25519PEM(t)),
+		ProxyUserHeader: "X-Remote-User", ProxyTrusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")},
+		Debounce: 10 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+	issue := func(r *http.Request) string {
+		t.Helper()
+		p, ok, err := a.Authenticate(r)
+		if err != nil || !ok {
+			t.Fatalf("sign in: %v %v", ok, err)
+		}
+		tok, _, err := a.IssueToken(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	fromList := issue(bearer(tokAlice))
+	fromProxy := issue(request("127.0.0.1:1234", "X-Remote-User: alice"))
+	groups := func(tok string) ([]string, error) {
+		p, ok, err := a.Authenticate(bearer(tok))
+		if err == nil && !ok {
+			err = errors.New("not authenticated")
+		}
+		return p.Groups, err
+	}
+	for range 2 { // verified, then remembered
+		if g, err := groups(fromList); err != nil || !slices.Equal(g, []string{"dev"}) {
+			t.Fatalf("alice's hub token: groups %v, %v; want [dev]", g, err)
+		}
+	}
+
+	// Her groups change in the list: the token has the list's now.
+	write(strings.Replace(alice, "[dev]", "[ops]", 1) + bob)
+	waitFor(t, "alice's hub token to carry the list's new groups", func() bool {
+		g, err := groups(fromList)
+		return err == nil && slices.Equal(g, []string{"ops"})
+	})
+
+	// She leaves the list: her token is refused, and says why.
+	write(bob)
+	waitFor(t, "alice's hub token to be refused", func() bool { _, err := groups(fromList); return err != nil })
+	if _, err := groups(fromList); !errors.Is(err, ErrInvalidToken) || !strings.Contains(err.Error(), `a hub-issued token for "alice", who is no longer in the users list`) {
+		t.Errorf("refused with %v", err)
+	}
+	// A token made for someone the auth proxy named has no list to leave.
+	if _, err := groups(fromProxy); err != nil {
+		t.Errorf("a hub token made through the auth proxy: %v", err)
 	}
 }

@@ -76,7 +76,7 @@ func parseUsers(setting string, data []byte, c Config) ([]User, error) {
 
 // users holds the users list in force. A nil *users is a hub without one: it knows no token.
 type users struct {
-	cur    atomic.Pointer[map[fleet.Hash]*User]
+	cur    atomic.Pointer[userIndex]
 	path   string // the file watch follows, or "" for a list from TETHER_USERS
 	loaded []byte // the file's content when loadUsers read it
 }
@@ -96,14 +96,21 @@ func loadUsers(cfg Config) (*users, error) {
 	return u, nil
 }
 
+// userIndex is one users list, by token hash and by name (names are unique).
+type userIndex struct {
+	byHash map[fleet.Hash]*User
+	byName map[string]*User
+}
+
 func (u *users) replace(list []User) {
-	m := make(map[fleet.Hash]*User, len(list))
+	idx := userIndex{byHash: make(map[fleet.Hash]*User, len(list)), byName: make(map[string]*User, len(list))}
 	for i := range list {
+		idx.byName[list[i].Name] = &list[i]
 		for _, h := range list[i].TokenHashes {
-			m[h] = &list[i]
+			idx.byHash[h] = &list[i]
 		}
 	}
-	u.cur.Store(&m)
+	u.cur.Store(&idx)
 }
 
 // lookup finds the user whose token this is. It looks the token's hash up in a map rather than
@@ -113,7 +120,19 @@ func (u *users) lookup(token string) (User, bool) {
 	if u == nil {
 		return User{}, false
 	}
-	found, ok := (*u.cur.Load())[fleet.HashToken(token)]
+	found, ok := u.cur.Load().byHash[fleet.HashToken(token)]
+	if !ok {
+		return User{}, false
+	}
+	return *found, true
+}
+
+// named finds the user with this name in the list in force.
+func (u *users) named(name string) (User, bool) {
+	if u == nil {
+		return User{}, false
+	}
+	found, ok := u.cur.Load().byName[name]
 	if !ok {
 		return User{}, false
 	}

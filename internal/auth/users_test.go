@@ -110,19 +110,8 @@ func TestStaticTokens(t *testing.T) {
 }
 
 func TestUsersFileReload(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "users.yaml")
-	write := func(s string) {
-		t.Helper()
-		// Replace the file whole, as Kubernetes and editors do.
-		tmp := filepath.Join(dir, ".users.tmp")
-		if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
+	path := filepath.Join(t.TempDir(), "users.yaml")
+	write := func(s string) { replaceFile(t, path, s) }
 	write("- name: alice\n  token: " + tokAlice + "\n")
 	log, logs := testLogger()
 	a := newAuth(t, Config{UsersFile: path, Logger: log, Debounce: 10 * time.Millisecond, PollInterval: 50 * time.Millisecond})
