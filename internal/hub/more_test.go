@@ -116,6 +116,10 @@ func TestOptionsFromEnv(t *testing.T) {
 	}{
 		{map[string]string{}, "TETHER_PUBLIC_URL must be set"},
 		{map[string]string{"TETHER_PUBLIC_URL": "t.example.com"}, `TETHER_PUBLIC_URL must be the hub's address as people open it, like https://tether.example.com, not "t.example.com"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t.example.com/?a=b"}, `TETHER_PUBLIC_URL must be the hub's address without a user, query or fragment, like https://tether.example.com/tether, not "https://t.example.com/?a=b"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t.example.com#x"}, "TETHER_PUBLIC_URL must be the hub's address without a user, query or fragment"},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://me:pw@t.example.com"}, "TETHER_PUBLIC_URL must be the hub's address without a user, query or fragment"},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t.example.com?"}, "TETHER_PUBLIC_URL must be the hub's address without a user, query or fragment"},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_ADDR": "8080"}, `TETHER_ADDR must be an address like :8080, not "8080"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_TLS_CERT_FILE": "c.pem"}, "TETHER_TLS_CERT_FILE and TETHER_TLS_KEY_FILE must be set together"},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_BASE_PATH": "tether"}, `TETHER_BASE_PATH must be a path starting with /, like /tether, not "tether"`},

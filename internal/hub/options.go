@@ -68,6 +68,10 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return Options{}, fmt.Errorf("TETHER_PUBLIC_URL must be the hub's address as people open it, like https://tether.example.com, not %q", raw)
 		}
+		if u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+			// Kubeconfigs append paths to it, and sign-in compares origins.
+			return Options{}, fmt.Errorf("TETHER_PUBLIC_URL must be the hub's address without a user, query or fragment, like https://tether.example.com/tether, not %q", raw)
+		}
 		u.Path = strings.TrimRight(u.Path, "/")
 		o.PublicURL = u
 	} else if publicURLRequired {
