@@ -6,12 +6,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tetherhq/tether/internal/tunnel"
 )
 
 // apiClient sends the requests that may be sent twice (GET, HEAD and
@@ -24,9 +27,11 @@ import (
 // body while it reads an early answer.
 //
 // Connections are kept for reuse as net/http keeps them: at most
-// maxIdleAPIConns idle, each closed after idleTimeout unused. A request on a
-// kept connection that the API server had closed (it read nothing of the
-// answer) is sent again on another.
+// maxIdleAPIConns idle, each closed after idleTimeout unused, or as soon as
+// anything arrives on it while idle (the API server closing it, as a rule:
+// the tunnel stream tells, so no goroutine waits on an idle connection). A
+// request on a kept connection that turns out closed (it read nothing of
+// the answer) is sent again on another.
 type apiClient struct {
 	dial        func(context.Context) (*tls.Conn, error)
 	idleTimeout time.Duration // 0: kept until closed
@@ -34,6 +39,16 @@ type apiClient struct {
 	mu     sync.Mutex
 	idle   []*apiConn // the most recently used last
 	closed bool
+}
+
+// streamOf returns the tunnel stream under a connection the client dialed,
+// for tunnel.OnReadable and tunnel.Ready; other connections are returned
+// as they are, and the tunnel package leaves them alone.
+func streamOf(tc *tls.Conn) net.Conn {
+	if cc, ok := tc.NetConn().(*countingConn); ok {
+		return cc.Conn
+	}
+	return tc.NetConn()
 }
 
 // apiConn is one connection to the API server; in the client's idle list
@@ -94,12 +109,17 @@ func (c *apiClient) RoundTrip(req *http.Request) (*http.Response, error) {
 // get takes the most recently used idle connection, or makes one.
 func (c *apiClient) get(ctx context.Context) (pc *apiConn, reused bool, err error) {
 	c.mu.Lock()
-	if n := len(c.idle); n > 0 {
+	for n := len(c.idle); n > 0; n = len(c.idle) {
 		pc = c.idle[n-1]
 		c.idle[n-1] = nil
 		c.idle = c.idle[:n-1]
 		if pc.timer != nil {
 			pc.timer.Stop()
+		}
+		tunnel.OnReadable(streamOf(pc.tc), nil)
+		if tunnel.Ready(streamOf(pc.tc)) {
+			pc.tc.Close() // closed by the API server since, or worse
+			continue
 		}
 		c.mu.Unlock()
 		return pc, true, nil
@@ -132,6 +152,9 @@ func (c *apiClient) put(pc *apiConn) {
 		}
 	}
 	c.idle = append(c.idle, pc)
+	// Nothing may arrive on an idle connection: what does is its end, or
+	// an answer no one asked for. Either way it can't be used again.
+	tunnel.OnReadable(streamOf(pc.tc), func() { go c.expire(pc) })
 }
 
 // expire closes pc if it is still idle.
@@ -141,6 +164,9 @@ func (c *apiClient) expire(pc *apiConn) {
 	for i, idle := range c.idle {
 		if idle == pc {
 			c.idle = append(c.idle[:i], c.idle[i+1:]...)
+			if pc.timer != nil {
+				pc.timer.Stop()
+			}
 			pc.tc.Close()
 			return
 		}

@@ -252,18 +252,21 @@ func TestClientDoesNotReuseAConnectionCutShort(t *testing.T) {
 }
 
 func TestClientRequestEndClosesTheConnection(t *testing.T) {
+	// /slow answers only once released, even after its client has gone, so
+	// that no answer can race the request's end.
 	release := make(chan struct{})
 	s := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/watch" {
-			io.WriteString(w, "event 1\n")
-			w.(http.Flusher).Flush()
+		if r.URL.Path == "/slow" {
+			<-release
+			return
 		}
-		select {
-		case <-r.Context().Done():
-		case <-release:
-		}
+		io.WriteString(w, "event 1\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
 	})
-	defer close(release)
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the server's Close, which waits for /slow
 	c := s.client(t, time.Minute)
 
 	// Waiting for the answer's head.
@@ -273,6 +276,7 @@ func TestClientRequestEndClosesTheConnection(t *testing.T) {
 	if _, err := c.RoundTrip(req); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a request whose context ended: %v, want %v", err, context.DeadlineExceeded)
 	}
+	free()
 
 	// Reading a watch.
 	ctx, cancel = context.WithCancel(t.Context())

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
@@ -262,6 +263,28 @@ func TestProxyKeepsConnectionsToTheAPIServer(t *testing.T) {
 	}
 	cancel()
 	eventually(t, 5*time.Second, "the watch's connection and stream close", func() bool { return h.streamsOpen() == 0 })
+}
+
+// The API server closes the connection the hub keeps (its idle timeout, or
+// a restart): the next GET goes again on a new one, and the person sees
+// nothing of it.
+func TestProxySendsAgainOnAConnectionTheAPIServerClosed(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	get := func() {
+		t.Helper()
+		if code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/pods", aliceToken, nil); code != 200 {
+			t.Fatalf("GET: %d %s", code, body)
+		}
+	}
+	get()
+	opened := testutil.ToFloat64(h.metrics.streamsOpened)
+	fc.srv.CloseClientConnections()
+	eventually(t, 5*time.Second, "the kept connection's stream ends", func() bool { return h.streamsOpen() == 0 })
+	get()
+	if got := testutil.ToFloat64(h.metrics.streamsOpened) - opened; got != 1 {
+		t.Errorf("%v streams opened for the GET after the API server closed the kept connection, want 1", got)
+	}
 }
 
 func TestFailedUpgradeClosesTheConnection(t *testing.T) {

@@ -41,6 +41,20 @@ func TestOnReadable(t *testing.T) {
 			if _, err := io.ReadFull(peer, buf); err != nil || string(buf) != "again" {
 				t.Fatalf("read %q, %v; want again", buf, err)
 			}
+			// Stopped, it calls no more; set again, it calls for what came.
+			OnReadable(peer, nil)
+			if _, err := st.Write([]byte("unseen")); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the third message to arrive", func() bool { return Ready(peer) })
+			if len(calls) != 0 {
+				t.Fatal("called after OnReadable(conn, nil)")
+			}
+			OnReadable(peer, func() { calls <- struct{}{} })
+			<-calls
+			if _, err := io.ReadFull(peer, make([]byte, 6)); err != nil {
+				t.Fatal(err)
+			}
 			if end == "fin" {
 				st.Close()
 			} else {

@@ -57,8 +57,9 @@ type stream struct {
 // the session; and once now if it already has. f is called from the
 // session's read loop with the stream's lock held, so it must not block
 // or use conn; it lets a caller start a goroutine to read only when there
-// is something to read, instead of parking one on Read. It returns false,
-// and does nothing, for a conn that is not a stream of a session.
+// is something to read, instead of parking one on Read. A nil f stops the
+// calls. It returns false, and does nothing, for a conn that is not a stream
+// of a session.
 func OnReadable(conn net.Conn, f func()) bool {
 	st, ok := conn.(*stream)
 	if !ok {
@@ -67,7 +68,7 @@ func OnReadable(conn net.Conn, f func()) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.onReadable = f
-	if st.readyLocked() {
+	if f != nil && st.readyLocked() {
 		f()
 	}
 	return true
