@@ -228,27 +228,43 @@ func TestClientSendsAgainOnAClosedKeptConnection(t *testing.T) {
 
 func TestClientDoesNotReuseAConnectionCutShort(t *testing.T) {
 	s := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/close" {
+		switch r.URL.Path {
+		case "/close":
 			w.Header().Set("Connection", "close")
+		case "/half":
+			// Half of what it says, then nothing: nothing waits unread.
+			w.Header().Set("Content-Length", "8")
+			io.WriteString(w, "half")
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
 		}
 		w.Write(make([]byte, 64<<10))
 	})
 	c := s.client(t, time.Minute)
-	// The body closed before its end: the rest is not drained (a watch may
-	// never end), so the connection can't be used again.
-	req, _ := http.NewRequest("GET", "https://"+APIServerName+"/", nil)
-	resp, err := c.RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
+	// A body closed before its end: the rest is not drained (a watch may
+	// never end), so the connection can't be used again. Whether some of
+	// the rest had come or not.
+	for _, path := range []string{"/", "/half"} {
+		req, _ := http.NewRequest("GET", "https://"+APIServerName+path, nil)
+		resp, err := c.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(resp.Body, make([]byte, 4)); err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := c.idleCount(); got != 0 {
+			t.Fatalf("%s: %d idle connections after a body closed before its end, want 0", path, got)
+		}
 	}
-	resp.Body.Read(make([]byte, 10))
-	resp.Body.Close()
 	// An answer that says the connection closes.
 	s.get(t, c, "/close")
 	if got := c.idleCount(); got != 0 {
 		t.Errorf("%d idle connections, want 0", got)
 	}
-	eventually(t, 5*time.Second, "both connections closed", func() bool { return s.open.Load() == 0 })
+	eventually(t, 5*time.Second, "the three connections closed", func() bool { return s.open.Load() == 0 })
 }
 
 func TestClientRequestEndClosesTheConnection(t *testing.T) {
