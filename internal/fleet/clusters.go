@@ -96,6 +96,9 @@ func parseServer(s string) (addr, host string, err error) {
 	case u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
 		return "", "", fmt.Errorf("%q has more than a scheme, host and port", s)
 	}
+	if !validHost(u.Hostname()) {
+		return "", "", fmt.Errorf("%q has a host that is neither a DNS name nor an IP address", s)
+	}
 	port := u.Port()
 	if port == "" {
 		if strings.HasSuffix(u.Host, ":") {
@@ -107,6 +110,23 @@ func parseServer(s string) (addr, host string, err error) {
 		return "", "", fmt.Errorf("%q has a bad port", s)
 	}
 	return net.JoinHostPort(u.Hostname(), port), u.Hostname(), nil
+}
+
+// validHost reports whether h, a URL's host without brackets or port, is an
+// IP address or looks like a DNS name: letters, digits, '-', '_' and dots.
+func validHost(h string) bool {
+	if net.ParseIP(h) != nil {
+		return true
+	}
+	if h == "" || strings.HasPrefix(h, ".") || strings.HasPrefix(h, "-") {
+		return false
+	}
+	for _, r := range h {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // DirectEntry is the agents-list entry of a cluster the hub reaches itself, for the hub's own

@@ -34,6 +34,8 @@ func TestParseClusters(t *testing.T) {
 		{"- name: a\n  server: https://h:https\n  caFile: c\n  tokenFile: t\n", `is not a URL`},
 		{"- name: a\n  server: \"https://h:\"\n  caFile: c\n  tokenFile: t\n", `has an empty port`},
 		{"- name: a\n  server: https:///x\n  caFile: c\n  tokenFile: t\n", `has no host`},
+		{"- name: a\n  server: https://]\n  caFile: c\n  tokenFile: t\n", `"https://]" has a host that is neither a DNS name nor an IP address.`},
+		{"- name: a\n  server: https://a*b\n  caFile: c\n  tokenFile: t\n", `has a host that is neither a DNS name nor an IP address`},
 		{"- name: a\n  server: https://h\n  tokenFile: t\n", `("a") needs caFile, the path of a file.`},
 		{"- name: a\n  server: https://h\n  caFile: c\n", `("a") needs tokenFile, the path of a file.`},
 		{"- name: a\n  server: https://h\n  caFile: c\n  tokenFile: t\n  token: x\n", `unknown field`},
