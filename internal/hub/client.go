@@ -225,16 +225,12 @@ func (pc *apiConn) roundTrip(req *http.Request) (*http.Response, error) {
 		stop()
 		return nil, err
 	}
+	body := &apiBody{pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close}
 	if resp.Body == http.NoBody {
-		// Nothing more to read: the connection is free now.
-		if stop() && !resp.Close {
-			pc.client.put(pc)
-		} else {
-			pc.tc.Close()
-		}
+		body.finish(true) // nothing to read: the connection is free now
 		return resp, nil
 	}
-	resp.Body = &apiBody{pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close}
+	resp.Body = body
 	return resp, nil
 }
 
