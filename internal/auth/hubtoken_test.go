@@ -21,6 +21,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/internal/testutil/files"
 )
 
 func pemBlock(t testing.TB, typ string, der []byte) string {
@@ -313,7 +315,7 @@ func TestIssueTokenRefuses(t *testing.T) {
 // revokes their kubeconfigs and page session at once.
 func TestHubTokenHoldsWhileListed(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "users.yaml")
-	write := func(s string) { replaceFile(t, path, s) }
+	write := func(s string) { files.Replace(t, path, s) }
 	alice := "- name: alice\n  token: " + tokAlice + "\n  groups: [dev]\n"
 	bob := "- name: bob\n  token: " + tokBob + "\n"
 	write(alice + bob)

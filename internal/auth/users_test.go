@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/internal/testutil/files"
+
 	"github.com/tetherhq/tether/internal/fleet"
 )
 
@@ -111,7 +113,7 @@ func TestStaticTokens(t *testing.T) {
 
 func TestUsersFileReload(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "users.yaml")
-	write := func(s string) { replaceFile(t, path, s) }
+	write := func(s string) { files.Replace(t, path, s) }
 	write("- name: alice\n  token: " + tokAlice + "\n")
 	log, logs := testLogger()
 	a := newAuth(t, Config{UsersFile: path, Logger: log, Debounce: 10 * time.Millisecond, PollInterval: 50 * time.Millisecond})

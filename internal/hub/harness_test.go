@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/internal/testutil/files"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
@@ -152,13 +154,7 @@ func (fc *fakeCluster) lastToken() string {
 // renamed into place.
 func (fc *fakeCluster) writeToken(t *testing.T, token string) {
 	t.Helper()
-	tmp := filepath.Join(fc.saDir, ".token.tmp")
-	if err := os.WriteFile(tmp, []byte(token), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, filepath.Join(fc.saDir, "token")); err != nil {
-		t.Fatal(err)
-	}
+	files.Replace(t, filepath.Join(fc.saDir, "token"), token)
 }
 
 func (fc *fakeCluster) addr() string { return fc.srv.Listener.Addr().String() }

@@ -6,12 +6,13 @@ import (
 	"encoding/json"
 	"maps"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/internal/testutil/files"
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
@@ -24,16 +25,7 @@ func listFileHub(t *testing.T, list string) (h *testHub, write func(list string)
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "agents.yaml")
-	write = func(list string) {
-		t.Helper()
-		tmp := filepath.Join(dir, ".agents.yaml.tmp")
-		if err := os.WriteFile(tmp, []byte(list), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write = func(list string) { files.Replace(t, path, list) }
 	write(list)
 	agents, err := fleet.Load(fleet.Config{
 		AgentsFile:   path,
