@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,7 @@ type result struct {
 	connected bool          // the hub welcomed the agent before it ended
 	err       error         // why it ended, for the log
 	wait      time.Duration // how long to wait before the next attempt; < 0 means backoff
+	goodbye   bool          // the agent ends a working connection: it tells the hub so first
 }
 
 func failed(err error) result { return result{err: err, wait: -1} }
@@ -78,6 +80,7 @@ func (a *Agent) connect(ctx context.Context) result {
 		ctl:       ctl,
 		heartbeat: time.Duration(answer.HeartbeatMillis) * time.Millisecond,
 		token:     sa.Token,
+		ca:        sa.CACert,
 	}
 	res := c.serve(ctx)
 	res.connected = true
@@ -175,6 +178,8 @@ type conn struct {
 
 	writeMu sync.Mutex // guards writes to ctl
 
+	ca []byte // the ca.crt the hello carried
+
 	mu        sync.Mutex // guards the following
 	lastHeard time.Time
 	token     string // the service account token the hub has now
@@ -223,13 +228,23 @@ func (c *conn) serve(parent context.Context) result {
 
 	select {
 	case r := <-ended:
+		if r.goodbye {
+			c.goodbye("agent connecting again")
+		}
 		return r
 	case <-parent.Done():
-		// Stopping (SIGTERM): say goodbye so the hub logs a clean disconnect.
-		c.send(protocol.Message{Type: protocol.TypeBye})
-		c.sess.CloseWithReason(1000, "agent stopping")
+		// Stopping (SIGTERM).
+		c.goodbye("agent stopping")
 		return result{err: parent.Err(), wait: -1}
 	}
+}
+
+// goodbye tells the hub the agent is leaving, so the hub logs a clean
+// disconnect, and sees it gone before the agent connects again, not a
+// takeover.
+func (c *conn) goodbye(reason string) {
+	c.send(protocol.Message{Type: protocol.TypeBye})
+	c.sess.CloseWithReason(1000, reason)
 }
 
 // readControl handles what the hub says on the control stream.
@@ -261,8 +276,8 @@ func (c *conn) readControl() result {
 	}
 }
 
-// watch sends a changed service account token every reread interval, and
-// ends the connection when the hub has been silent for two heartbeats and a
+// watch reads the service account again every reread interval, and ends
+// the connection when the hub has been silent for two heartbeats and a
 // second: the network dropped it without a word.
 func (c *conn) watch(ctx context.Context, end func(result)) {
 	silence := 2*c.heartbeat + time.Second
@@ -285,30 +300,41 @@ func (c *conn) watch(ctx context.Context, end func(result)) {
 				return
 			}
 		case <-reread.C:
-			c.rereadToken()
+			if err := c.reread(); err != nil {
+				end(result{err: err, goodbye: true})
+				return
+			}
 		}
 	}
 }
 
-func (c *conn) rereadToken() {
+// reread sends the hub a changed service account token. A changed ca.crt
+// returns an error, so the agent connects again at once: the hub checks the
+// API server against the CA in the hello, and a cluster whose CA rotated
+// would otherwise be unreachable through the hub until the agent restarted.
+func (c *conn) reread() error {
 	sa, err := c.a.cfg.ReadServiceAccount()
 	if err != nil {
-		c.a.log.Warn("Can't read the service account token again; the hub keeps the last one", "err", err)
-		return
+		c.a.log.Warn("Can't read the service account again; the hub keeps the last token and CA", "err", err)
+		return nil
+	}
+	if !bytes.Equal(sa.CACert, c.ca) {
+		return errors.New("the cluster's CA certificate (ca.crt) changed, and the hub must have the new one")
 	}
 	c.mu.Lock()
 	changed := sa.Token != c.token
 	c.mu.Unlock()
 	if !changed {
-		return
+		return nil
 	}
 	if err := c.send(protocol.Message{Type: protocol.TypeToken, ServiceAccountToken: sa.Token}); err != nil {
-		return // the connection is ending; the next hello carries the new token
+		return nil // the connection is ending; the next hello carries the new token
 	}
 	c.mu.Lock()
 	c.token = sa.Token
 	c.mu.Unlock()
 	c.a.log.Info("Sent the hub the service account's new token")
+	return nil
 }
 
 // plainDialError strips the WebSocket and HTTP layers' wrapping from a

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +40,7 @@ type fakeCluster struct {
 	ca    *pki.CA
 	srv   *httptest.Server
 	saDir string
+	cert  atomic.Pointer[tls.Certificate] // what it serves; rotateCA swaps it
 
 	mu     sync.Mutex
 	tokens []string       // the bearer tokens of requests, in order
@@ -67,6 +69,7 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 		t.Fatal(err)
 	}
 	fc := &fakeCluster{ca: ca, saDir: t.TempDir(), paths: map[string]int{}, conns: map[string]int{}, gate: make(chan struct{})}
+	fc.cert.Store(&cert)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)
@@ -123,14 +126,35 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 		w.Write([]byte(`{"major":"1","minor":"36","gitVersion":"v1.36.3-test"}`))
 	})
 	fc.srv = httptest.NewUnstartedServer(mux)
-	fc.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	fc.srv.TLS = &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return fc.cert.Load(), nil }}
 	fc.srv.StartTLS()
+	// StartTLS adds httptest's own certificate, which a client that sends
+	// no server name (one dialing an IP address) would get instead.
+	fc.srv.TLS.Certificates = nil
 	t.Cleanup(fc.srv.Close)
 	fc.writeToken(t, "service-account-token-1")
 	if err := os.WriteFile(filepath.Join(fc.saDir, "ca.crt"), ca.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return fc
+}
+
+// rotateCA gives the cluster a new CA, as when its control plane's CA is
+// replaced: the API server restarts with a certificate from the new CA,
+// dropping every connection, and pods see the new ca.crt.
+func (fc *fakeCluster) rotateCA(t *testing.T) {
+	t.Helper()
+	ca, err := pki.NewCA("test cluster CA, rotated", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.IssueTLS(pki.Leaf{CommonName: "kube-apiserver", Hosts: []string{"kubernetes.default.svc", "127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.cert.Store(&cert)
+	fc.srv.CloseClientConnections()
+	files.Replace(t, filepath.Join(fc.saDir, "ca.crt"), string(ca.CertPEM))
 }
 
 func (fc *fakeCluster) note(r *http.Request) {

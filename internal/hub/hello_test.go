@@ -84,6 +84,30 @@ func TestTokenRotation(t *testing.T) {
 	assertNoSecrets(t, h.logs.String()+a.logs.String())
 }
 
+// TestCARotation: when the cluster's ca.crt changes, the agent connects
+// again with the new one in its hello, so the hub goes on reaching an API
+// server whose certificate now comes from the new CA.
+func TestCARotation(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: 50 * time.Millisecond})
+	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.TokenReread = 100 * time.Millisecond })
+	eventually(t, 5*time.Second, "the cluster turns Ready", func() bool { return statusOf(h, "eu-1") == "Ready" })
+	fc.rotateCA(t)
+	// Only a connection made since, checked against the new CA, reaches
+	// the handler.
+	before := fc.count("/readyz")
+	eventually(t, 5*time.Second, "probes reach the API server again", func() bool {
+		return fc.count("/readyz") >= before+2 && statusOf(h, "eu-1") == "Ready"
+	})
+	if !strings.Contains(a.logs.String(), "ca.crt) changed") {
+		t.Errorf("the agent didn't say why it connected again:\n%s", a.logs)
+	}
+	if !strings.Contains(h.logs.String(), "sent a CA other than last time") {
+		t.Errorf("the hub didn't warn of the new CA:\n%s", h.logs)
+	}
+	assertNoSecrets(t, h.logs.String()+a.logs.String())
+}
+
 // TestWelcomedOnceRegistered: by the time an agent reads its welcome, the
 // hub already routes requests to it, so a request made as soon as the agent
 // says it is connected is not answered 503.

@@ -3,18 +3,14 @@ package inventory
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -32,86 +28,21 @@ type apiServer struct {
 	host   string // scheme://host:port, no trailing slash
 }
 
-// newAPIServer returns an apiServer for cfg: TLS checked against cfg.CAFile,
-// the bearer token read from cfg.TokenFile and read again as it rotates.
+// newAPIServer returns an apiServer for cfg, as the pod's service account
+// (serviceAccountTransport).
 func newAPIServer(cfg WatcherConfig) (apiServer, error) {
 	u, err := url.Parse(cfg.Host)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return apiServer{}, fmt.Errorf("the API server's address %q is not an https:// URL", cfg.Host)
 	}
-	pem, err := os.ReadFile(cfg.CAFile)
-	if err != nil {
-		return apiServer{}, fmt.Errorf("the API server's CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return apiServer{}, fmt.Errorf("the API server's CA: no certificate in %s", cfg.CAFile)
-	}
-	tr := &http.Transport{
-		// No proxy: HTTPS_PROXY is for the WebSocket to the hub, and the
-		// agent reaches its API server directly, as its relay does.
-		Proxy:               nil,
-		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout: 10 * time.Second,
-		IdleConnTimeout:     90 * time.Second,
-		MaxIdleConnsPerHost: 4,
-		ForceAttemptHTTP2:   true,
+	t := &serviceAccountTransport{tokenFile: cfg.TokenFile, caFile: cfg.CAFile, userAgent: cfg.UserAgent, every: serviceAccountReread}
+	if err := t.readCA(); err != nil {
+		return apiServer{}, err
 	}
 	return apiServer{
-		client: &http.Client{Transport: &tokenTransport{next: tr, file: cfg.TokenFile, userAgent: cfg.UserAgent}},
+		client: &http.Client{Transport: t},
 		host:   strings.TrimSuffix(u.String(), "/"),
 	}, nil
-}
-
-// tokenRefresh is how long a token read from its file is used before the
-// file is read again; kubelet rotates a projected token well before it
-// expires.
-const tokenRefresh = time.Minute
-
-// tokenTransport adds the service account's bearer token and the
-// User-Agent to each request.
-type tokenTransport struct {
-	next      http.RoundTripper
-	file      string
-	userAgent string
-
-	mu    sync.Mutex // guards the following
-	token string
-	read  time.Time
-}
-
-func (t *tokenTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	tok, err := t.currentToken()
-	if err != nil {
-		return nil, err
-	}
-	req = req.Clone(req.Context())
-	req.Header.Set("Authorization", "Bearer "+tok)
-	if t.userAgent != "" {
-		req.Header.Set("User-Agent", t.userAgent)
-	}
-	return t.next.RoundTrip(req)
-}
-
-func (t *tokenTransport) currentToken() (string, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.token != "" && time.Since(t.read) < tokenRefresh {
-		return t.token, nil
-	}
-	b, err := os.ReadFile(t.file)
-	if err != nil {
-		if t.token != "" {
-			return t.token, nil // keep the last one while the file is replaced
-		}
-		return "", fmt.Errorf("the service account token: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("the service account token: %s is empty", t.file)
-	}
-	t.token, t.read = tok, time.Now()
-	return tok, nil
 }
 
 // acceptDiscovery asks for aggregated discovery (every group's versions and

@@ -194,7 +194,7 @@ func TestAPIServerIsReachedDirectly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := a.client.Transport.(*tokenTransport).next.(*http.Transport)
+	tr := a.client.Transport.(*serviceAccountTransport).tr
 	if tr.Proxy != nil {
 		u, err := tr.Proxy(&http.Request{URL: &url.URL{Scheme: "https", Host: "10.96.0.1:443"}})
 		t.Errorf("the API server client has a proxy function (it gives %v, %v for the API server); it must dial directly", u, err)
