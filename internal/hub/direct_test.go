@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -49,7 +50,8 @@ func TestClusterTheHubReaches(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	for name, b := range map[string][]byte{"hub.crt": certPEM, "hub.key": keyPEM} {
+	// The chain ends with the hub's private CA, which kubeconfigs carry.
+	for name, b := range map[string][]byte{"hub.crt": append(certPEM, hubCA.CertPEM...), "hub.key": keyPEM} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -95,6 +97,10 @@ func TestClusterTheHubReaches(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(body), &st); err != nil || st.KubernetesVersion != "v1.36.3-test" || st.Labels["env"] != "staging" {
 		t.Errorf("staging: %s (%v)", body, err)
+	}
+
+	if code, body := get("a", "/api/kubeconfig"); code != 200 || !strings.Contains(body, base64.StdEncoding.EncodeToString(hubCA.CertPEM)) {
+		t.Errorf("the kubeconfig doesn't carry the hub's CA: %d\n%s", code, body)
 	}
 
 	code, body := get("a", "/clusters/staging/api/v1/namespaces?limit=1")

@@ -64,9 +64,10 @@ type Config struct {
 	AuthConfig auth.Config
 	// PublicURL is the hub's address as people open it, for kubeconfigs.
 	PublicURL string
-	// KubeconfigCA, when set, is the PEM CA that kubeconfigs tell kubectl
-	// to trust for the hub: a hub with a certificate from a private CA.
-	KubeconfigCA []byte
+	// KubeconfigCA, when set, returns the PEM CA that kubeconfigs tell
+	// kubectl to trust for the hub, or nil: a hub with a certificate from a
+	// private CA has one, and it may change as the certificate is renewed.
+	KubeconfigCA func() []byte
 	// Audit gets one JSON line per request to a cluster; nil discards them.
 	Audit io.Writer
 	// ServerNames are the names the API servers of the clusters the hub

@@ -82,10 +82,14 @@ func (h *Hub) kubeconfig(p auth.Person, token string) ([]byte, error) {
 	}
 	clusters, contexts := []named{}, []named{}
 	base := strings.TrimSuffix(h.cfg.PublicURL, "/")
+	var ca []byte
+	if h.cfg.KubeconfigCA != nil {
+		ca = h.cfg.KubeconfigCA()
+	}
 	for _, n := range names {
 		c := map[string]any{"server": base + "/clusters/" + n}
-		if len(h.cfg.KubeconfigCA) > 0 {
-			c["certificate-authority-data"] = base64.StdEncoding.EncodeToString(h.cfg.KubeconfigCA)
+		if len(ca) > 0 {
+			c["certificate-authority-data"] = base64.StdEncoding.EncodeToString(ca)
 		}
 		clusters = append(clusters, named{Name: n, Cluster: c})
 		contexts = append(contexts, named{Name: n, Context: map[string]any{"cluster": n, "user": kubeconfigUser}})

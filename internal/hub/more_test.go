@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -155,15 +156,21 @@ func TestCertReloader(t *testing.T) {
 	}
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	write := func(cn string) {
+	// The first certificate's file ends with its CA, and the second's with
+	// another CA's: kubeconfigs hand out the one served now.
+	ca2, err := pki.NewCA("ca 2", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(cn string, ca *pki.CA) {
 		c, k, err := ca.Issue(pki.Leaf{CommonName: cn, Hosts: []string{"127.0.0.1"}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		writeFile(t, certFile, c)
+		writeFile(t, certFile, append(c, ca.CertPEM...))
 		writeFile(t, keyFile, k)
 	}
-	write("first")
+	write("first", ca)
 	logs := &syncbuf.Buffer{}
 	r, err := newCertReloader(certFile, keyFile, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
@@ -176,13 +183,19 @@ func TestCertReloader(t *testing.T) {
 	if leafCN() != "first" {
 		t.Fatalf("serves %q", leafCN())
 	}
+	if got := r.selfSignedRoot(); !bytes.Equal(got, ca.CertPEM) {
+		t.Errorf("the root for kubeconfigs is %q, want the first CA", got)
+	}
 	time.Sleep(10 * time.Millisecond) // a newer modification time
-	write("second")
+	write("second", ca2)
 	r.mu.Lock()
 	r.checked = time.Time{} // skip the once-a-second wait
 	r.mu.Unlock()
 	if got := leafCN(); got != "second" {
 		t.Fatalf("after the files changed it serves %q, want the new certificate", got)
+	}
+	if got := r.selfSignedRoot(); !bytes.Equal(got, ca2.CertPEM) {
+		t.Errorf("after the files changed the root for kubeconfigs is %q, want the second CA", got)
 	}
 	if !strings.Contains(logs.String(), "The hub serves its renewed TLS certificate, valid until") {
 		t.Errorf("the renewal wasn't logged:\n%s", logs)

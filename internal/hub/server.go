@@ -61,9 +61,13 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	}
 	defer closeAudit()
 
-	var kubeconfigCA []byte
+	var certs *certReloader
+	var kubeconfigCA func() []byte
 	if opts.TLSCertFile != "" {
-		kubeconfigCA = selfSignedRoot(opts.TLSCertFile)
+		if certs, err = newCertReloader(opts.TLSCertFile, opts.TLSKeyFile, log); err != nil {
+			return err
+		}
+		kubeconfigCA = certs.selfSignedRoot
 	}
 
 	reg := prometheus.NewRegistry()
@@ -95,12 +99,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	}
 	srv := publicServer(h.Handler(), log, readHeaderTimeout)
 	scheme := "http"
-	if opts.TLSCertFile != "" {
-		certs, err := newCertReloader(opts.TLSCertFile, opts.TLSKeyFile, log)
-		if err != nil {
-			ln.Close()
-			return err
-		}
+	if certs != nil {
 		srv.TLSConfig = &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12}
 		scheme = "https"
 	}
@@ -240,6 +239,7 @@ type certReloader struct {
 
 	mu      sync.Mutex // guards the following
 	cert    *tls.Certificate
+	root    []byte    // PEM: the last certificate of cert's chain, if a self-signed CA
 	modTime time.Time // of the files the certificate came from
 	failed  time.Time // of the files that last failed to load, once logged
 	checked time.Time
@@ -259,8 +259,18 @@ func (r *certReloader) load() error {
 		return fmt.Errorf("TETHER_TLS_CERT_FILE and TETHER_TLS_KEY_FILE must be a PEM certificate and its key: %w", err)
 	}
 	r.cert = &cert
+	r.root = selfSignedRoot(cert.Certificate)
 	r.modTime = r.newestModTime()
 	return nil
+}
+
+// selfSignedRoot returns the root of the certificate the hub serves now,
+// for kubeconfigs, or nil. It is as fresh as the last TLS handshake: the
+// request for a kubeconfig came over one.
+func (r *certReloader) selfSignedRoot() []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.root
 }
 
 func (r *certReloader) newestModTime() time.Time {
@@ -307,32 +317,19 @@ func openAudit(path string) (io.Writer, func() error, error) {
 	return f, f.Close, nil
 }
 
-// selfSignedRoot returns the last certificate in the PEM file at path, as
-// PEM, if it is a self-signed CA: a hub whose certificate chain ends in a
-// private CA hands that CA out in its kubeconfigs, since kubectl sends
-// credentials over TLS only and must be able to check the hub.
-func selfSignedRoot(path string) []byte {
-	data, err := os.ReadFile(path)
-	if err != nil {
+// selfSignedRoot returns the last certificate of chain (DER, as a
+// tls.Certificate holds it), as PEM, if it is a self-signed CA: a hub whose
+// certificate chain ends in a private CA hands that CA out in its
+// kubeconfigs, since kubectl sends credentials over TLS only and must be
+// able to check the hub.
+func selfSignedRoot(chain [][]byte) []byte {
+	if len(chain) == 0 {
 		return nil
 	}
-	var last *pem.Block
-	for {
-		var b *pem.Block
-		b, data = pem.Decode(data)
-		if b == nil {
-			break
-		}
-		if b.Type == "CERTIFICATE" {
-			last = b
-		}
-	}
-	if last == nil {
-		return nil
-	}
-	cert, err := x509.ParseCertificate(last.Bytes)
+	last := chain[len(chain)-1]
+	cert, err := x509.ParseCertificate(last)
 	if err != nil || !cert.IsCA || cert.CheckSignatureFrom(cert) != nil {
 		return nil
 	}
-	return pem.EncodeToMemory(last)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: last})
 }
