@@ -155,16 +155,24 @@ func retryAfter(v string) (time.Duration, bool) {
 	return time.Duration(s) * time.Second, true
 }
 
+// refusedAfterHello sorts the hub's refusal of the hello as dialFailed
+// sorts an upgrade's: 401 (a CA other than the one the list pins), 403 and
+// a takeover stop the agent; anything else, such as a hello this hub can't
+// take, is a failure to connect, tried again.
 func (a *Agent) refusedAfterHello(m protocol.Message) result {
-	reason := reasonUnknown
+	var reason string
 	switch m.Status {
+	case http.StatusUnauthorized:
+		reason = reasonUnknown
 	case http.StatusForbidden:
 		reason = reasonNoAgents
 	case http.StatusConflict:
 		reason = reasonTakeover
+	default:
+		return failed(fmt.Errorf("it refused the hello with %d: %q", m.Status, m.Error))
 	}
 	if m.Error != "" {
-		reason += " The hub says: " + m.Error
+		reason += fmt.Sprintf(" The hub says: %q", m.Error)
 	}
 	return result{err: &RefusedError{Hub: a.hub, Reason: reason}}
 }
@@ -270,7 +278,7 @@ func (c *conn) readControl() result {
 				if m.Reason == protocol.ReasonShutdown {
 					return result{err: errors.New("the hub is shutting down"), wait: time.Duration(m.ReconnectAfterMillis) * time.Millisecond}
 				}
-				return result{err: errors.New("the hub closed the connection: " + m.Reason), wait: -1}
+				return result{err: fmt.Errorf("the hub closed the connection: %q", m.Reason), wait: -1}
 			}
 		}
 	}
@@ -301,7 +309,7 @@ func (c *conn) watch(ctx context.Context, end func(result)) {
 			}
 		case <-reread.C:
 			if err := c.reread(); err != nil {
-				end(result{err: err, goodbye: true})
+				end(result{err: err, wait: -1, goodbye: true})
 				return
 			}
 		}
@@ -309,9 +317,10 @@ func (c *conn) watch(ctx context.Context, end func(result)) {
 }
 
 // reread sends the hub a changed service account token. A changed ca.crt
-// returns an error, so the agent connects again at once: the hub checks the
-// API server against the CA in the hello, and a cluster whose CA rotated
-// would otherwise be unreachable through the hub until the agent restarted.
+// returns an error, and the agent connects again, as after any close: the
+// hub checks the API server against the CA in the hello, and a cluster
+// whose CA rotated would otherwise be unreachable through the hub until the
+// agent restarted.
 func (c *conn) reread() error {
 	sa, err := c.a.cfg.ReadServiceAccount()
 	if err != nil {

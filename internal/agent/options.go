@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 	"time"
 
 	"github.com/tetherhq/tether/internal/fleet"
@@ -64,6 +65,10 @@ func OptionsFromEnv(getenv Getenv) (Options, error) {
 	if o.Token == "" {
 		return Options{}, errors.New("TETHER_AGENT_TOKEN must be set: the token the hub's agents list knows this agent by (tether token makes one)")
 	}
+	if strings.ContainsFunc(o.Token, unicode.IsControl) {
+		// It goes in a header, which can't carry a line break.
+		return Options{}, errors.New("TETHER_AGENT_TOKEN must be the token on one line: it holds a line break or another control character")
+	}
 	if o.HealthAddr == "0" {
 		o.HealthAddr = ""
 	} else if _, _, err := net.SplitHostPort(o.HealthAddr); err != nil {
@@ -78,6 +83,10 @@ func OptionsFromEnv(getenv Getenv) (Options, error) {
 	host := strings.TrimSpace(getenv("KUBERNETES_SERVICE_HOST"))
 	if host == "" {
 		return Options{}, errors.New("KUBERNETES_SERVICE_HOST must be set to the API server's address; Kubernetes sets it in every pod")
+	}
+	if strings.ContainsFunc(host, func(r rune) bool { return !unicode.IsPrint(r) || r == ' ' }) {
+		// The hub refuses such an address in the hello.
+		return Options{}, fmt.Errorf("KUBERNETES_SERVICE_HOST must be a host name or IP address, not %q", host)
 	}
 	port := orDefault(strings.TrimSpace(getenv("KUBERNETES_SERVICE_PORT")), "443")
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {

@@ -84,6 +84,60 @@ func TestTokenRotation(t *testing.T) {
 	assertNoSecrets(t, h.logs.String()+a.logs.String())
 }
 
+// TestHelloRefusedIsTriedAgain: a hello the hub refuses as bad (400) is a
+// failure to connect, as SPEC section 1 has every answer but 401, 403 and
+// a takeover: the agent logs the hub's reason and tries again.
+func TestHelloRefusedIsTriedAgain(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1")})
+	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) {
+		c.APIServer = "bad host:443"
+		c.Sleep = func(ctx context.Context, d time.Duration) error {
+			select {
+			case <-time.After(10 * time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	})
+	eventually(t, 5*time.Second, "the agent tries again", func() bool {
+		return strings.Count(a.logs.String(), "it refused the hello with 400") >= 2
+	})
+	select {
+	case <-a.done:
+		t.Fatalf("the agent stopped: %v\n%s", a.err, a.logs)
+	default:
+	}
+	if !strings.Contains(a.logs.String(), "must be host:port") {
+		t.Errorf("the agent's log doesn't give the hub's reason:\n%s", a.logs)
+	}
+}
+
+// TestHelloFromANewerProtocol: a hub refuses a hello in a protocol newer
+// than its own, whose messages it could misread, and says to upgrade it.
+func TestHelloFromANewerProtocol(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: time.Hour})
+	sess := rawAgent(t, h)
+	ctl, err := sess.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello := protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version + 1, AgentVersion: "test", CACert: string(fc.ca.CertPEM),
+		ServiceAccountToken: "service-account-token-1", APIServer: fc.addr()}
+	if err := protocol.Write(ctl, hello); err != nil {
+		t.Fatal(err)
+	}
+	m, err := protocol.Read(ctl)
+	if err != nil || m.Type != protocol.TypeRefused || m.Status != http.StatusBadRequest || !strings.Contains(m.Error, "upgrade the hub") {
+		t.Fatalf("answered %+v, %v; want a 400 refusal that says to upgrade the hub", m, err)
+	}
+	if h.connected("eu-1") != nil {
+		t.Error("the hub took the agent")
+	}
+}
+
 // TestCARotation: when the cluster's ca.crt changes, the agent connects
 // again with the new one in its hello, so the hub goes on reaching an API
 // server whose certificate now comes from the new CA.
