@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/http/httpproxy"
+
 	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/tunnel"
 	"github.com/tetherhq/tether/internal/version"
@@ -83,7 +85,10 @@ func New(cfg Config) (*Agent, error) {
 		cfg.TLSConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	if cfg.Proxy == nil {
-		cfg.Proxy = http.ProxyFromEnvironment
+		// HTTPS_PROXY and NO_PROXY as net/http reads them, read now:
+		// http.ProxyFromEnvironment reads them once per process.
+		proxy := httpproxy.FromEnvironment().ProxyFunc()
+		cfg.Proxy = func(r *http.Request) (*url.URL, error) { return proxy(r.URL) }
 	}
 	if cfg.DialAPIServer == nil {
 		cfg.DialAPIServer = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext

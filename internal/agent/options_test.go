@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -52,11 +53,13 @@ func TestOptionsFromEnv(t *testing.T) {
 		o.HealthAddr != ":8081" || o.TokenReread != time.Minute || o.APIServer != "10.0.0.1:443" {
 		t.Errorf("defaults: %+v", o)
 	}
-	o, err = OptionsFromEnv(env(map[string]string{"TETHER_HEALTH_ADDR": "0", "KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443", "TETHER_HUB_CA": hubCA, "TETHER_TOKEN_REREAD_SECONDS": "5"}))
+	o, err = OptionsFromEnv(env(map[string]string{"TETHER_HEALTH_ADDR": "0", "KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443", "TETHER_HUB_CA": hubCA, "TETHER_TOKEN_REREAD_SECONDS": "5",
+		"TETHER_ALLOWED_NAMESPACES": " team-a, team-b,team-a,", "TETHER_ISTIO_GATEWAY_TIE_BREAKER": "istio-system/public"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.HealthAddr != "" || o.APIServer != "[fd00::1]:6443" || o.TokenReread != 5*time.Second {
+	if o.HealthAddr != "" || o.APIServer != "[fd00::1]:6443" || o.TokenReread != 5*time.Second ||
+		!slices.Equal(o.AllowedNamespaces, []string{"team-a", "team-b"}) || o.GatewayTieBreaker != "istio-system/public" {
 		t.Errorf("overrides: %+v", o)
 	}
 
@@ -89,6 +92,8 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"no ca.crt", map[string]string{"TETHER_SERVICEACCOUNT_DIR": saDir(t, map[string]string{"token": "t"})}, "No CA certificate at "},
 		{"empty ca.crt", map[string]string{"TETHER_SERVICEACCOUNT_DIR": saDir(t, map[string]string{"token": "t", "ca.crt": ""})}, "the file is empty or holds no PEM certificate"},
 		{"garbage ca.crt", map[string]string{"TETHER_SERVICEACCOUNT_DIR": saDir(t, map[string]string{"token": "t", "ca.crt": "not a cert"})}, "holds no PEM certificate"},
+		{"bad namespace", map[string]string{"TETHER_ALLOWED_NAMESPACES": "team-a,Team_B"}, `TETHER_ALLOWED_NAMESPACES must be namespace names separated by commas, like team-a,team-b; "Team_B" is not a namespace name`},
+		{"bad tie breaker", map[string]string{"TETHER_ISTIO_GATEWAY_TIE_BREAKER": "public"}, `TETHER_ISTIO_GATEWAY_TIE_BREAKER must name an Istio Gateway as namespace/name, like istio-system/public, not "public"`},
 		{"missing hub CA", map[string]string{"TETHER_HUB_CA": "/nonexistent/ca.pem"}, "TETHER_HUB_CA must be a PEM file of CA certificates"},
 		{"bad hub CA", map[string]string{"TETHER_HUB_CA": filepath.Join(goodSA, "token")}, "TETHER_HUB_CA must be a PEM file of CA certificates"},
 	}

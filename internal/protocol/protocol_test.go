@@ -55,7 +55,10 @@ func TestReadRejects(t *testing.T) {
 		input []byte
 		want  string
 	}{
-		{"too large", binary.BigEndian.AppendUint32(nil, MaxMessageSize+1), "too large"},
+		// SPEC section 1: a hello over 1 MiB ends the connection; 1 MiB
+		// itself is read (here it is cut short).
+		{"too large", binary.BigEndian.AppendUint32(nil, 1<<20+1), "too large"},
+		{"1 MiB, cut short", binary.BigEndian.AppendUint32(nil, 1<<20), "unexpected EOF"},
 		{"truncated", frame(`{"type":"ping"}`)[:8], "unexpected EOF"},
 		{"not json", frame(`hello`), "decode message"},
 		{"unknown type", frame(`{"type":"launch"}`), `unknown message type "launch"`},
