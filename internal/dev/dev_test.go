@@ -1,0 +1,67 @@
+package dev
+
+import (
+	"bytes"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/tetherhq/tether/internal/localkube"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// tether dev listens on 127.0.0.1 only (SPEC section 7): an --addr off
+// loopback is refused before anything starts, with an error that says what
+// to give instead; a loopback one gets past the check. Run is given a source
+// tree that isn't one, so that past the check it stops at once, where it
+// would start the API server, without building or starting anything.
+func TestRunListensOnLoopbackOnly(t *testing.T) {
+	for _, tc := range []struct {
+		addr     string
+		loopback bool
+	}{
+		{"0.0.0.0:8080", false},
+		{":8080", false}, // every interface
+		{"[::]:8080", false},
+		{"192.168.1.20:8080", false},
+		{"10.0.0.5:8443", false},
+		{"tether.example.com:8080", false},
+		{"127.0.0.1", false}, // no port
+		{"127.0.0.1:8080", true},
+		{"127.0.0.1:0", true},
+		{"[::1]:8080", true},
+	} {
+		t.Run(tc.addr, func(t *testing.T) {
+			var out bytes.Buffer
+			err := Run(t.Context(), Config{
+				Addr:   tc.addr,
+				Logger: slog.New(slog.DiscardHandler),
+				Out:    &out,
+				Build:  localkube.BuildOptions{SourceDir: t.TempDir(), CacheDir: t.TempDir()},
+			})
+			if err == nil {
+				t.Fatal("Run returned nil without a source tree to build the API server from")
+			}
+			refused := strings.Contains(err.Error(), "loopback only")
+			if !tc.loopback {
+				if !refused || !strings.Contains(err.Error(), strconv.Quote(tc.addr)) || !strings.Contains(err.Error(), "127.0.0.1:8080") {
+					t.Errorf("--addr %s: got %v, want an error that says loopback only, quotes the address and gives 127.0.0.1:8080 as an example", tc.addr, err)
+				}
+				if out.Len() > 0 {
+					t.Errorf("--addr %s is refused only after Run began:\n%s", tc.addr, out.String())
+				}
+				return
+			}
+			if refused {
+				t.Errorf("--addr %s refused: %v", tc.addr, err)
+			}
+			if !strings.Contains(out.String(), "Starting a local Kubernetes API server") {
+				t.Errorf("--addr %s: Run didn't go on to start the API server (%v); it printed %q", tc.addr, err, out.String())
+			}
+		})
+	}
+}
