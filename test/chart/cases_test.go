@@ -38,6 +38,47 @@ hub:
 `
 )
 
+// podOptions are the values that shape the pod in either mode (SPEC section
+// 6: image, extraEnv, podSecurityContext, securityContext, nodeSelector,
+// tolerations, affinity, priorityClassName); checkPodOptions checks that
+// each arrives in the rendered Deployment.
+const podOptions = `
+image:
+  repository: registry.example.com/tether
+  digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+  pullPolicy: Always
+imagePullSecrets: [{name: registry}]
+extraEnv:
+  - name: HTTPS_PROXY
+    value: http://proxy.example.com:3128
+  - name: TETHER_TOKEN_REREAD_SECONDS
+    valueFrom:
+      configMapKeyRef: {name: agent-settings, key: reread, optional: true}
+podAnnotations: {example.com/owner: platform}
+podLabels: {team: platform}
+podSecurityContext:
+  runAsNonRoot: true
+  runAsUser: 10001
+  runAsGroup: 10001
+  fsGroup: 10001
+  seccompProfile: {type: RuntimeDefault}
+securityContext:
+  allowPrivilegeEscalation: false
+  readOnlyRootFilesystem: true
+  capabilities: {drop: [ALL]}
+  runAsGroup: 10001
+nodeSelector: {kubernetes.io/os: linux}
+tolerations:
+  - {key: dedicated, operator: Equal, value: infra, effect: NoSchedule}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+        - matchExpressions:
+            - {key: kubernetes.io/arch, operator: In, values: [amd64, arm64]}
+priorityClassName: system-cluster-critical
+`
+
 // cases are the option combinations every test runs: both modes, and each
 // option that changes what is rendered.
 var cases = []chartCase{
@@ -79,42 +120,11 @@ agent:
   resources:
     requests: {cpu: 20m, memory: 48Mi}
     limits: {memory: 256Mi}
-image:
-  repository: registry.example.com/tether
-  digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
-  pullPolicy: Always
-imagePullSecrets: [{name: registry}]
 logFormat: json
-extraEnv:
-  - name: HTTPS_PROXY
-    value: http://proxy.example.com:3128
-  - name: TETHER_TOKEN_REREAD_SECONDS
-    valueFrom:
-      configMapKeyRef: {name: agent-settings, key: reread, optional: true}
-podAnnotations: {example.com/owner: platform}
-podLabels: {team: platform}
 serviceAccount:
   name: edge-agent
   annotations: {example.com/role: tether}
-podSecurityContext:
-  runAsNonRoot: true
-  runAsUser: 10001
-  seccompProfile: {type: RuntimeDefault}
-securityContext:
-  allowPrivilegeEscalation: false
-  readOnlyRootFilesystem: true
-  capabilities: {drop: [ALL]}
-nodeSelector: {kubernetes.io/os: linux}
-tolerations:
-  - {key: dedicated, operator: Equal, value: infra, effect: NoSchedule}
-affinity:
-  nodeAffinity:
-    requiredDuringSchedulingIgnoredDuringExecution:
-      nodeSelectorTerms:
-        - matchExpressions:
-            - {key: kubernetes.io/arch, operator: In, values: [amd64, arm64]}
-priorityClassName: system-cluster-critical
-`},
+` + podOptions},
 	{name: "hub", values: hubValues},
 	{name: "hub-full", values: `
 mode: hub
@@ -164,7 +174,7 @@ networkPolicy:
   metricsFrom:
     - namespaceSelector:
         matchLabels: {kubernetes.io/metadata.name: monitoring}
-`},
+` + podOptions},
 	{name: "hub-plain", values: hubValues + `
 replicaCount: 2
 hub:

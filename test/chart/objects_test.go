@@ -56,7 +56,8 @@ type deployment struct {
 		Replicas *int
 		Strategy struct{ Type string }
 		Template struct {
-			Spec podSpec
+			Metadata struct{ Labels, Annotations map[string]string }
+			Spec     podSpec
 		}
 	}
 }
@@ -68,6 +69,9 @@ type podSpec struct {
 	PriorityClassName             string
 	NodeSelector                  map[string]string
 	Tolerations                   []map[string]any
+	Affinity                      map[string]any
+	SecurityContext               map[string]any // the pod's
+	ImagePullSecrets              []struct{ Name string }
 	Containers                    []container
 	Volumes                       []volume
 }
@@ -87,13 +91,15 @@ func (p podSpec) volume(name string) *volume {
 }
 
 type container struct {
-	Image          string
-	Args           []string
-	Env            []envVar
-	ReadinessProbe *probe
-	LivenessProbe  *probe
-	Resources      struct{ Requests, Limits map[string]string }
-	VolumeMounts   []struct {
+	Image           string
+	ImagePullPolicy string
+	SecurityContext map[string]any
+	Args            []string
+	Env             []envVar
+	ReadinessProbe  *probe
+	LivenessProbe   *probe
+	Resources       struct{ Requests, Limits map[string]string }
+	VolumeMounts    []struct {
 		Name, MountPath, SubPath string
 	}
 }
@@ -101,7 +107,11 @@ type container struct {
 type envVar struct {
 	Name, Value string
 	ValueFrom   *struct {
-		SecretKeyRef *struct{ Name, Key string }
+		SecretKeyRef    *struct{ Name, Key string }
+		ConfigMapKeyRef *struct {
+			Name, Key string
+			Optional  *bool
+		}
 	}
 }
 

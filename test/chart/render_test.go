@@ -147,15 +147,13 @@ func TestAgentDeployment(t *testing.T) {
 			if c.name == "agent-options" {
 				// Values that change the resources replace the defaults.
 				checkResources(t, ctr, "20m", "48Mi", "256Mi")
-				if env(ctr, "TETHER_AGENT_NAME") != "edge-1" || env(ctr, "TETHER_HUB_CA") != "/etc/tether/hub-ca/ca.crt" || env(ctr, "HTTPS_PROXY") == "" {
+				if env(ctr, "TETHER_AGENT_NAME") != "edge-1" || env(ctr, "TETHER_HUB_CA") != "/etc/tether/hub-ca/ca.crt" {
 					t.Errorf("env %s", js(ctr.Env))
 				}
-				if pod.PriorityClassName != "system-cluster-critical" || pod.ServiceAccountName != "edge-agent" || len(pod.Tolerations) != 1 || pod.NodeSelector["kubernetes.io/os"] != "linux" {
-					t.Errorf("pod spec %s", js(pod))
+				if pod.ServiceAccountName != "edge-agent" {
+					t.Errorf("serviceAccountName %q, want edge-agent", pod.ServiceAccountName)
 				}
-				if ctr.Image != "registry.example.com/tether@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" {
-					t.Errorf("image %q", ctr.Image)
-				}
+				checkPodOptions(t, d)
 				return
 			}
 			checkResources(t, ctr, "10m", "32Mi", "128Mi")
@@ -173,6 +171,61 @@ func TestAgentDeployment(t *testing.T) {
 				t.Errorf("TETHER_ALLOWED_NAMESPACES %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// checkPodOptions checks that each of podOptions arrives in the rendered
+// Deployment d, as given: the values replace the chart's defaults.
+func checkPodOptions(t *testing.T, d deployment) {
+	t.Helper()
+	pod := d.Spec.Template.Spec
+	ctr := pod.Containers[0]
+	if ctr.Image != "registry.example.com/tether@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" {
+		t.Errorf("image %q, want image.repository at image.digest", ctr.Image)
+	}
+	if ctr.ImagePullPolicy != "Always" {
+		t.Errorf("imagePullPolicy %q, want image.pullPolicy's Always", ctr.ImagePullPolicy)
+	}
+	if len(pod.ImagePullSecrets) != 1 || pod.ImagePullSecrets[0].Name != "registry" {
+		t.Errorf("imagePullSecrets %s, want [registry]", js(pod.ImagePullSecrets))
+	}
+	// extraEnv comes after the chart's own settings, as given, valueFrom
+	// included.
+	if n := len(ctr.Env); n < 2 {
+		t.Errorf("env %s, want extraEnv's two at the end", js(ctr.Env))
+	} else {
+		proxy, reread := ctr.Env[n-2], ctr.Env[n-1]
+		if proxy.Name != "HTTPS_PROXY" || proxy.Value != "http://proxy.example.com:3128" || proxy.ValueFrom != nil {
+			t.Errorf("the next to last env var %s, want extraEnv's HTTPS_PROXY", js(proxy))
+		}
+		if r := reread.ValueFrom; reread.Name != "TETHER_TOKEN_REREAD_SECONDS" || r == nil || r.ConfigMapKeyRef == nil ||
+			r.ConfigMapKeyRef.Name != "agent-settings" || r.ConfigMapKeyRef.Key != "reread" || r.ConfigMapKeyRef.Optional == nil || !*r.ConfigMapKeyRef.Optional {
+			t.Errorf("the last env var %s, want extraEnv's TETHER_TOKEN_REREAD_SECONDS from ConfigMap agent-settings", js(reread))
+		}
+	}
+	for _, f := range []struct {
+		what string
+		got  any
+		want string // JSON
+	}{
+		{"the pod's securityContext", pod.SecurityContext, `{"runAsNonRoot": true, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}}`},
+		{"the container's securityContext", ctr.SecurityContext, `{"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}, "runAsGroup": 10001}`},
+		{"nodeSelector", pod.NodeSelector, `{"kubernetes.io/os": "linux"}`},
+		{"tolerations", pod.Tolerations, `[{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}]`},
+		{"affinity", pod.Affinity, `{"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64", "arm64"]}]}]}}}`},
+		{"priorityClassName", pod.PriorityClassName, `"system-cluster-critical"`},
+		{"the pod's annotations", d.Spec.Template.Metadata.Annotations, `{"example.com/owner": "platform"}`},
+	} {
+		var want any
+		if err := json.Unmarshal([]byte(f.want), &want); err != nil {
+			t.Fatal(err)
+		}
+		if got := js(f.got); got != js(want) {
+			t.Errorf("%s %s, want %s", f.what, got, js(want))
+		}
+	}
+	if d.Spec.Template.Metadata.Labels["team"] != "platform" {
+		t.Errorf("the pod's labels %s, want podLabels' team=platform among them", js(d.Spec.Template.Metadata.Labels))
 	}
 }
 
@@ -197,6 +250,7 @@ func TestHubDeployment(t *testing.T) {
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
 		t.Errorf("replicas %s, want 1 by default", js(d.Spec.Replicas))
 	}
+	checkPodOptions(t, d)
 	// Each file the hub reloads is in a directory mounted from its Secret,
 	// never through subPath, which would freeze it: Kubernetes updates a
 	// Secret's files by swapping the directory's ..data symlink.
