@@ -19,16 +19,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// accessTTL is how long the cluster's answer to "may this person list this
-// kind here?" is kept (SPEC section 5).
-const accessTTL = 60 * time.Second
-
 // maxAccessEntries bounds the cache; past it, it starts over.
 const maxAccessEntries = 100_000
 
 // accessCache remembers, per cluster, person, kind and namespace, whether
 // the cluster's RBAC lets the person list that kind there.
 type accessCache struct {
+	ttl time.Duration // how long an answer is kept: Config.AccessTTL
+
 	mu      sync.Mutex // guards entries
 	entries map[accessKey]accessEntry
 }
@@ -58,7 +56,7 @@ func (a *accessCache) put(k accessKey, allowed bool, now time.Time) {
 	if a.entries == nil || len(a.entries) >= maxAccessEntries {
 		a.entries = map[accessKey]accessEntry{}
 	}
-	a.entries[k] = accessEntry{allowed: allowed, expires: now.Add(accessTTL)}
+	a.entries[k] = accessEntry{allowed: allowed, expires: now.Add(a.ttl)}
 }
 
 // allowList returns the inventory.Allow of person p for cluster name: it

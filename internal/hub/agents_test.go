@@ -3,6 +3,8 @@ package hub
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -123,23 +125,50 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+// TestRefusalLogsAreRateLimited: refusal lines are rate-limited per name
+// and address (SPEC section 2): 20 tries from each of two names and two
+// addresses give one line for each name and address, not one in all.
 func TestRefusalLogsAreRateLimited(t *testing.T) {
-	h := startHub(t, Config{Agents: testAgents("eu-1")})
+	h := startHub(t, Config{Agents: testAgents("eu-1", "us-1")})
+	from := func(local string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+		return &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+	}
+	tries := []struct{ name, addr string }{{"eu-1", "127.0.0.1"}, {"us-1", "127.0.0.1"}, {"eu-1", "127.0.0.2"}}
 	for i := 0; i < 20; i++ {
-		req, _ := http.NewRequest("GET", h.url+"/api/agent", nil)
-		req.Header.Set("Tether-Agent", "eu-1")
-		req.Header.Set("Authorization", "Bearer wrong")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("status %d, want 401", resp.StatusCode)
+		for _, try := range tries {
+			req, _ := http.NewRequest("GET", h.url+"/api/agent", nil)
+			req.Header.Set("Tether-Agent", try.name)
+			req.Header.Set("Authorization", "Bearer wrong")
+			client := from(try.addr)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			client.CloseIdleConnections()
+			if resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("status %d, want 401", resp.StatusCode)
+			}
 		}
 	}
-	if n := strings.Count(h.logs.String(), "An agent was refused"); n != 1 {
-		t.Fatalf("%d refusal lines for 20 tries from one name and address, want 1:\n%s", n, h.logs)
+	logs := h.logs.String()
+	if n := strings.Count(logs, "An agent was refused"); n != len(tries) {
+		t.Errorf("%d refusal lines for 20 tries from each of %d names and addresses, want %d", n, len(tries), len(tries))
+	}
+	for _, try := range tries {
+		n := 0
+		for l := range strings.Lines(logs) {
+			if strings.Contains(l, fmt.Sprintf("An agent was refused: %q", try.name)) && strings.Contains(l, "remote="+try.addr+":") {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d refusal lines for %q from %s, want 1", n, try.name, try.addr)
+		}
+	}
+	if t.Failed() {
+		t.Logf("hub log:\n%s", logs)
 	}
 }
 

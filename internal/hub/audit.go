@@ -11,11 +11,13 @@ import (
 	"time"
 )
 
-// auditRecord is one line of the audit log (SPEC section 3).
+// auditRecord is one line of the audit log (SPEC section 3). Every field
+// SPEC names is on every line: person and groups too, "" and [] for a
+// request whose person isn't known (a 401).
 type auditRecord struct {
 	Time      time.Time `json:"time"`
-	Person    string    `json:"person,omitempty"`
-	Groups    []string  `json:"groups,omitempty"`
+	Person    string    `json:"person"`
+	Groups    []string  `json:"groups"` // [] when none, never null
 	Source    string    `json:"source,omitempty"`
 	Cluster   string    `json:"cluster"`
 	Verb      string    `json:"verb"`
@@ -44,10 +46,14 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 		return
 	}
 	path := strings.TrimPrefix(r.URL.Path, h.clusterPrefix(cluster))
+	groups := rt.person.Groups
+	if groups == nil {
+		groups = []string{}
+	}
 	line, err := json.Marshal(auditRecord{
 		Time:      start.UTC(),
 		Person:    rt.person.Name,
-		Groups:    rt.person.Groups,
+		Groups:    groups,
 		Source:    rt.person.Source,
 		Cluster:   cluster,
 		Verb:      verb(r.Method, path, r.URL.Query().Get("watch")),

@@ -47,6 +47,12 @@ type fakeCluster struct {
 	paths  map[string]int // requests per path
 	conns  map[string]int // requests per path and client address (connection)
 	gate   chan struct{}  // /stream waits on it between its events
+
+	// readyzDelay is how long /readyz waits before it answers (or until
+	// its request is gone), and readyzStatus, when not 0, the status it
+	// answers with.
+	readyzDelay  atomic.Int64 // a time.Duration
+	readyzStatus atomic.Int32
 }
 
 func (fc *fakeCluster) count(path string) int {
@@ -119,6 +125,17 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)
+		if d := time.Duration(fc.readyzDelay.Load()); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if code := int(fc.readyzStatus.Load()); code != 0 {
+			http.Error(w, "readyz check failed", code)
+			return
+		}
 		w.Write([]byte("ok"))
 	})
 	mux.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) {

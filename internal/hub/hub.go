@@ -47,8 +47,13 @@ type Config struct {
 	ReconnectSpread time.Duration
 	// HelloTimeout bounds the wait for an agent's hello.
 	HelloTimeout time.Duration
-	// ProbeInterval and ProbeTimeout pace the cluster status probes.
+	// ProbeInterval and ProbeTimeout pace the cluster status probes: one
+	// starts every ProbeInterval (10 s), and each gives up after
+	// ProbeTimeout (5 s).
 	ProbeInterval, ProbeTimeout time.Duration
+	// AccessTTL is how long the cluster's answer to "may this person list
+	// this kind here?" is kept (SPEC section 5). Zero means 60 s.
+	AccessTTL time.Duration
 	// Tunnel tunes the multiplexer; zero means tunnel.DefaultConfig.
 	Tunnel tunnel.Config
 	// Registerer takes the hub's metrics. Nil means a private registry.
@@ -126,6 +131,9 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.ProbeTimeout == 0 {
 		cfg.ProbeTimeout = 5 * time.Second
 	}
+	if cfg.AccessTTL == 0 {
+		cfg.AccessTTL = 60 * time.Second
+	}
 	if cfg.Tunnel == (tunnel.Config{}) {
 		cfg.Tunnel = tunnel.DefaultConfig()
 		// The hub closes a stream when it is done with it, never to
@@ -158,6 +166,7 @@ func New(cfg Config) (*Hub, error) {
 		lastCA:    map[string]string{},
 		requests:  newInflight(),
 		inventory: inventory.NewStore(),
+		access:    accessCache{ttl: cfg.AccessTTL},
 	}
 	h.proxy = h.newProxy()
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

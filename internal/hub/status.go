@@ -167,16 +167,21 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 	}
 }
 
-// startProbes probes c's cluster at once, then ProbeInterval after each
-// probe ends, until ctx is done or the loop is stopped.
+// startProbes probes c's cluster at once, then every ProbeInterval, until
+// ctx is done or the loop is stopped. Probes start every ProbeInterval
+// (SPEC section 2: every 10 s), not ProbeInterval after the last one ended:
+// a slow API server is probed as often as a quick one. A probe that takes
+// longer than ProbeInterval is followed by the next at once; probes never
+// overlap.
 func (h *Hub) startProbes(ctx context.Context, c *agentConn) *timerLoop {
 	return startTimerLoop(0, func() (time.Duration, bool) {
+		start := time.Now()
 		r := h.probe(ctx, c)
 		if ctx.Err() != nil {
 			return 0, false
 		}
 		h.setStatus(c.name, c.agentVersion, r)
-		return h.cfg.ProbeInterval, true
+		return max(h.cfg.ProbeInterval-time.Since(start), 0), true
 	})
 }
 

@@ -1,0 +1,61 @@
+package hub
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestAuditLineHasEveryField: SPEC section 3 names the fields of each audit
+// line; each is on every line, also when the hub doesn't know who sent the
+// request (401) or the person has no groups, where person is "" and groups
+// is [], never absent or null.
+func TestAuditLineHasEveryField(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, audit := proxyHub(t, fc, "")
+	tests := []struct {
+		name         string
+		header       http.Header
+		status       int
+		person       string
+		wantGroupsOf int
+	}{
+		{"no credentials", nil, http.StatusUnauthorized, "", 0},
+		{"a person without groups", http.Header{"X-Remote-User": {"carol"}}, http.StatusOK, "carol", 0},
+		{"a person with groups", http.Header{"X-Remote-User": {"dave"}, "X-Remote-Group": {"dev"}}, http.StatusOK, "dave", 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := strings.Count(audit.String(), "\n")
+			code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/namespaces/a/pods", "", tt.header)
+			if code != tt.status {
+				t.Fatalf("status %d, want %d: %s", code, tt.status, body)
+			}
+			// The line is written once the answer is: wait for it. The
+			// tests' requests are the only ones to the clusters.
+			eventually(t, 5*time.Second, "the request's audit line", func() bool { return strings.Count(audit.String(), "\n") > before })
+			line := lastLine(audit.String())
+			var fields map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(line), &fields); err != nil {
+				t.Fatalf("audit line %q: %v", line, err)
+			}
+			for _, k := range []string{"time", "person", "groups", "cluster", "verb", "path", "status", "duration", "bytes", "requestId"} {
+				if _, ok := fields[k]; !ok {
+					t.Errorf("the audit line has no %q: %s", k, line)
+				}
+			}
+			var rec struct {
+				Person    string
+				Groups    []string
+				Status    int
+				RequestID string
+			}
+			json.Unmarshal([]byte(line), &rec)
+			if rec.Person != tt.person || rec.Status != tt.status || rec.RequestID == "" || string(fields["groups"]) == "null" || len(rec.Groups) != tt.wantGroupsOf {
+				t.Errorf("audit line %s: want person %q, status %d, %d groups (never null), a request id", line, tt.person, tt.status, tt.wantGroupsOf)
+			}
+		})
+	}
+}

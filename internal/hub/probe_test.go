@@ -1,0 +1,103 @@
+package hub
+
+import (
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDefaults: a hub given no durations takes SPEC's: probes every 10 s
+// with a 5 s timeout (section 2), a 60 s permission cache (section 5), and
+// 10 s for an agent's hello. Serve leaves them zero, so these are the
+// hub's in production.
+func TestDefaults(t *testing.T) {
+	h, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	for _, d := range []struct {
+		name      string
+		got, want time.Duration
+	}{
+		{"ProbeInterval", h.cfg.ProbeInterval, 10 * time.Second},
+		{"ProbeTimeout", h.cfg.ProbeTimeout, 5 * time.Second},
+		{"HelloTimeout", h.cfg.HelloTimeout, 10 * time.Second},
+		{"AccessTTL", h.cfg.AccessTTL, 60 * time.Second},
+		{"the permission cache's lifetime", h.access.ttl, 60 * time.Second},
+	} {
+		if d.got != d.want {
+			t.Errorf("%s = %s, want %s", d.name, d.got, d.want)
+		}
+	}
+}
+
+// TestProbeFailureSaysWhy: while the agent is connected but its API server
+// doesn't answer /readyz well (a 500, or no answer within ProbeTimeout), the
+// cluster is Unreachable with why, and Ready again once it answers.
+func TestProbeFailureSaysWhy(t *testing.T) {
+	tests := []struct {
+		name string
+		fail func(fc *fakeCluster)
+		want string
+	}{
+		{"500", func(fc *fakeCluster) { fc.readyzStatus.Store(http.StatusInternalServerError) },
+			"Unreachable: its API server answered /readyz with 500 Internal Server Error"},
+		{"no answer", func(fc *fakeCluster) { fc.readyzDelay.Store(int64(time.Hour)) },
+			"Unreachable: its API server didn't answer /readyz within 300ms"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fc := newFakeCluster(t)
+			h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 300 * time.Millisecond})
+			a := startAgent(t, h.url, "eu-1", fc)
+			eventually(t, 5*time.Second, "connected", a.Connected)
+			eventually(t, 5*time.Second, "Ready", func() bool { return statusOf(h, "eu-1") == Ready })
+
+			tt.fail(fc)
+			eventually(t, 5*time.Second, "the status says why: "+tt.want, func() bool { return statusOf(h, "eu-1") == tt.want })
+			if !strings.Contains(h.logs.String(), `Cluster "eu-1" is `+tt.want) {
+				t.Errorf("the hub didn't log the change:\n%s", h.logs)
+			}
+			if got := h.Clusters()[0]; got.Status != Unreachable || got.AgentVersion == "" || got.ConnectedSince.IsZero() {
+				t.Errorf("status %+v: want Unreachable with its agent still connected", got)
+			}
+
+			fc.readyzStatus.Store(0)
+			fc.readyzDelay.Store(0)
+			eventually(t, 5*time.Second, "Ready again", func() bool { return statusOf(h, "eu-1") == Ready })
+		})
+	}
+}
+
+// TestProbesStartEveryInterval: SPEC section 2 probes every 10 s, so a slow
+// API server is probed as often as a quick one: a probe starts every
+// ProbeInterval, not ProbeInterval after the last one ended, and never
+// sooner. Here /readyz takes half the interval; probes counted over a
+// window of 16 intervals number about 16, where waiting the interval after
+// each probe would give at most 16/1.5, and not waiting at all about 32.
+func TestProbesStartEveryInterval(t *testing.T) {
+	const interval = 250 * time.Millisecond
+	fc := newFakeCluster(t)
+	fc.readyzDelay.Store(int64(interval / 2))
+	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: interval})
+	a := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "connected", a.Connected)
+	eventually(t, 5*time.Second, "Ready", func() bool { return statusOf(h, "eu-1") == Ready })
+
+	start, before := time.Now(), fc.count("/readyz")
+	time.Sleep(16 * interval)
+	got, elapsed := fc.count("/readyz")-before, time.Since(start)
+
+	// Generous bounds, halfway between the right pace and the wrong ones:
+	// at least one probe per interval and a quarter, at most one per
+	// interval (and one for the window's edge).
+	least := int(math.Floor(float64(elapsed) / float64(interval+interval/4)))
+	most := int(math.Ceil(float64(elapsed)/float64(interval))) + 1
+	if got < least || got > most {
+		t.Errorf("%d probes of a /readyz taking %s in %s with a %s interval; want %d to %d (one per interval)",
+			got, interval/2, elapsed, interval, least, most)
+	}
+}
