@@ -372,3 +372,45 @@ func TestCutResponseIsLogged(t *testing.T) {
 		return strings.Contains(h.logs.String(), "ReverseProxy read error during body copy")
 	})
 }
+
+// TestVisibilityIgnoresTheGroupPrefix: with TETHER_IMPERSONATE_GROUP_PREFIX
+// set, a cluster's groups are compared with the person's own groups, not
+// the prefixed ones the API server is sent (SPEC section 3).
+func TestVisibilityIgnoresTheGroupPrefix(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "tether:")
+	tests := []struct {
+		name   string
+		token  string
+		header http.Header
+		want   int
+	}{
+		{"bob, in ops", bobToken, nil, http.StatusOK},
+		{"alice, in dev only", aliceToken, nil, http.StatusNotFound},
+		{"carol, in ops through the auth proxy", "", http.Header{"X-Remote-User": {"carol"}, "X-Remote-Group": {"ops"}}, http.StatusOK},
+		// Already prefixed is another group: ops is not among carol's.
+		{"carol, in tether:ops through the auth proxy", "", http.Header{"X-Remote-User": {"carol"}, "X-Remote-Group": {"tether:ops"}}, http.StatusNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body, _ := call(t, "GET", h.url+"/clusters/ops/api", tt.token, tt.header)
+			if code != tt.want {
+				t.Fatalf("GET /clusters/ops/api: %d %s, want %d", code, body, tt.want)
+			}
+			if code == http.StatusOK {
+				var got struct{ Header http.Header }
+				if err := json.Unmarshal([]byte(body), &got); err != nil {
+					t.Fatal(err)
+				}
+				if g := got.Header.Values("Impersonate-Group"); len(g) != 1 || g[0] != "tether:ops" {
+					t.Errorf("the API server was sent groups %q, want [tether:ops]", g)
+				}
+			}
+			// The JSON API decides the same way.
+			apiCode, apiBody, _ := call(t, "GET", h.url+"/api/clusters/ops", tt.token, tt.header)
+			if apiCode != tt.want {
+				t.Errorf("GET /api/clusters/ops: %d %s, want %d", apiCode, apiBody, tt.want)
+			}
+		})
+	}
+}
