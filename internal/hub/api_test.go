@@ -4,10 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/internal/protocol"
 )
 
 func TestClustersAPI(t *testing.T) {
@@ -176,5 +180,60 @@ func TestSessionCookie(t *testing.T) {
 	r2.Body.Close()
 	if r2.StatusCode != http.StatusUnauthorized {
 		t.Errorf("/clusters/ with only the session cookie: %d, want 401", r2.StatusCode)
+	}
+}
+
+// TestHiddenClusterAnswersLikeAMissingOne: a cluster the person may not see
+// answers every endpoint that names it exactly as one that doesn't exist
+// (SPEC section 3): the same status, headers and body but for the name.
+func TestHiddenClusterAnswersLikeAMissingOne(t *testing.T) {
+	fc := newFakeCluster(t)
+	answerAccessReviews(t, fc, func(user, resource, namespace string) bool { return true })
+	h, _ := proxyHub(t, fc, "")
+	// ops has an inventory, with a gateway, that anyone who sees ops may
+	// list: what leaks if visibility isn't checked.
+	gw := res("gateways", "istio-system", "public", true)
+	gw.Hosts = []string{"shop.example.com"}
+	feed(t, h, h.inventory.Receiver("ops"), "ops", &protocol.Update{Snapshot: true, Complete: true,
+		Kinds:   []protocol.KindState{{Kind: "pods"}, {Kind: "gateways"}},
+		Upserts: []protocol.Resource{gw, res("pods", "shop", "web-1", true)}})
+
+	tests := []struct {
+		path    string
+		bobSees string // in what bob, who sees ops, gets there
+	}{
+		{"/api/clusters/%s", `"name":"ops"`},
+		{"/api/clusters/%s/resources?kind=pods", `"name":"web-1"`},
+		{"/api/clusters/%s/gateways?host=shop.example.com", `"gateway":"istio-system/public"`},
+		{"/cluster/%s", "ops"},
+		{"/clusters/%s/api", `"path":"/api"`},
+		{"/clusters/%s", `"path":"/"`},
+	}
+	for _, tt := range tests {
+		path := tt.path
+		t.Run(path, func(t *testing.T) {
+			// The endpoint has something to hide.
+			if code, body, _ := call(t, "GET", h.url+fmt.Sprintf(path, "ops"), bobToken, nil); code != http.StatusOK || !strings.Contains(body, tt.bobSees) {
+				t.Fatalf("bob, who sees ops: %d %s, want 200 with %s", code, body, tt.bobSees)
+			}
+			hCode, hidden, hHdr := call(t, "GET", h.url+fmt.Sprintf(path, "ops"), aliceToken, nil)
+			mCode, missing, mHdr := call(t, "GET", h.url+fmt.Sprintf(path, "nowhere"), aliceToken, nil)
+			if hCode != http.StatusNotFound || mCode != http.StatusNotFound {
+				t.Fatalf("hidden %d %s, missing %d %s: want 404 for both", hCode, hidden, mCode, missing)
+			}
+			for _, q := range []string{`"%s"`, `\"%s\"`} {
+				hidden = strings.ReplaceAll(hidden, fmt.Sprintf(q, "ops"), fmt.Sprintf(q, "nowhere"))
+			}
+			if hidden != missing {
+				t.Errorf("bodies differ:\nhidden  %q\nmissing %q", hidden, missing)
+			}
+			for _, hdr := range []http.Header{hHdr, mHdr} {
+				hdr.Del("Date")
+				hdr.Del("Content-Length")
+			}
+			if !reflect.DeepEqual(hHdr, mHdr) {
+				t.Errorf("headers differ:\nhidden  %v\nmissing %v", hHdr, mHdr)
+			}
+		})
 	}
 }
