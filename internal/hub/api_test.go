@@ -237,3 +237,93 @@ func TestHiddenClusterAnswersLikeAMissingOne(t *testing.T) {
 		})
 	}
 }
+
+// TestClustersAPIKeyNames reads /api/clusters and /api/clusters/<name> as
+// plain JSON, not through the struct that writes them, so a renamed key
+// fails: the names, times in RFC 3339 and absent values omitted are SPEC
+// section 4's.
+func TestClustersAPIKeyNames(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	eventually(t, 5*time.Second, "open is Ready", func() bool { return statusOf(h, "open") == "Ready" })
+	// Distinct counts, so that swapped keys fail too: 2 of 3 nodes ready,
+	// 4 pods not ready, 1 application out of sync.
+	objs := []protocol.Resource{
+		res("nodes", "", "n1", true), res("nodes", "", "n2", true), res("nodes", "", "n3", false),
+		res("pods", "a", "ok", true),
+	}
+	for i := range 4 {
+		objs = append(objs, notReadyPod("a", fmt.Sprintf("p%d", i), "Pending", 0))
+	}
+	synced, drifted := res("applications", "argocd", "shop", true), res("applications", "argocd", "billing", true)
+	synced.Sync, synced.Health = "Synced", "Healthy"
+	drifted.Sync, drifted.Health = "OutOfSync", "Healthy"
+	objs = append(objs, synced, drifted)
+	feed(t, h, h.inventory.Receiver("open"), "open", &protocol.Update{Snapshot: true, Complete: true,
+		Kinds: []protocol.KindState{{Kind: "nodes"}, {Kind: "pods"}, {Kind: "applications"}}, Upserts: objs})
+
+	getJSON := func(path string, v any) {
+		t.Helper()
+		code, body, hdr := call(t, "GET", h.url+path, aliceToken, nil)
+		if code != 200 || !strings.HasPrefix(hdr.Get("Content-Type"), "application/json") {
+			t.Fatalf("%s: %d %s %s", path, code, hdr.Get("Content-Type"), body)
+		}
+		if err := json.Unmarshal([]byte(body), v); err != nil {
+			t.Fatalf("%s: %v\n%s", path, err, body)
+		}
+	}
+	var list []map[string]any
+	getJSON("/api/clusters", &list)
+	var one map[string]any
+	getJSON("/api/clusters/open", &one)
+	if len(list) != 2 || list[0]["name"] != "far" || list[1]["name"] != "open" {
+		t.Fatalf("/api/clusters: %v, want far and open", list)
+	}
+
+	// open: connected, with an inventory; no message.
+	for _, open := range []map[string]any{list[1], one} {
+		for _, k := range []string{"name", "labels", "status", "kubernetesVersion", "agentVersion", "connectedSince", "lastSeen", "summary"} {
+			if _, ok := open[k]; !ok {
+				t.Errorf("open has no %q: %v", k, open)
+			}
+		}
+		if _, ok := open["message"]; ok {
+			t.Errorf("a Ready cluster has a message: %v", open)
+		}
+		if open["status"] != "Ready" || open["kubernetesVersion"] != "v1.36.3-test" || open["agentVersion"] == "" {
+			t.Errorf("open: %v", open)
+		}
+		if labels, _ := open["labels"].(map[string]any); labels["env"] != "prod" || labels["region"] != "eu" || len(labels) != 2 {
+			t.Errorf("open's labels: %v", open["labels"])
+		}
+		var times [2]time.Time
+		for i, k := range []string{"connectedSince", "lastSeen"} {
+			s, _ := open[k].(string)
+			var err error
+			if times[i], err = time.Parse(time.RFC3339, s); err != nil {
+				t.Errorf("%s %q: %v", k, s, err)
+			}
+		}
+		if times[1].Before(times[0]) {
+			t.Errorf("lastSeen %v is before connectedSince %v", times[1], times[0])
+		}
+		summary, _ := open["summary"].(map[string]any)
+		want := map[string]any{"nodesReady": 2.0, "nodesTotal": 3.0, "podsNotReady": 4.0, "appsOutOfSync": 1.0}
+		for k, v := range want {
+			if summary[k] != v {
+				t.Errorf("summary[%q] = %v, want %v (summary %v)", k, summary[k], v, summary)
+			}
+		}
+	}
+
+	// far: never connected; absent values omitted.
+	far := list[0]
+	if far["status"] != "Unreachable" || far["message"] != MessageNotConnected {
+		t.Errorf("far: %v", far)
+	}
+	for _, k := range []string{"kubernetesVersion", "agentVersion", "connectedSince", "lastSeen", "summary"} {
+		if _, ok := far[k]; ok {
+			t.Errorf("far, never connected, has %q: %v", k, far)
+		}
+	}
+}
