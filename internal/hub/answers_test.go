@@ -93,6 +93,13 @@ func TestBasePath(t *testing.T) {
 	if code, _ := get(t, h.url+"/api/agent"); code != http.StatusNotFound {
 		t.Errorf("the agent endpoint answers outside the base path: %d", code)
 	}
+	// The metrics name clusters: they are on TETHER_METRICS_ADDR only,
+	// never on the public port (SPEC section 4).
+	for _, path := range []string{"/metrics", "/tether/metrics"} {
+		if code, body := get(t, h.url+path); code != http.StatusNotFound {
+			t.Errorf("GET %s on the public port = %d %.100q, want 404", path, code, body)
+		}
+	}
 	h.Close()
 	if code, _ := get(t, h.url+"/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz of a closed hub = %d, want 503", code)

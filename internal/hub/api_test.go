@@ -57,6 +57,11 @@ func TestClustersAPI(t *testing.T) {
 	if code, _ := get("/api/clusters", "", nil); code != 401 {
 		t.Errorf("no credentials: %d", code)
 	}
+	// Not even a signed-in person gets the metrics on the public port:
+	// they are on TETHER_METRICS_ADDR only (SPEC section 4).
+	if code, body := get("/metrics", aliceToken, nil); code != http.StatusNotFound {
+		t.Errorf("GET /metrics on the public port: %d %.100q, want 404", code, body)
+	}
 	if code, _ := get("/api/clusters", aliceToken, http.Header{"Origin": {"https://evil.example.com"}}); code != 403 {
 		t.Errorf("another origin: %d, want 403", code)
 	}
