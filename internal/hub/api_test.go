@@ -237,6 +237,15 @@ func TestHiddenClusterAnswersLikeAMissingOne(t *testing.T) {
 		{"/clusters/%s/api", `"path":"/api"`},
 		{"/clusters/%s", `"path":"/"`},
 	}
+	// The lists leave ops out for alice.
+	for _, path := range []string{"/api/clusters", "/api/resources?kind=pods"} {
+		if code, body, _ := call(t, "GET", h.url+path, bobToken, nil); code != http.StatusOK || !strings.Contains(body, `"ops"`) {
+			t.Errorf("bob's %s: %d %s, want ops in it", path, code, body)
+		}
+		if code, body, _ := call(t, "GET", h.url+path, aliceToken, nil); code != http.StatusOK || strings.Contains(body, `"ops"`) {
+			t.Errorf("alice's %s: %d %s, want 200 without ops", path, code, body)
+		}
+	}
 	for _, tt := range tests {
 		path := tt.path
 		t.Run(path, func(t *testing.T) {

@@ -411,6 +411,14 @@ func TestVisibilityIgnoresTheGroupPrefix(t *testing.T) {
 			if apiCode != tt.want {
 				t.Errorf("GET /api/clusters/ops: %d %s, want %d", apiCode, apiBody, tt.want)
 			}
+			// So does the kubeconfig, which has its own list.
+			kcCode, kc, _ := call(t, "GET", h.url+"/api/kubeconfig", tt.token, tt.header)
+			if kcCode != http.StatusOK {
+				t.Fatalf("GET /api/kubeconfig: %d %s", kcCode, kc)
+			}
+			if names := strings.Contains(kc, "https://hub.example.com/clusters/ops\n"); names != (tt.want == http.StatusOK) {
+				t.Errorf("the kubeconfig names ops: %v, want %v\n%s", names, tt.want == http.StatusOK, kc)
+			}
 		})
 	}
 }
