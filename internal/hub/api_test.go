@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"reflect"
 	"strings"
@@ -372,20 +371,6 @@ func callBriefly(t *testing.T, method, url, token string, header http.Header) (i
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header = header.Clone()
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body) // cut short by ctx for a stream
-	return resp.StatusCode, string(body)
+	code, body, _ := callWithin(t, ctx, method, url, token, header)
+	return code, body
 }

@@ -64,9 +64,11 @@ func (fc *fakeCluster) count(path string) int {
 // release lets /stream send its next event.
 func (fc *fakeCluster) release() { fc.gate <- struct{}{} }
 
-func newFakeCluster(t *testing.T) *fakeCluster {
+// newClusterCA makes a cluster's CA, and the API server's certificate from
+// it for kubernetes.default.svc and 127.0.0.1.
+func newClusterCA(t *testing.T, name string) (*pki.CA, tls.Certificate) {
 	t.Helper()
-	ca, err := pki.NewCA("test cluster CA", time.Hour)
+	ca, err := pki.NewCA(name, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +76,12 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ca, cert
+}
+
+func newFakeCluster(t *testing.T) *fakeCluster {
+	t.Helper()
+	ca, cert := newClusterCA(t, "test cluster CA")
 	fc := &fakeCluster{ca: ca, saDir: t.TempDir(), paths: map[string]int{}, conns: map[string]int{}, gate: make(chan struct{})}
 	fc.cert.Store(&cert)
 	mux := http.NewServeMux()
@@ -161,14 +169,7 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 // dropping every connection, and pods see the new ca.crt.
 func (fc *fakeCluster) rotateCA(t *testing.T) {
 	t.Helper()
-	ca, err := pki.NewCA("test cluster CA, rotated", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := ca.IssueTLS(pki.Leaf{CommonName: "kube-apiserver", Hosts: []string{"kubernetes.default.svc", "127.0.0.1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, cert := newClusterCA(t, "test cluster CA, rotated")
 	fc.cert.Store(&cert)
 	fc.srv.CloseClientConnections()
 	files.Replace(t, filepath.Join(fc.saDir, "ca.crt"), string(ca.CertPEM))

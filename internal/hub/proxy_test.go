@@ -73,7 +73,14 @@ func proxyHub(t *testing.T, fc *fakeCluster, groupPrefix string, mods ...func(*C
 // body; redirects are not followed.
 func call(t *testing.T, method, url, token string, header http.Header) (int, string, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
+	return callWithin(t, t.Context(), method, url, token, header)
+}
+
+// callWithin is call with the request's context: the body is read until
+// it ends or ctx does.
+func callWithin(t *testing.T, ctx context.Context, method, url, token string, header http.Header) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
