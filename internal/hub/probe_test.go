@@ -79,7 +79,7 @@ func TestProbeFailureSaysWhy(t *testing.T) {
 // window of 16 intervals number about 16, where waiting the interval after
 // each probe would give at most 16/1.5, and not waiting at all about 32.
 func TestProbesStartEveryInterval(t *testing.T) {
-	const interval = 250 * time.Millisecond
+	const interval = 400 * time.Millisecond
 	fc := newFakeCluster(t)
 	fc.readyzDelay.Store(int64(interval / 2))
 	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: interval})
