@@ -40,6 +40,10 @@ type apiClient struct {
 	mu     sync.Mutex
 	idle   []*apiConn // the most recently used last
 	closed bool
+
+	// expiring counts the runs of expire that timers and the tunnel's
+	// read loop start; close waits for them.
+	expiring sync.WaitGroup
 }
 
 // streamOf returns the tunnel stream under a connection the client dialed,
@@ -169,15 +173,41 @@ func (c *apiClient) keep(pc *apiConn) bool {
 	}
 	if c.idleTimeout > 0 {
 		if pc.timer == nil {
-			pc.timer = time.AfterFunc(c.idleTimeout, func() { c.expire(pc) })
+			pc.timer = time.AfterFunc(c.idleTimeout, func() {
+				if c.startExpiring() {
+					defer c.expiring.Done()
+					c.expire(pc)
+				}
+			})
 		} else {
 			pc.timer.Reset(c.idleTimeout)
 		}
 	}
 	c.idle = append(c.idle, pc)
 	// Nothing may arrive on an idle connection: what does is its end, or
-	// an answer no one asked for. Either way it can't be used again.
-	tunnel.OnReadable(streamOf(pc.tc), func() { go c.expire(pc) })
+	// an answer no one asked for. Either way it can't be used again. The
+	// read loop that says so must not wait for a TLS close.
+	tunnel.OnReadable(streamOf(pc.tc), func() {
+		if c.startExpiring() {
+			go func() {
+				defer c.expiring.Done()
+				c.expire(pc)
+			}()
+		}
+	})
+	return true
+}
+
+// startExpiring counts a run of expire for close to wait for, and reports
+// whether to run it: once the client is closed, close has closed the idle
+// connections itself.
+func (c *apiClient) startExpiring() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.expiring.Add(1)
 	return true
 }
 
@@ -197,8 +227,8 @@ func (c *apiClient) expire(pc *apiConn) {
 	}
 }
 
-// close closes the idle connections and keeps none from now on. Requests
-// in flight go on.
+// close closes the idle connections and keeps none from now on, and waits
+// for the runs of expire already started. Requests in flight go on.
 func (c *apiClient) close() {
 	c.mu.Lock()
 	idle := c.idle
@@ -210,6 +240,7 @@ func (c *apiClient) close() {
 		}
 		pc.tc.Close()
 	}
+	c.expiring.Wait()
 }
 
 // errSwitched is an answer switching protocols to a request that asked for

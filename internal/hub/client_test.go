@@ -195,6 +195,58 @@ func TestClientClosesIdleConnections(t *testing.T) {
 	eventually(t, 5*time.Second, "a connection freed after close is closed", func() bool { return s.open.Load() == 0 })
 }
 
+// heldClose is a connection whose Close waits for release.
+type heldClose struct {
+	net.Conn
+	closing chan struct{} // closed when Close begins
+	release chan struct{}
+	once    sync.Once
+}
+
+func (c *heldClose) Close() error {
+	c.once.Do(func() { close(c.closing) })
+	<-c.release
+	return c.Conn.Close()
+}
+
+// TestClientCloseWaitsForExpiry: the goroutine that closes a connection
+// whose idle timeout passed belongs to the client, whose close waits for
+// it.
+func TestClientCloseWaitsForExpiry(t *testing.T) {
+	s := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	c := s.client(t, 10*time.Millisecond)
+	roots := x509.NewCertPool()
+	roots.AddCert(s.srv.Certificate())
+	held := &heldClose{closing: make(chan struct{}), release: make(chan struct{})}
+	c.dial = func(ctx context.Context) (*tls.Conn, error) {
+		conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", s.srv.Listener.Addr().String())
+		if err != nil {
+			return nil, err
+		}
+		held.Conn = conn
+		tc := tls.Client(held, &tls.Config{RootCAs: roots, ServerName: "example.com"})
+		return tc, tc.HandshakeContext(ctx)
+	}
+	s.get(t, c, "/")
+	select {
+	case <-held.closing: // the idle timeout's expire is closing it
+	case <-time.After(5 * time.Second):
+		t.Fatal("the idle connection wasn't closed after its timeout")
+	}
+	closed := make(chan struct{})
+	go func() {
+		c.close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Error("close returned while the connection's expiry was still closing it")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(held.release)
+	<-closed
+}
+
 func TestClientSendsAgainOnAClosedKeptConnection(t *testing.T) {
 	s := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	c := s.client(t, time.Minute)
