@@ -56,7 +56,12 @@ type Config struct {
 // an agent, prints where they are, and runs until ctx is done; then it stops
 // all three and returns once they are gone.
 func Run(ctx context.Context, cfg Config) error {
-	host, _, err := net.SplitHostPort(cfg.Addr)
+	host, port, err := net.SplitHostPort(cfg.Addr)
+	if err == nil && host == "localhost" {
+		// Taken as 127.0.0.1, which the hub's certificate and the printed
+		// addresses name.
+		host, cfg.Addr = "127.0.0.1", net.JoinHostPort("127.0.0.1", port)
+	}
 	if err != nil || net.ParseIP(host) == nil || !net.ParseIP(host).IsLoopback() {
 		return fmt.Errorf("tether dev listens on loopback only: --addr must be like 127.0.0.1:8080, not %q", cfg.Addr)
 	}

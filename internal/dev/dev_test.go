@@ -34,6 +34,7 @@ func TestRunListensOnLoopbackOnly(t *testing.T) {
 		{"127.0.0.1:8080", true},
 		{"127.0.0.1:0", true},
 		{"[::1]:8080", true},
+		{"localhost:8080", true}, // as 127.0.0.1:8080
 	} {
 		t.Run(tc.addr, func(t *testing.T) {
 			var out bytes.Buffer
