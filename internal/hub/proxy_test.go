@@ -236,6 +236,7 @@ func TestProxyStreamsWithoutBuffering(t *testing.T) {
 func TestProxyKeepsConnectionsToTheAPIServer(t *testing.T) {
 	fc := newFakeCluster(t)
 	h, _ := proxyHub(t, fc, "")
+	waitFirstProbe(t, h)
 	for range 5 {
 		if code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/pods", aliceToken, nil); code != 200 {
 			t.Fatalf("GET: %d %s", code, body)
@@ -263,12 +264,20 @@ func TestProxyKeepsConnectionsToTheAPIServer(t *testing.T) {
 	eventually(t, 5*time.Second, "the watch's connection and stream close", func() bool { return h.streamsOpen() == 0 })
 }
 
+// waitFirstProbe waits for the probe made when open's agent connected,
+// which opens a stream of its own, to be done; the next comes 10 s later.
+func waitFirstProbe(t *testing.T, h *testHub) {
+	t.Helper()
+	eventually(t, 5*time.Second, "the first probe is done", func() bool { return statusOf(h, "open") == Ready })
+}
+
 // The API server closes the connection the hub keeps (its idle timeout, or
 // a restart): the next GET goes again on a new one, and the person sees
 // nothing of it.
 func TestProxySendsAgainOnAConnectionTheAPIServerClosed(t *testing.T) {
 	fc := newFakeCluster(t)
 	h, _ := proxyHub(t, fc, "")
+	waitFirstProbe(t, h)
 	get := func() {
 		t.Helper()
 		if code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/pods", aliceToken, nil); code != 200 {
