@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 // These tests are the short version of the bench that CI runs (`make
@@ -23,7 +25,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 2 && os.Args[1] == "child" {
 		os.Exit(runChild(os.Args[2], os.Args[3:]))
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 func TestPerfTunnel(t *testing.T) {
