@@ -15,6 +15,7 @@ import (
 	"unicode"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/protocol"
 )
 
 // DefaultServiceAccountDir is where Kubernetes mounts a pod's token.
@@ -84,15 +85,16 @@ func OptionsFromEnv(getenv Getenv) (Options, error) {
 	if host == "" {
 		return Options{}, errors.New("KUBERNETES_SERVICE_HOST must be set to the API server's address; Kubernetes sets it in every pod")
 	}
-	if strings.ContainsFunc(host, func(r rune) bool { return !unicode.IsPrint(r) || r == ' ' }) {
-		// The hub refuses such an address in the hello.
-		return Options{}, fmt.Errorf("KUBERNETES_SERVICE_HOST must be a host name or IP address, not %q", host)
-	}
 	port := orDefault(strings.TrimSpace(getenv("KUBERNETES_SERVICE_PORT")), "443")
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 		return Options{}, fmt.Errorf("KUBERNETES_SERVICE_PORT must be a port number from 1 to 65535, not %q", port)
 	}
 	o.APIServer = net.JoinHostPort(host, port)
+	if !protocol.ValidAPIServer(o.APIServer) {
+		// With a good port, the host is what the hub would refuse in the
+		// hello.
+		return Options{}, fmt.Errorf("KUBERNETES_SERVICE_HOST must be a host name or IP address, not %q", host)
+	}
 
 	if o.HubCAFile != "" {
 		if _, err := LoadCertPool(o.HubCAFile); err != nil {

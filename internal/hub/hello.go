@@ -2,8 +2,6 @@ package hub
 
 import (
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -30,9 +28,7 @@ func checkHello(m protocol.Message) error {
 	if len(v) > maxAgentVersion || !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return !unicode.IsPrint(r) }) {
 		return fmt.Errorf("the hello's agentVersion must be printable text of at most %d bytes, not %q", maxAgentVersion, truncate(v, 64))
 	}
-	host, port, err := net.SplitHostPort(m.APIServer)
-	if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 ||
-		strings.ContainsFunc(host, func(r rune) bool { return !unicode.IsPrint(r) || r == ' ' }) {
+	if !protocol.ValidAPIServer(m.APIServer) {
 		return fmt.Errorf("the hello's apiServer must be host:port, not %q", truncate(m.APIServer, 64))
 	}
 	return nil

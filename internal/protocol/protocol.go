@@ -10,6 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
+	"strings"
+	"unicode"
 )
 
 // Version is the protocol version this build speaks. A hub refuses a hello
@@ -79,6 +83,17 @@ type Message struct {
 }
 
 // String describes m without its secrets, so a Message is safe to log.
+// ValidAPIServer reports whether addr may be a hello's apiServer:
+// host:port, the host printable with no spaces, the port from 1 to 65535.
+// The hub refuses a hello whose apiServer isn't, and the agent checks its
+// own settings against it at start.
+func ValidAPIServer(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	n, perr := strconv.Atoi(port)
+	return err == nil && perr == nil && host != "" && n >= 1 && n <= 65535 &&
+		!strings.ContainsFunc(host, func(r rune) bool { return !unicode.IsPrint(r) || r == ' ' })
+}
+
 func (m Message) String() string {
 	return fmt.Sprintf("%s message", m.Type)
 }
