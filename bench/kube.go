@@ -149,7 +149,7 @@ func benchKube(ctx context.Context, r *report, dir string, o kubeOpts) error {
 	r.add(atMost(figure{Section: "fleet", Name: fmt.Sprintf("agent idle RSS (tether agent, connected, after %s at rest)", o.agentRest), Value: agentRSS, Unit: "MiB",
 		Detail: "VmRSS of the real tether agent process (built as the image's), TLS to the hub, inventory running; " + statusFields(agentProc.pid(), "RssAnon", "RssFile")}, 20))
 
-	relayed, stopRelays, err := startRelays(ctx, dir, cluster.Host+":"+cluster.Port)
+	relayed, relays, stopRelays, err := startRelays(ctx, dir, cluster.Host+":"+cluster.Port)
 	if err != nil {
 		return err
 	}
@@ -157,6 +157,9 @@ func benchKube(ctx context.Context, r *report, dir string, o kubeOpts) error {
 	relayedClient := &client{base: "https://" + relayed, tls: direct.tls, header: directHeader, requestID: true}
 	clients := []*client{viaHub: through, viaDirect: direct, viaRelays: relayedClient}
 	if err := smallGets(ctx, r, clients, o); err != nil {
+		return err
+	}
+	if err := getCPU(ctx, r, clients, o.gets, [][]*child{viaHub: {bed.proc, agentProc}, viaRelays: relays}); err != nil {
 		return err
 	}
 	if err := bigLists(ctx, r, clients, o.lists); err != nil {
@@ -169,8 +172,8 @@ func benchKube(ctx context.Context, r *report, dir string, o kubeOpts) error {
 }
 
 // startRelays starts two relay processes in a chain in front of target and
-// returns the first one's address.
-func startRelays(ctx context.Context, dir, target string) (string, func(), error) {
+// returns the first one's address, and the two.
+func startRelays(ctx context.Context, dir, target string) (string, []*child, func(), error) {
 	self, _ := os.Executable()
 	var kids []*child
 	stop := func() {
@@ -182,12 +185,12 @@ func startRelays(ctx context.Context, dir, target string) (string, func(), error
 		k, err := startChild(ctx, name, []string{self, "child", "relay", "-target", target}, nil, filepath.Join(dir, name+".log"), true)
 		if err != nil {
 			stop()
-			return "", nil, err
+			return "", nil, nil, err
 		}
 		kids = append(kids, k)
 		target = k.ready[0]
 	}
-	return target, stop, nil
+	return target, kids, stop, nil
 }
 
 func pool(pem []byte) *x509Pool { return newPool(pem) }
@@ -386,6 +389,49 @@ func smallGets(ctx context.Context, r *report, clients []*client, o kubeOpts) er
 		return fmt.Errorf("%d small GETs failed at 200/s", errs)
 	}
 	addGet(r, "small GET, 200 req/s", lat, false)
+	return nil
+}
+
+// getCPU sends small GETs one at a time through the hub and through the two
+// relays, in alternated blocks of one path's requests, and reports the CPU
+// time the processes of each path spent per request: the hub's and the
+// agent's work beyond the copying of bytes the relays do. procs holds, by
+// path, the processes whose CPU counts.
+func getCPU(ctx context.Context, r *report, clients []*client, n int, procs [][]*child) error {
+	const path = "/api/v1/namespaces/" + benchNS + "/configmaps/small"
+	const blocks = 4
+	spent := make([][]time.Duration, len(procs))
+	reqs := make([]int, len(procs))
+	for b := range blocks {
+		for k := range procs {
+			k = (k + b) % len(procs)
+			if len(procs[k]) == 0 {
+				continue
+			}
+			before := make([]time.Duration, len(procs[k]))
+			for i, p := range procs[k] {
+				before[i] = p.cpu()
+			}
+			for range n / blocks {
+				if _, err := clients[k].get(ctx, path); err != nil {
+					return err
+				}
+			}
+			if spent[k] == nil {
+				spent[k] = make([]time.Duration, len(procs[k]))
+			}
+			for i, p := range procs[k] {
+				spent[k][i] += p.cpu() - before[i]
+			}
+			reqs[k] += n / blocks
+		}
+	}
+	per := func(k, i int) float64 { return float64(spent[k][i].Microseconds()) / float64(reqs[k]) }
+	hub, agent := per(viaHub, 0), per(viaHub, 1)
+	relays := per(viaRelays, 0) + per(viaRelays, 1)
+	r.add(figure{Section: "kube", Name: "small GET, CPU per request, hub + agent", Value: hub + agent, Unit: "µs",
+		Detail: fmt.Sprintf("hub %.0f µs, agent %.0f µs; the two relays %.0f µs; %d requests each, one at a time, in %d alternated blocks (CPU read from /proc in 10 ms ticks)",
+			hub, agent, relays, reqs[viaHub], blocks)})
 	return nil
 }
 
