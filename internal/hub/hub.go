@@ -111,8 +111,40 @@ type Hub struct {
 	lastCA map[string]string // SHA-256 of the CA each agent sent last, to warn when it changes
 }
 
-// goAwayWorkers is how many agents a stopping hub says goodbye to at once.
+// goAwayWorkers is how many agents the hub says goodbye to at once.
 const goAwayWorkers = 64
+
+// goodbye is a goaway for one agent: why, and for a shutdown, how long the
+// agent waits before it connects again.
+type goodbye struct {
+	c     *agentConn
+	kind  goAwayKind
+	delay time.Duration
+}
+
+// sayGoodbye sends each goaway and closes its connection, from a few
+// goroutines at once, and returns when all are done. Each goaway may wait
+// seconds for an agent that doesn't answer, so one such agent must not hold
+// up the others; and 10,000 goroutines closing at once left the hub
+// thrashing for a minute on 2 cores (docs/decisions/008-performance.md).
+func sayGoodbye(gs []goodbye) {
+	var wg sync.WaitGroup
+	next := make(chan goodbye)
+	for range min(len(gs), goAwayWorkers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for g := range next {
+				g.c.goAway(g.kind, g.delay)
+			}
+		}()
+	}
+	for _, g := range gs {
+		next <- g
+	}
+	close(next)
+	wg.Wait()
+}
 
 // New returns a Hub. Call Close to disconnect its agents.
 func New(cfg Config) (*Hub, error) {
@@ -238,30 +270,11 @@ func (h *Hub) Close() error {
 		conns = append(conns, c)
 	}
 	h.mu.Unlock()
-	// Say goodbye to the agents from a few goroutines at once: one slow
-	// peer must not hold up the others' goaways, and 10,000 goroutines
-	// closing at once left the hub thrashing for a minute on 2 cores
-	// (docs/decisions/008-performance.md).
-	var wg sync.WaitGroup
-	type goodbye struct {
-		c     *agentConn
-		delay time.Duration
+	gs := make([]goodbye, len(conns))
+	for i, c := range conns {
+		gs[i] = goodbye{c, goAwayShutdown, time.Duration(h.cfg.Random() * float64(h.cfg.ReconnectSpread))}
 	}
-	next := make(chan goodbye)
-	for range min(len(conns), goAwayWorkers) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for g := range next {
-				g.c.goAway(goAwayShutdown, g.delay)
-			}
-		}()
-	}
-	for _, c := range conns {
-		next <- goodbye{c, time.Duration(h.cfg.Random() * float64(h.cfg.ReconnectSpread))}
-	}
-	close(next)
-	wg.Wait()
+	sayGoodbye(gs)
 	h.conns.Wait()
 	return nil
 }
@@ -302,7 +315,9 @@ func (h *Hub) connected(name string) *agentConn {
 // cluster added, removed or changed, so open fleet pages show new clusters,
 // new labels and who may see what, and drop clusters that are gone; an
 // entry changed in a way people don't see (a token, a pinned CA) is
-// announced too, which costs one event.
+// announced too, which costs one event. It returns once the agents it
+// disconnects are gone; one that doesn't answer holds up none of the
+// others.
 func (h *Hub) AgentsChanged(c fleet.Change) {
 	for _, name := range c.Removed {
 		h.inventory.Forget(name)
@@ -318,10 +333,14 @@ func (h *Hub) AgentsChanged(c fleet.Change) {
 			h.events.changed(name)
 		}
 	}
-	for _, name := range slices.Concat(c.Removed, c.TokensRevoked, h.caUnpinned(c.Updated)) {
+	var gs []goodbye
+	drop := slices.Concat(c.Removed, c.TokensRevoked, h.caUnpinned(c.Updated))
+	slices.Sort(drop)
+	for _, name := range slices.Compact(drop) { // a revoked token and an unpinned CA name one agent twice
 		if conn := h.connected(name); conn != nil {
 			h.log.Info(fmt.Sprintf("The agents list changed for %q: disconnecting its agent", name), "agent", name)
-			conn.goAway(goAwayRemoved, 0)
+			gs = append(gs, goodbye{c: conn, kind: goAwayRemoved})
 		}
 	}
+	sayGoodbye(gs)
 }

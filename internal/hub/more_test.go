@@ -12,6 +12,7 @@ import (
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/pki"
+	"github.com/tetherhq/tether/internal/testutil/faultproxy"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
@@ -58,6 +59,46 @@ func TestRemovedAgentIsDisconnectedAndRefused(t *testing.T) {
 	h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "eu-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}}, {Name: "us-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}}}))
 	if hist := h.History("eu-1"); len(hist) != 0 {
 		t.Errorf("listed again, eu-1 has the history of before: %v", hist)
+	}
+}
+
+// An agent that doesn't answer keeps its connection until the hub's
+// goaway has waited for it; the others the same new list removes must not
+// wait behind it.
+func TestRemovedAgentsAreDisconnectedTogether(t *testing.T) {
+	fc := newFakeCluster(t)
+	list := testAgents("eu-1", "us-1", "ap-1")
+	h := startHub(t, Config{Agents: list, Heartbeat: time.Minute})
+	p, err := faultproxy.New(strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	silent := startAgent(t, h.url, "ap-1", fc, viaProxy(t, p)) // first of the names removed
+	eu := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "connected", func() bool { return silent.Connected() && eu.Connected() })
+	p.SetBlackhole(true)
+	silentConn := h.connected("ap-1")
+
+	changed := make(chan struct{})
+	go func() {
+		defer close(changed)
+		h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "us-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}}}))
+	}()
+	eventually(t, 5*time.Second, "eu-1's agent is disconnected", func() bool { return h.connected("eu-1") == nil })
+	if h.connected("ap-1") == nil {
+		t.Fatal("ap-1's agent, which can't answer, was gone before eu-1's: the goaways were sent one after the other")
+	}
+	select {
+	case <-changed:
+		t.Fatal("AgentsChanged returned while it still waited for ap-1's agent")
+	default:
+	}
+	<-changed
+	select {
+	case <-silentConn.done:
+	default:
+		t.Error("AgentsChanged returned before it closed ap-1's connection")
 	}
 }
 
