@@ -104,10 +104,15 @@ func (h *Hub) visible(name string, p auth.Person) (fleet.Agent, bool) {
 // sets, and nothing the client named survives.
 func (h *Hub) newProxy() *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
-		Rewrite:        h.rewrite,
-		Transport:      clusterTransport{},
-		BufferPool:     &copyBuffers{},
-		FlushInterval:  -1, // watches and logs -f stream as they come
+		Rewrite:    h.rewrite,
+		Transport:  clusterTransport{},
+		BufferPool: &copyBuffers{},
+		// No FlushInterval: answers of unknown length (watches, logs -f)
+		// and event streams are flushed after every write all the same
+		// (ReverseProxy gives them -1), and answers of known length go out
+		// in one write when they end. With -1 for all, every answer also
+		// started a timer's goroutine that flushed the head on its own,
+		// and contended with the answer's writes for their lock.
 		ModifyResponse: closeFailedUpgrades,
 		ErrorHandler:   h.proxyError,
 		// What ErrorHandler doesn't see: a response cut short because the
