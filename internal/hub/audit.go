@@ -132,6 +132,15 @@ type countingWriter struct {
 	// upgrade (exec, attach, port-forward): the proxy's two copies write
 	// it, and the second may still run as the handler returns.
 	hijacked atomic.Int64
+	upgraded bool // the connection was hijacked
+}
+
+// flush sends what the handler wrote and the server still buffers, unless
+// the connection was taken over or nothing was written.
+func (w *countingWriter) flush() {
+	if w.wroteHeader && !w.upgraded {
+		http.NewResponseController(w.ResponseWriter).Flush()
+	}
 }
 
 // Hijack takes the client's connection over for an upgrade, which the
@@ -142,6 +151,7 @@ func (w *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	w.upgraded = true
 	if !w.wroteHeader {
 		w.status, w.wroteHeader = http.StatusSwitchingProtocols, true
 	}

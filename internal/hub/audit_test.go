@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -57,5 +58,30 @@ func TestAuditLineHasEveryField(t *testing.T) {
 				t.Errorf("audit line %s: want person %q, status %d, %d groups (never null), a request id", line, tt.person, tt.status, tt.wantGroupsOf)
 			}
 		})
+	}
+}
+
+// stalledWriter takes no write until release is closed, as a full disk or a
+// slow log pipe may.
+type stalledWriter struct{ release chan struct{} }
+
+func (w stalledWriter) Write(b []byte) (int, error) {
+	<-w.release
+	return len(b), nil
+}
+
+// TestAnswerGoesOutBeforeTheAuditLine: the audit line is written once the
+// answer has gone to the client, so an audit sink that stalls holds up the
+// request's goroutine but not the person waiting for the answer.
+func TestAnswerGoesOutBeforeTheAuditLine(t *testing.T) {
+	fc := newFakeCluster(t)
+	audit := stalledWriter{release: make(chan struct{})}
+	h, _ := proxyHub(t, fc, "", func(c *Config) { c.Audit = audit })
+	defer close(audit.release) // before the hub stops: its handler waits on the write
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	code, body, _ := callWithin(t, ctx, "GET", h.url+"/clusters/open/api/v1/namespaces/a/pods", "", http.Header{"X-Remote-User": {"carol"}})
+	if code != http.StatusOK || !strings.Contains(body, `"path":"/api/v1/namespaces/a/pods"`) {
+		t.Fatalf("status %d, body %q", code, body)
 	}
 }

@@ -51,7 +51,10 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 	rw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
 	name := r.PathValue("cluster")
 	rt := route{id: newRequestID()}
-	defer func() { h.audit(r, rt, name, rw, start) }()
+	defer func() {
+		rw.flush() // the answer goes out before the audit line is written
+		h.audit(r, rt, name, rw, start)
+	}()
 
 	p, ok, err := h.cfg.Auth.Authenticate(r)
 	if err != nil || !ok {
