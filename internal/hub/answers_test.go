@@ -68,7 +68,7 @@ func TestAgentHonoursRetryAfterAndReportsOtherAnswers(t *testing.T) {
 	}
 }
 
-func TestAgentUsesTheProxyEnvironment(t *testing.T) {
+func TestAgentConnectsThroughItsProxy(t *testing.T) {
 	fc := newFakeCluster(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
 	proxy := connectproxy.Start(t)
