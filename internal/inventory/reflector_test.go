@@ -19,16 +19,17 @@ func TestReflectorListsInPagesAndFollowsAcrossWatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.GrantInventory(ctx, "inv-refl", "agent", "refl-a"); err != nil {
+	ns := unique("refl-a")
+	if err := cluster.GrantInventory(ctx, "inv-refl", "agent", ns); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"p1", "p2", "p3", "p4", "p5"} {
-		mustDo(t, "POST", "/api/v1/namespaces/refl-a/pods", pod("refl-a", name, nil))
+		mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, name, nil))
 	}
-	w := newTestWatcher(t, saDir, "refl-a")
+	w := newTestWatcher(t, saDir, ns)
 	var mu sync.Mutex
 	var changed []string
-	r := w.NewReflector("pods", "refl-a", time.Second, 2, func(ref protocol.ResourceRef) {
+	r := w.NewReflector("pods", ns, time.Second, 2, func(ref protocol.ResourceRef) {
 		mu.Lock()
 		changed = append(changed, ref.Name)
 		mu.Unlock()
@@ -39,15 +40,15 @@ func TestReflectorListsInPagesAndFollowsAcrossWatches(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	eventually(t, 10*time.Second, "the first list, over 3 pages", func() bool {
-		return slices.Equal(r.Names(), []string{"refl-a/p1", "refl-a/p2", "refl-a/p3", "refl-a/p4", "refl-a/p5"})
+		return slices.Equal(r.Names(), []string{ns + "/p1", ns + "/p2", ns + "/p3", ns + "/p4", ns + "/p5"})
 	})
 	// Each change lands in a later watch than the one before.
 	time.Sleep(2500 * time.Millisecond)
-	mustDo(t, "DELETE", "/api/v1/namespaces/refl-a/pods/p1", nil)
+	mustDo(t, "DELETE", "/api/v1/namespaces/"+ns+"/pods/p1", nil)
 	time.Sleep(2500 * time.Millisecond)
-	mustDo(t, "POST", "/api/v1/namespaces/refl-a/pods", pod("refl-a", "p6", map[string]string{"a": "b"}))
+	mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, "p6", map[string]string{"a": "b"}))
 	eventually(t, 10*time.Second, "p1 gone and p6 there", func() bool {
-		return slices.Equal(r.Names(), []string{"refl-a/p2", "refl-a/p3", "refl-a/p4", "refl-a/p5", "refl-a/p6"})
+		return slices.Equal(r.Names(), []string{ns + "/p2", ns + "/p3", ns + "/p4", ns + "/p5", ns + "/p6"})
 	})
 	mu.Lock()
 	defer mu.Unlock()

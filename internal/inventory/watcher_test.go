@@ -2,6 +2,7 @@ package inventory_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -133,6 +134,19 @@ func pod(ns, name string, labels map[string]string) map[string]any {
 	}
 }
 
+// unique returns name with a random suffix: the tests share one API server
+// for the whole process, so with -count above 1 each run makes objects
+// the runs before it did not. (Namespaces can't be deleted here: no
+// namespace controller finalizes them.)
+func unique(name string) string {
+	return name + "-" + strings.ToLower(rand.Text()[:6])
+}
+
+func mustNamespace(t *testing.T, name string) {
+	t.Helper()
+	mustDo(t, "POST", "/api/v1/namespaces", map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": name}})
+}
+
 func mustDo(t *testing.T, method, path string, in any) {
 	t.Helper()
 	if err := cluster.Do(t.Context(), method, path, in, nil); err != nil {
@@ -145,19 +159,20 @@ func TestChangesArriveAndNoGhostsAfterReconnect(t *testing.T) {
 	if err := cluster.GrantInventory(ctx, localkube.Namespace, localkube.ServiceAccount); err != nil {
 		t.Fatal(err)
 	}
-	mustDo(t, "POST", "/api/v1/namespaces", map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "inv-changes"}})
+	ns := unique("inv-changes")
+	mustNamespace(t, ns)
 	w := newTestWatcher(t, cluster.ServiceAccountDir)
 	runWatcher(t, w)
 	store := inventory.NewStore()
 	f := stream(t, w, store, "c1", "")
 
-	pods := "/api/v1/namespaces/inv-changes/pods"
+	pods := "/api/v1/namespaces/" + ns + "/pods"
 	eventually(t, 10*time.Second, "the snapshot", func() bool { _, ok := store.Info("c1"); return ok })
 
 	// Created, changed, deleted: each within 2 s.
-	mustDo(t, "POST", pods, pod("inv-changes", "web-1", map[string]string{"app": "web"}))
+	mustDo(t, "POST", pods, pod(ns, "web-1", map[string]string{"app": "web"}))
 	start := time.Now()
-	eventually(t, 2*time.Second, "a created pod", func() bool { return slices.Contains(names(store, "c1", "pods"), "inv-changes/web-1") })
+	eventually(t, 2*time.Second, "a created pod", func() bool { return slices.Contains(names(store, "c1", "pods"), ns+"/web-1") })
 	t.Logf("created pod seen after %s", time.Since(start).Round(time.Millisecond))
 
 	mustDo(t, "PATCH", pods+"/web-1", map[string]any{"metadata": map[string]any{"labels": map[string]string{"app": "web", "tier": "front"}}})
@@ -167,24 +182,24 @@ func TestChangesArriveAndNoGhostsAfterReconnect(t *testing.T) {
 		return len(items) == 1
 	})
 	mustDo(t, "DELETE", pods+"/web-1", nil)
-	eventually(t, 2*time.Second, "a deleted pod", func() bool { return !slices.Contains(names(store, "c1", "pods"), "inv-changes/web-1") })
+	eventually(t, 2*time.Second, "a deleted pod", func() bool { return !slices.Contains(names(store, "c1", "pods"), ns+"/web-1") })
 
 	// The agent goes away; meanwhile one pod is deleted and one created.
-	mustDo(t, "POST", pods, pod("inv-changes", "old", nil))
-	eventually(t, 2*time.Second, "pod old", func() bool { return slices.Contains(names(store, "c1", "pods"), "inv-changes/old") })
+	mustDo(t, "POST", pods, pod(ns, "old", nil))
+	eventually(t, 2*time.Second, "pod old", func() bool { return slices.Contains(names(store, "c1", "pods"), ns+"/old") })
 	f.stop()
 	mustDo(t, "DELETE", pods+"/old", nil)
-	mustDo(t, "POST", pods, pod("inv-changes", "new", nil))
+	mustDo(t, "POST", pods, pod(ns, "new", nil))
 	time.Sleep(200 * time.Millisecond) // the watcher sees both while nothing streams
-	if !slices.Contains(names(store, "c1", "pods"), "inv-changes/old") {
+	if !slices.Contains(names(store, "c1", "pods"), ns+"/old") {
 		t.Fatal("the store changed with no stream open")
 	}
 	stream(t, w, store, "c1", "")
-	want := apiServerPods(t, "inv-changes")
+	want := apiServerPods(t, ns)
 	eventually(t, 5*time.Second, "the store to equal the API server after a reconnect", func() bool {
-		return slices.Equal(namespaceOnly(names(store, "c1", "pods"), "inv-changes"), want)
+		return slices.Equal(namespaceOnly(names(store, "c1", "pods"), ns), want)
 	})
-	if !slices.Equal(want, []string{"inv-changes/new"}) {
+	if !slices.Equal(want, []string{ns + "/new"}) {
 		t.Fatalf("API server has %v", want)
 	}
 }
@@ -234,29 +249,30 @@ func TestAllowedNamespacesLimitWhatIsSeen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.GrantInventory(ctx, "inv-limited", "agent", "lim-a", "lim-b"); err != nil {
+	limA, limB, limC := unique("lim-a"), unique("lim-b"), unique("lim-c")
+	if err := cluster.GrantInventory(ctx, "inv-limited", "agent", limA, limB); err != nil {
 		t.Fatal(err)
 	}
-	mustDo(t, "POST", "/api/v1/namespaces", map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "lim-c"}})
-	for _, ns := range []string{"lim-a", "lim-b", "lim-c"} {
+	mustNamespace(t, limC)
+	for _, ns := range []string{limA, limB, limC} {
 		mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, "app", nil))
 	}
-	w := newTestWatcher(t, saDir, "lim-a", "lim-b")
+	w := newTestWatcher(t, saDir, limA, limB)
 	runWatcher(t, w)
 	store := inventory.NewStore()
 	stream(t, w, store, "c2", "")
 	eventually(t, 10*time.Second, "pods of lim-a and lim-b", func() bool {
-		return slices.Equal(names(store, "c2", "pods"), []string{"lim-a/app", "lim-b/app"})
+		return slices.Equal(names(store, "c2", "pods"), []string{limA + "/app", limB + "/app"})
 	})
 	// A pod made later in lim-c never arrives; one in lim-b does.
-	mustDo(t, "POST", "/api/v1/namespaces/lim-c/pods", pod("lim-c", "later", nil))
-	mustDo(t, "POST", "/api/v1/namespaces/lim-b/pods", pod("lim-b", "later", nil))
+	mustDo(t, "POST", "/api/v1/namespaces/"+limC+"/pods", pod(limC, "later", nil))
+	mustDo(t, "POST", "/api/v1/namespaces/"+limB+"/pods", pod(limB, "later", nil))
 	eventually(t, 2*time.Second, "the later pod of lim-b", func() bool {
-		return slices.Contains(names(store, "c2", "pods"), "lim-b/later")
+		return slices.Contains(names(store, "c2", "pods"), limB+"/later")
 	})
 	for _, kind := range inventory.KindNames() {
 		for _, n := range names(store, "c2", kind) {
-			if strings.HasPrefix(n, "lim-c/") || n == "/lim-c" {
+			if strings.HasPrefix(n, limC+"/") || n == "/"+limC {
 				t.Errorf("%s %s reached the hub", kind, n)
 			}
 		}
@@ -289,25 +305,26 @@ func TestAllowedNamespacesWithClusterWideRights(t *testing.T) {
 	if err := cluster.GrantInventory(ctx, "inv-wide", "agent"); err != nil {
 		t.Fatal(err)
 	}
-	for _, ns := range []string{"wide-a", "wide-b"} {
-		mustDo(t, "POST", "/api/v1/namespaces", map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}})
+	wideA, wideB, wideC := unique("wide-a"), unique("wide-b"), unique("wide-c")
+	for _, ns := range []string{wideA, wideB} {
+		mustNamespace(t, ns)
 		mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, "app", nil))
 	}
-	w := newTestWatcher(t, saDir, "wide-a")
+	w := newTestWatcher(t, saDir, wideA)
 	runWatcher(t, w)
 	store := inventory.NewStore()
 	stream(t, w, store, "c-wide", "")
 	eventually(t, 10*time.Second, "the pod and the Namespace of wide-a", func() bool {
-		return slices.Equal(names(store, "c-wide", "pods"), []string{"wide-a/app"}) &&
-			slices.Equal(names(store, "c-wide", "namespaces"), []string{"/wide-a"})
+		return slices.Equal(names(store, "c-wide", "pods"), []string{wideA + "/app"}) &&
+			slices.Equal(names(store, "c-wide", "namespaces"), []string{"/" + wideA})
 	})
 	// A namespace made later is not streamed either.
-	mustDo(t, "POST", "/api/v1/namespaces", map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "wide-c"}})
-	mustDo(t, "POST", "/api/v1/namespaces/wide-a/pods", pod("wide-a", "later", nil))
+	mustNamespace(t, wideC)
+	mustDo(t, "POST", "/api/v1/namespaces/"+wideA+"/pods", pod(wideA, "later", nil))
 	eventually(t, 5*time.Second, "the later pod of wide-a", func() bool {
-		return slices.Contains(names(store, "c-wide", "pods"), "wide-a/later")
+		return slices.Contains(names(store, "c-wide", "pods"), wideA+"/later")
 	})
-	if got := names(store, "c-wide", "namespaces"); !slices.Equal(got, []string{"/wide-a"}) {
+	if got := names(store, "c-wide", "namespaces"); !slices.Equal(got, []string{"/" + wideA}) {
 		t.Errorf("namespaces streamed: %v, want only wide-a", got)
 	}
 }
@@ -321,7 +338,8 @@ func TestDiscoveryAndAccessOnARealServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.GrantInventory(ctx, "inv-disc", "agent", "disc-a"); err != nil {
+	discA, discB := unique("disc-a"), unique("disc-b")
+	if err := cluster.GrantInventory(ctx, "inv-disc", "agent", discA); err != nil {
 		t.Fatal(err)
 	}
 	w := newTestWatcher(t, saDir)
@@ -352,12 +370,12 @@ func TestDiscoveryAndAccessOnARealServer(t *testing.T) {
 		verb, group, resource, ns string
 		want                      bool
 	}{
-		{"list", "", "pods", "disc-a", true},
-		{"watch", "apps", "deployments", "disc-a", true},
+		{"list", "", "pods", discA, true},
+		{"watch", "apps", "deployments", discA, true},
 		{"list", "", "pods", "", false},
-		{"list", "", "pods", "disc-b", false},
-		{"list", "", "secrets", "disc-a", false},
-		{"delete", "", "pods", "disc-a", false},
+		{"list", "", "pods", discB, false},
+		{"list", "", "secrets", discA, false},
+		{"delete", "", "pods", discA, false},
 	} {
 		got, err := w.Allowed(ctx, tc.verb, tc.group, tc.resource, tc.ns)
 		if err != nil || got != tc.want {
