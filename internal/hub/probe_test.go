@@ -1,11 +1,14 @@
 package hub
 
 import (
+	"context"
 	"math"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/internal/testutil/faultproxy"
 )
 
 // TestDefaults: a hub given no durations takes SPEC's: probes every 10 s
@@ -99,5 +102,45 @@ func TestProbesStartEveryInterval(t *testing.T) {
 	if got < least || got > most {
 		t.Errorf("%d probes of a /readyz taking %s in %s with a %s interval; want %d to %d (one per interval)",
 			got, interval/2, elapsed, interval, least, most)
+	}
+}
+
+// TestProbeCutShortByADisconnectIsNotAStatus: a probe in flight when the
+// agent's connection breaks fails because the tunnel ended, not because of
+// the API server. The cluster's status and history say only that its agent
+// isn't connected, and the log blames no API server. The probe here is run
+// with a context that never ends, as the connection's may not have ended
+// yet when the probe sees the tunnel go.
+func TestProbeCutShortByADisconnectIsNotAStatus(t *testing.T) {
+	fc := newFakeCluster(t)
+	fc.readyzDelay.Store(int64(time.Hour)) // every probe waits on /readyz
+	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeTimeout: time.Minute})
+	p, err := faultproxy.New(strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	a := startAgent(t, h.url, "eu-1", fc, viaProxy(t, p))
+	eventually(t, 5*time.Second, "connected", a.Connected)
+	c := h.connected("eu-1")
+	probed := make(chan bool)
+	go func() { probed <- h.probeAndRecord(context.Background(), c) }()
+	eventually(t, 5*time.Second, "two probes wait on /readyz", func() bool { return fc.count("/readyz") >= 2 })
+
+	p.Reset() // the connection breaks: the hub reads its end, no goodbye
+	if <-probed {
+		t.Error("the probe reports the connection up after it broke")
+	}
+	eventually(t, 5*time.Second, "the hub sees the agent go", func() bool {
+		return strings.Contains(h.logs.String(), `The agent of "eu-1" disconnected`)
+	})
+	for _, ch := range h.History("eu-1") {
+		if ch.Status != "Unreachable: "+MessageNotConnected {
+			t.Errorf("status history %v: the probe the disconnect cut short is in it", h.History("eu-1"))
+			break
+		}
+	}
+	if strings.Contains(h.logs.String(), "can't be reached") {
+		t.Errorf("the hub blamed the API server for a probe the disconnect cut short:\n%s", h.logs)
 	}
 }

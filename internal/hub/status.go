@@ -176,13 +176,29 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 func (h *Hub) startProbes(ctx context.Context, c *agentConn) *timerLoop {
 	return startTimerLoop(0, func() (time.Duration, bool) {
 		start := time.Now()
-		r := h.probe(ctx, c)
-		if ctx.Err() != nil {
+		if !h.probeAndRecord(ctx, c) {
 			return 0, false
 		}
-		h.setStatus(c.name, c.agentVersion, r)
 		return max(h.cfg.ProbeInterval-time.Since(start), 0), true
 	})
+}
+
+// probeAndRecord probes c's cluster and records what it found, unless c's
+// connection ended meanwhile: a probe the tunnel's end cut short says
+// nothing of the API server, and finish records the disconnect. It reports
+// whether the connection is still up.
+func (h *Hub) probeAndRecord(ctx context.Context, c *agentConn) bool {
+	r := h.probe(ctx, c)
+	select {
+	case <-c.sess.Done(): // closed before any stream fails for it
+		return false
+	default:
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	h.setStatus(c.name, c.agentVersion, r)
+	return true
 }
 
 // probe asks the cluster's API server, through the tunnel and as the agent's
