@@ -401,10 +401,13 @@ func getCPU(ctx context.Context, r *report, clients []*client, n int, procs [][]
 	const path = "/api/v1/namespaces/" + benchNS + "/configmaps/small"
 	const blocks = 4
 	spent := make([][]time.Duration, len(procs))
+	for k := range procs {
+		spent[k] = make([]time.Duration, len(procs[k]))
+	}
 	reqs := make([]int, len(procs))
 	for b := range blocks {
-		for k := range procs {
-			k = (k + b) % len(procs)
+		for j := range procs {
+			k := (j + b) % len(procs) // the order rotates each block
 			if len(procs[k]) == 0 {
 				continue
 			}
@@ -416,9 +419,6 @@ func getCPU(ctx context.Context, r *report, clients []*client, n int, procs [][]
 				if _, err := clients[k].get(ctx, path); err != nil {
 					return err
 				}
-			}
-			if spent[k] == nil {
-				spent[k] = make([]time.Duration, len(procs[k]))
 			}
 			for i, p := range procs[k] {
 				spent[k][i] += p.cpu() - before[i]
