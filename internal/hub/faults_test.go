@@ -24,14 +24,22 @@ func viaProxy(t *testing.T, p *faultproxy.Proxy) func(*agent.Config) {
 	}
 }
 
-func TestSilentDropIsNoticedByBothSides(t *testing.T) {
-	fc := newFakeCluster(t)
-	h := startHub(t, Config{Agents: testAgents("eu-1"), Heartbeat: time.Second})
+// hubProxy starts a fault proxy in front of h's address, closed when the
+// test ends.
+func hubProxy(t *testing.T, h *testHub) *faultproxy.Proxy {
+	t.Helper()
 	p, err := faultproxy.New(strings.TrimPrefix(h.url, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func TestSilentDropIsNoticedByBothSides(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), Heartbeat: time.Second})
+	p := hubProxy(t, h)
 	a := startAgent(t, h.url, "eu-1", fc, viaProxy(t, p))
 	eventually(t, 5*time.Second, "connected", a.Connected)
 
@@ -55,11 +63,7 @@ func TestSilentDropIsNoticedByBothSides(t *testing.T) {
 func TestBackoff(t *testing.T) {
 	fc := newFakeCluster(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
-	p, err := faultproxy.New(strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := hubProxy(t, h)
 	down := p.Addr()
 	p.Close() // nothing listens there now: every connect is refused
 

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tetherhq/tether/internal/agent"
-	"github.com/tetherhq/tether/internal/testutil/faultproxy"
 )
 
 // quietHub is for tests that count goroutines and descriptors: no probes
@@ -185,11 +183,7 @@ func TestSlowReaderDoesNotLeak(t *testing.T) {
 func TestAgentDyingWithDialsPending(t *testing.T) {
 	fc := newFakeCluster(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1"), Heartbeat: 200 * time.Millisecond, ProbeInterval: time.Hour, IdleTimeout: 200 * time.Millisecond})
-	p, err := faultproxy.New(strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := hubProxy(t, h)
 	dialing := make(chan struct{}, 100)
 	a := startAgent(t, h.url, "eu-1", fc, viaProxy(t, p), func(c *agent.Config) {
 		// An API server that never answers a dial.

@@ -12,7 +12,6 @@ import (
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/pki"
-	"github.com/tetherhq/tether/internal/testutil/faultproxy"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
@@ -69,11 +68,7 @@ func TestRemovedAgentsAreDisconnectedTogether(t *testing.T) {
 	fc := newFakeCluster(t)
 	list := testAgents("eu-1", "us-1", "ap-1")
 	h := startHub(t, Config{Agents: list, Heartbeat: time.Minute})
-	p, err := faultproxy.New(strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := hubProxy(t, h)
 	silent := startAgent(t, h.url, "ap-1", fc, viaProxy(t, p)) // first of the names removed
 	eu := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected", func() bool { return silent.Connected() && eu.Connected() })

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/tetherhq/tether/internal/testutil/faultproxy"
 )
 
 // TestDefaults: a hub given no durations takes SPEC's: probes every 10 s
@@ -115,11 +113,7 @@ func TestProbeCutShortByADisconnectIsNotAStatus(t *testing.T) {
 	fc := newFakeCluster(t)
 	fc.readyzDelay.Store(int64(time.Hour)) // every probe waits on /readyz
 	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeTimeout: time.Minute})
-	p, err := faultproxy.New(strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := hubProxy(t, h)
 	a := startAgent(t, h.url, "eu-1", fc, viaProxy(t, p))
 	eventually(t, 5*time.Second, "connected", a.Connected)
 	c := h.connected("eu-1")

@@ -26,11 +26,7 @@ func hubBehindProxy(t *testing.T, heartbeat time.Duration) (*testHub, *runningAg
 	t.Helper()
 	fc := newFakeCluster(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1"), Heartbeat: heartbeat, ProbeInterval: time.Hour})
-	p, err := faultproxy.New(strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
+	p := hubProxy(t, h)
 	a := startAgent(t, h.url, "eu-1", fc, viaProxy(t, p))
 	eventually(t, 5*time.Second, "connected", func() bool { return a.Connected() && h.connected("eu-1") != nil })
 	return h, a, p
