@@ -132,10 +132,89 @@ func agentsChild(ctx context.Context, args []string) error {
 type fleetRun struct {
 	dir    string
 	self   string
+	hubURL string
+	hubCA  string // the hub's CA file, for the agents
+	saDir  string // the agents' service account directory
 	hubEnv []string
 	hub    *child
 	kids   []*child
 	stats  []string // each agents process's stats URL
+}
+
+// newFleet writes what a hub and n agents need under dir (the hub's
+// certificate, its agents list, a service account directory whose ca.crt is
+// clusterCA, or the hub's CA when nil) and starts the hub. Agents come with
+// startAgents; stop ends them all.
+func newFleet(ctx context.Context, dir string, n int, clusterCA []byte) (*fleetRun, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	hf, err := writeHubCert(dir)
+	if err != nil {
+		return nil, err
+	}
+	var list strings.Builder
+	for i := range n {
+		fmt.Fprintf(&list, "- name: %s\n  tokenSha256: %s\n", agentName(i), fleet.TokenSHA256(agentToken(i)))
+	}
+	listFile := filepath.Join(dir, "agents.yaml")
+	if err := os.WriteFile(listFile, []byte(list.String()), 0o600); err != nil {
+		return nil, err
+	}
+	if clusterCA == nil {
+		clusterCA = mustRead(hf.caFile)
+	}
+	saDir := filepath.Join(dir, "sa")
+	os.MkdirAll(saDir, 0o755)
+	os.WriteFile(filepath.Join(saDir, "token"), []byte("bench-service-account-token"), 0o600)
+	os.WriteFile(filepath.Join(saDir, "ca.crt"), clusterCA, 0o600)
+	userToken, _ := fleet.NewToken()
+	addr, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	self, _ := os.Executable()
+	hubURL := "https://" + addr
+	f := &fleetRun{dir: dir, self: self, hubURL: hubURL, hubCA: hf.caFile, saDir: saDir, hubEnv: []string{
+		"TETHER_ADDR=" + addr, "TETHER_PUBLIC_URL=" + hubURL,
+		"TETHER_TLS_CERT_FILE=" + hf.cert, "TETHER_TLS_KEY_FILE=" + hf.key,
+		"TETHER_FLEET_AGENTS_FILE=" + listFile,
+		"TETHER_USERS=" + fmt.Sprintf("- name: %s\n  tokenSha256: %s\n", benchUser, fleet.TokenSHA256(userToken)),
+		"TETHER_METRICS_ADDR=0", "TETHER_AUDIT_FILE=" + filepath.Join(dir, "audit.jsonl"),
+	}}
+	if err := f.startHub(ctx, 1); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// startAgents starts agents first to first+count-1, in processes of up to
+// 2,500, relaying to api ("": an address where nothing listens).
+func (f *fleetRun) startAgents(ctx context.Context, first, count int, api string) error {
+	const perProc = 2500
+	for s := first; s < first+count; s += perProc {
+		n := min(perProc, first+count-s)
+		args := []string{f.self, "child", "agents", "-first", fmt.Sprint(s), "-count", fmt.Sprint(n),
+			"-hub", f.hubURL, "-ca", f.hubCA, "-sa", f.saDir, "-rate", "400"}
+		if api != "" {
+			args = append(args, "-api", api)
+		}
+		k, err := startChild(ctx, "agents", args, nil, filepath.Join(f.dir, fmt.Sprintf("agents-%d.log", s)), true)
+		if err != nil {
+			return err
+		}
+		f.kids = append(f.kids, k)
+		f.stats = append(f.stats, "http://"+k.ready[0]+"/stats")
+	}
+	return nil
+}
+
+// stop stops the agents, then the hub.
+func (f *fleetRun) stop() {
+	for _, k := range f.kids {
+		k.stop(20 * time.Second)
+	}
+	f.hub.stop(40 * time.Second)
 }
 
 func (f *fleetRun) startHub(ctx context.Context, n int) error {
@@ -193,70 +272,19 @@ type fleetOpts struct {
 
 func benchFleet(ctx context.Context, r *report, dir string, o fleetOpts) error {
 	max := o.sizes[len(o.sizes)-1]
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	hf, err := writeHubCert(dir)
+	f, err := newFleet(ctx, dir, max, nil)
 	if err != nil {
 		return err
 	}
-	var list strings.Builder
-	for i := range max {
-		fmt.Fprintf(&list, "- name: %s\n  tokenSha256: %s\n", agentName(i), fleet.TokenSHA256(agentToken(i)))
-	}
-	listFile := filepath.Join(dir, "agents.yaml")
-	if err := os.WriteFile(listFile, []byte(list.String()), 0o600); err != nil {
-		return err
-	}
-	saDir := filepath.Join(dir, "sa")
-	os.MkdirAll(saDir, 0o755)
-	os.WriteFile(filepath.Join(saDir, "token"), []byte("bench-service-account-token"), 0o600)
-	os.WriteFile(filepath.Join(saDir, "ca.crt"), mustRead(hf.caFile), 0o600)
-	userToken, _ := fleet.NewToken()
-	addr, err := freePort()
-	if err != nil {
-		return err
-	}
-	self, _ := os.Executable()
-	hubURL := "https://" + addr
-	f := &fleetRun{dir: dir, self: self, hubEnv: []string{
-		"TETHER_ADDR=" + addr, "TETHER_PUBLIC_URL=" + hubURL,
-		"TETHER_TLS_CERT_FILE=" + hf.cert, "TETHER_TLS_KEY_FILE=" + hf.key,
-		"TETHER_FLEET_AGENTS_FILE=" + listFile,
-		"TETHER_USERS=" + fmt.Sprintf("- name: %s\n  tokenSha256: %s\n", benchUser, fleet.TokenSHA256(userToken)),
-		"TETHER_METRICS_ADDR=0", "TETHER_AUDIT_FILE=" + filepath.Join(dir, "audit.jsonl"),
-	}}
-	if err := f.startHub(ctx, 1); err != nil {
-		return err
-	}
-	defer func() {
-		for _, k := range f.kids {
-			k.stop(20 * time.Second)
-		}
-		f.hub.stop(40 * time.Second)
-	}()
+	defer f.stop()
 	time.Sleep(2 * time.Second)
 	base, err := f.hubStats()
 	if err != nil {
 		return err
 	}
-	startAgents := func(first, count int) error {
-		const perProc = 2500
-		for s := first; s < first+count; s += perProc {
-			n := min(perProc, first+count-s)
-			k, err := startChild(ctx, "agents", []string{self, "child", "agents", "-first", fmt.Sprint(s), "-count", fmt.Sprint(n),
-				"-hub", hubURL, "-ca", hf.caFile, "-sa", saDir, "-rate", "400"}, nil, filepath.Join(dir, fmt.Sprintf("agents-%d.log", s)), true)
-			if err != nil {
-				return err
-			}
-			f.kids = append(f.kids, k)
-			f.stats = append(f.stats, "http://"+k.ready[0]+"/stats")
-		}
-		return nil
-	}
 	have := 0
 	for _, n := range o.sizes {
-		if err := startAgents(have, n-have); err != nil {
+		if err := f.startAgents(ctx, have, n-have, ""); err != nil {
 			return err
 		}
 		have = n

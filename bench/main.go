@@ -28,7 +28,7 @@ func main() {
 		os.Exit(runChild(os.Args[2], os.Args[3:]))
 	}
 	var (
-		only    = flag.String("only", "tunnel,kube,fleet", "the parts to run, comma-separated: tunnel, kube, fleet, and agentrss (not run by default)")
+		only    = flag.String("only", "tunnel,kube,fleet,probes", "the parts to run, comma-separated: tunnel, kube, fleet, probes, and agentrss (not run by default)")
 		md      = flag.String("md", "docs/PERFORMANCE.md", "where the report goes")
 		js      = flag.String("json", "bench/results.json", "where the figures go as JSON")
 		rounds  = flag.Int("rounds", 5, "alternated rounds of each throughput case")
@@ -92,6 +92,9 @@ func main() {
 			bins = strings.Split(*agents, ",")
 		}
 		return benchAgentRSS(ctx, r, filepath.Join(dir, "agentrss"), agentRSSOpts{bins: bins, rounds: *rounds, rest: 12 * time.Second})
+	})
+	run("probes", func() error {
+		return benchProbes(ctx, r, filepath.Join(dir, "probes"), 2000, 12*time.Second, 20*time.Second)
 	})
 	run("fleet", func() error {
 		return benchFleet(ctx, r, filepath.Join(dir, "fleet"), fleetOpts{sizes: []int{1000, *fleetN}, settle: 15 * time.Second, storm: true})
