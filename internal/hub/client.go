@@ -121,38 +121,72 @@ func (c *apiClient) get(ctx context.Context) (pc *apiConn, reused bool, err erro
 		return nil, false, err
 	}
 	pc = &apiConn{client: c, tc: tc}
-	pc.br = bufio.NewReaderSize(pc, 4<<10)
-	pc.bw = bufio.NewWriterSize(tc, 4<<10)
+	pc.takeBuffers()
 	return pc, false, nil
 }
 
+// bufio's readers and writers for the connections in use: an idle
+// connection holds none, so a cluster's idle connections (its probe's, at
+// least) cost no 8 KiB each.
+var (
+	apiReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
+	apiWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
+)
+
+// takeBuffers gives pc a reader and a writer for a request.
+func (pc *apiConn) takeBuffers() {
+	pc.br = apiReaders.Get().(*bufio.Reader)
+	pc.br.Reset(pc)
+	pc.bw = apiWriters.Get().(*bufio.Writer)
+	pc.bw.Reset(pc.tc)
+}
+
+// dropBuffers gives them back, once the request is done and nothing is
+// left in them.
+func (pc *apiConn) dropBuffers() {
+	pc.br.Reset(nil)
+	apiReaders.Put(pc.br)
+	pc.bw.Reset(nil)
+	apiWriters.Put(pc.bw)
+	pc.br, pc.bw = nil, nil
+}
+
 // takeIdle takes the most recently used idle connection that has had
-// nothing arrive, or returns nil. Connections are closed outside c.mu: a
-// TLS close writes.
+// nothing arrive, or returns nil. It asks the tunnel about the stream
+// outside c.mu: the read loop calls a stream's onReadable with the stream's
+// lock held, and keep's callback takes c.mu.
 func (c *apiClient) takeIdle() *apiConn {
-	var dead []*apiConn
-	defer func() {
-		for _, pc := range dead {
-			pc.tc.Close()
-		}
-	}()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for n := len(c.idle); n > 0; n = len(c.idle) {
-		pc := c.idle[n-1]
-		c.idle[n-1] = nil
-		c.idle = c.idle[:n-1]
-		if pc.timer != nil {
-			pc.timer.Stop()
+	for {
+		pc := c.popIdle()
+		if pc == nil {
+			return nil
 		}
 		tunnel.OnReadable(streamOf(pc.tc), nil)
 		if tunnel.Ready(streamOf(pc.tc)) {
-			dead = append(dead, pc) // closed by the API server since, or worse
+			pc.tc.Close() // closed by the API server since, or worse
 			continue
 		}
+		pc.takeBuffers()
 		return pc
 	}
-	return nil
+}
+
+// popIdle takes the most recently used idle connection off the list, or
+// returns nil.
+func (c *apiClient) popIdle() *apiConn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(c.idle)
+	if n == 0 {
+		return nil
+	}
+	pc := c.idle[n-1]
+	c.idle[n-1] = nil
+	c.idle = c.idle[:n-1]
+	if pc.timer != nil {
+		pc.timer.Stop()
+	}
+	return pc
 }
 
 // put keeps pc for the next request, or closes it if the client keeps
@@ -166,6 +200,32 @@ func (c *apiClient) put(pc *apiConn) {
 // keep adds pc to the idle list, unless the list is full or the client
 // closed.
 func (c *apiClient) keep(pc *apiConn) bool {
+	pc.dropBuffers() // the answer was read to its end: both are empty
+	// Nothing may arrive on an idle connection: what does is its end, or
+	// an answer no one asked for. Either way it can't be used again. The
+	// read loop that says so must not wait for a TLS close. The callback is
+	// set before the connection is listed, and outside c.mu (see
+	// takeIdle): what arrives in between finds it unlisted, and takeIdle
+	// then finds the stream Ready.
+	stream := streamOf(pc.tc)
+	tunnel.OnReadable(stream, func() {
+		if c.startExpiring() {
+			go func() {
+				defer c.expiring.Done()
+				c.expire(pc)
+			}()
+		}
+	})
+	if !c.list(pc) {
+		tunnel.OnReadable(stream, nil)
+		return false
+	}
+	return true
+}
+
+// list adds pc to the idle list and starts its idle timer, unless the list
+// is full or the client closed.
+func (c *apiClient) list(pc *apiConn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || len(c.idle) >= maxIdleAPIConns {
@@ -184,17 +244,6 @@ func (c *apiClient) keep(pc *apiConn) bool {
 		}
 	}
 	c.idle = append(c.idle, pc)
-	// Nothing may arrive on an idle connection: what does is its end, or
-	// an answer no one asked for. Either way it can't be used again. The
-	// read loop that says so must not wait for a TLS close.
-	tunnel.OnReadable(streamOf(pc.tc), func() {
-		if c.startExpiring() {
-			go func() {
-				defer c.expiring.Done()
-				c.expire(pc)
-			}()
-		}
-	})
 	return true
 }
 
