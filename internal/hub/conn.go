@@ -74,7 +74,8 @@ type agentConn struct {
 	// "Connection: close, Upgrade", which the API server takes for no
 	// upgrade.) Made on first use too.
 	upgrades *http.Transport
-	// client sends the requests that may be sent twice (decision 016).
+	// client sends the requests that may be sent twice (decision 016),
+	// and the probes (decision 019).
 	client  *apiClient
 	pingSeq uint64 // the last ping sent, and when, for the round-trip metric
 	pingAt  time.Time
@@ -429,14 +430,17 @@ func (c *agentConn) roundTrip(r *http.Request) (*http.Response, error) {
 	return c.apiTransport(r.Header.Get("Upgrade") != "").RoundTrip(r)
 }
 
-// apiClient is the client for replayable requests, made on first use.
+// apiClient is the client for replayable requests, made on first use: the
+// first probe, at connect, as a rule.
 func (c *agentConn) apiClient() *apiClient {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.client == nil {
-		tlsConfig := c.apiTLSConfig()
 		c.client = &apiClient{
-			dial:        func(ctx context.Context) (*tls.Conn, error) { return c.dialAPI(ctx, tlsConfig) },
+			// The TLS config is made for each connection, not kept: every
+			// agent has this client (its probes use it), and one whose API
+			// server doesn't answer would hold it for nothing.
+			dial:        func(ctx context.Context) (*tls.Conn, error) { return c.dialAPI(ctx, c.apiTLSConfig()) },
 			idleTimeout: c.hub.cfg.IdleTimeout,
 		}
 	}

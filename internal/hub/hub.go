@@ -293,13 +293,19 @@ func (h *Hub) streamsOpen() float64 {
 	defer h.mu.Unlock()
 	n := 0
 	for _, c := range h.agents {
-		own := 1 // the control stream
-		if c.inventoryOpen.Load() {
-			own++
-		}
-		n += max(c.sess.NumStreams()-own, 0)
+		n += c.apiStreams()
 	}
 	return float64(n)
+}
+
+// apiStreams counts c's streams to its API server: all but the control
+// stream and the inventory's.
+func (c *agentConn) apiStreams() int {
+	own := 1 // the control stream
+	if c.inventoryOpen.Load() {
+		own++
+	}
+	return max(c.sess.NumStreams()-own, 0)
 }
 
 // connected returns the agent connected for name, or nil.

@@ -235,8 +235,10 @@ func TestProxyStreamsWithoutBuffering(t *testing.T) {
 
 func TestProxyKeepsConnectionsToTheAPIServer(t *testing.T) {
 	fc := newFakeCluster(t)
-	h, _ := proxyHub(t, fc, "")
+	// One probe, at connect: its connection is the one the GETs take.
+	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeInterval = time.Hour })
 	waitFirstProbe(t, h)
+	open := h.connected("open")
 	for range 5 {
 		if code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/pods", aliceToken, nil); code != 200 {
 			t.Fatalf("GET: %d %s", code, body)
@@ -249,7 +251,7 @@ func TestProxyKeepsConnectionsToTheAPIServer(t *testing.T) {
 	if len(conns) != 1 {
 		t.Errorf("five GETs one after another came on %d connections (%v), want 1", len(conns), conns)
 	}
-	if got := h.streamsOpen(); got != 1 {
+	if got := open.apiStreams(); got != 1 {
 		t.Errorf("%v streams open, want 1: the kept connection", got)
 	}
 
@@ -257,11 +259,11 @@ func TestProxyKeepsConnectionsToTheAPIServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	watchStream(ctx, t, h)
-	if got := h.streamsOpen(); got != 1 {
+	if got := open.apiStreams(); got != 1 {
 		t.Errorf("%v streams open during the watch, want 1: the kept connection's", got)
 	}
 	cancel()
-	eventually(t, 5*time.Second, "the watch's connection and stream close", func() bool { return h.streamsOpen() == 0 })
+	eventually(t, 5*time.Second, "the watch's connection and stream close", func() bool { return open.apiStreams() == 0 })
 }
 
 // waitFirstProbe waits for the probe made when open's agent connected,
@@ -276,8 +278,9 @@ func waitFirstProbe(t *testing.T, h *testHub) {
 // nothing of it.
 func TestProxySendsAgainOnAConnectionTheAPIServerClosed(t *testing.T) {
 	fc := newFakeCluster(t)
-	h, _ := proxyHub(t, fc, "")
+	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeInterval = time.Hour }) // one probe, at connect
 	waitFirstProbe(t, h)
+	open := h.connected("open")
 	get := func() {
 		t.Helper()
 		if code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/pods", aliceToken, nil); code != 200 {
@@ -287,7 +290,7 @@ func TestProxySendsAgainOnAConnectionTheAPIServerClosed(t *testing.T) {
 	get()
 	opened := testutil.ToFloat64(h.metrics.streamsOpened)
 	fc.srv.CloseClientConnections()
-	eventually(t, 5*time.Second, "the kept connection's stream ends", func() bool { return h.streamsOpen() == 0 })
+	eventually(t, 5*time.Second, "the kept connection's stream ends", func() bool { return open.apiStreams() == 0 })
 	get()
 	if got := testutil.ToFloat64(h.metrics.streamsOpened) - opened; got != 1 {
 		t.Errorf("%v streams opened for the GET after the API server closed the kept connection, want 1", got)
