@@ -43,6 +43,8 @@ func benchProbes(ctx context.Context, r *report, dir string, n int, settle, wind
 	type atRest struct {
 		cores  float64 // the hub's CPU-seconds per second
 		probes int64   // probes answered in the window
+		kib    float64 // the hub's heap and stacks per agent, KiB
+		rss    float64 // its RSS per agent, KiB
 	}
 	measure := func(name, api string) (atRest, error) {
 		f, err := newFleet(ctx, filepath.Join(dir, name), n, ca.CertPEM)
@@ -50,6 +52,11 @@ func benchProbes(ctx context.Context, r *report, dir string, n int, settle, wind
 			return atRest{}, err
 		}
 		defer f.stop()
+		time.Sleep(2 * time.Second)
+		base, err := f.hubStats()
+		if err != nil {
+			return atRest{}, err
+		}
 		if err := f.startAgents(ctx, 0, n, api); err != nil {
 			return atRest{}, err
 		}
@@ -63,7 +70,14 @@ func benchProbes(ctx context.Context, r *report, dir string, n int, settle, wind
 		case <-ctx.Done():
 			return atRest{}, ctx.Err()
 		}
-		return atRest{cores: (f.hub.cpu() - c0).Seconds() / window.Seconds(), probes: answered.Load() - p0}, nil
+		cores, probes := (f.hub.cpu()-c0).Seconds()/window.Seconds(), answered.Load()-p0
+		s, err := f.hubStats()
+		if err != nil {
+			return atRest{}, err
+		}
+		per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) / 1024 }
+		return atRest{cores: cores, probes: probes,
+			kib: per(s.HeapAlloc+s.StackInuse, base.HeapAlloc+base.StackInuse), rss: per(uint64(s.RSS), uint64(base.RSS))}, nil
 	}
 	up, err := measure("answering", ln.Addr().String())
 	if err != nil {
@@ -75,10 +89,10 @@ func benchProbes(ctx context.Context, r *report, dir string, n int, settle, wind
 	}
 	perThousand := func(cores float64) float64 { return cores * 100 * 1000 / float64(n) }
 	r.add(figure{Section: "fleet", Name: "hub CPU at rest per 1,000 agents, their API servers answering", Value: perThousand(up.cores), Unit: "% of a core",
-		Detail: fmt.Sprintf("%d agents (TLS): the hub used %.3f CPU-s per s over %s; %d probes answered (%.0f a second)",
-			n, up.cores, window, up.probes, float64(up.probes)/window.Seconds())})
+		Detail: fmt.Sprintf("%d agents (TLS): the hub used %.3f CPU-s per s over %s; %d probes answered (%.0f a second); hub heap + stacks %.1f KiB, RSS %.1f KiB per agent",
+			n, up.cores, window, up.probes, float64(up.probes)/window.Seconds(), up.kib, up.rss)})
 	r.add(figure{Section: "fleet", Name: "hub CPU at rest per 1,000 agents, their API servers unreachable", Value: perThousand(down.cores), Unit: "% of a core",
-		Detail: fmt.Sprintf("the same, nothing listening at the API server's address (as the idle fleet above): %.3f CPU-s per s; heartbeats and failed probes", down.cores)})
+		Detail: fmt.Sprintf("the same, nothing listening at the API server's address (as the idle fleet above): %.3f CPU-s per s, heartbeats and failed probes; hub heap + stacks %.1f KiB, RSS %.1f KiB per agent", down.cores, down.kib, down.rss)})
 	if up.probes > 0 {
 		r.add(figure{Section: "fleet", Name: "hub CPU per probe that reaches its API server", Value: (up.cores - down.cores) * window.Seconds() / float64(up.probes) * 1e6, Unit: "µs",
 			Detail: "the difference between the two, per probe answered: a stream, a TLS handshake with the API server, GET /readyz and /version"})
