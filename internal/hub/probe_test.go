@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"maps"
 	"math"
 	"net/http"
 	"strings"
@@ -136,5 +137,23 @@ func TestProbeCutShortByADisconnectIsNotAStatus(t *testing.T) {
 	}
 	if strings.Contains(h.logs.String(), "can't be reached") {
 		t.Errorf("the hub blamed the API server for a probe the disconnect cut short:\n%s", h.logs)
+	}
+}
+
+// TestProbesKeepTheirConnection: each probe takes the connection the last
+// one left, rather than making a TLS handshake with the API server every
+// interval; with 10,000 clusters that was 1,000 handshakes a second.
+func TestProbesKeepTheirConnection(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: 50 * time.Millisecond})
+	a := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "connected", a.Connected)
+	eventually(t, 5*time.Second, "ten probes", func() bool { return fc.count("/readyz") >= 10 })
+	fc.mu.Lock()
+	conns := maps.Clone(fc.conns)
+	fc.mu.Unlock()
+	maps.DeleteFunc(conns, func(k string, _ int) bool { return !strings.HasPrefix(k, "/readyz from ") })
+	if len(conns) != 1 {
+		t.Errorf("ten probes came on %d connections (%v), want 1", len(conns), conns)
 	}
 }
