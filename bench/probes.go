@@ -17,8 +17,8 @@ import (
 // serving /readyz and /version as kube-apiserver does), and with nothing
 // listening at its address, as the idle fleet above runs. What the first
 // adds is the probes' work: every ProbeInterval (10 s) each cluster's probe
-// opens a stream, makes a TLS handshake with its API server and sends two
-// GETs.
+// sends two GETs to its API server, on the connection the last one kept
+// (decision 019).
 func benchProbes(ctx context.Context, r *report, dir string, n int, settle, window time.Duration) error {
 	ca, err := pki.NewCA("bench cluster CA", 24*time.Hour)
 	if err != nil {
@@ -95,7 +95,7 @@ func benchProbes(ctx context.Context, r *report, dir string, n int, settle, wind
 		Detail: fmt.Sprintf("the same, nothing listening at the API server's address (as the idle fleet above): %.3f CPU-s per s, heartbeats and failed probes; hub heap + stacks %.1f KiB, RSS %.1f KiB per agent", down.cores, down.kib, down.rss)})
 	if up.probes > 0 {
 		r.add(figure{Section: "fleet", Name: "hub CPU per probe that reaches its API server", Value: (up.cores - down.cores) * window.Seconds() / float64(up.probes) * 1e6, Unit: "µs",
-			Detail: "the difference between the two, per probe answered: a stream, a TLS handshake with the API server, GET /readyz and /version"})
+			Detail: "the difference between the two, per probe answered: GET /readyz and /version on the connection the last probe kept (decision 019)"})
 	}
 	return nil
 }
