@@ -61,6 +61,19 @@ func (fc *fakeCluster) count(path string) int {
 	return fc.paths[path]
 }
 
+// connsFor counts the requests for path by the connection they came on.
+func (fc *fakeCluster) connsFor(path string) map[string]int {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	conns := map[string]int{}
+	for k, n := range fc.conns {
+		if strings.HasPrefix(k, path+" from ") {
+			conns[k] = n
+		}
+	}
+	return conns
+}
+
 // release lets /stream send its next event.
 func (fc *fakeCluster) release() { fc.gate <- struct{}{} }
 

@@ -2,7 +2,6 @@ package hub
 
 import (
 	"context"
-	"maps"
 	"math"
 	"net/http"
 	"strings"
@@ -149,10 +148,7 @@ func TestProbesKeepTheirConnection(t *testing.T) {
 	a := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected", a.Connected)
 	eventually(t, 5*time.Second, "ten probes", func() bool { return fc.count("/readyz") >= 10 })
-	fc.mu.Lock()
-	conns := maps.Clone(fc.conns)
-	fc.mu.Unlock()
-	maps.DeleteFunc(conns, func(k string, _ int) bool { return !strings.HasPrefix(k, "/readyz from ") })
+	conns := fc.connsFor("/readyz")
 	if len(conns) != 1 {
 		t.Errorf("ten probes came on %d connections (%v), want 1", len(conns), conns)
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"net/netip"
@@ -244,10 +243,7 @@ func TestProxyKeepsConnectionsToTheAPIServer(t *testing.T) {
 			t.Fatalf("GET: %d %s", code, body)
 		}
 	}
-	fc.mu.Lock()
-	conns := maps.Clone(fc.conns)
-	fc.mu.Unlock()
-	maps.DeleteFunc(conns, func(k string, _ int) bool { return !strings.HasPrefix(k, "/api/v1/pods ") })
+	conns := fc.connsFor("/api/v1/pods")
 	if len(conns) != 1 {
 		t.Errorf("five GETs one after another came on %d connections (%v), want 1", len(conns), conns)
 	}
