@@ -175,13 +175,8 @@ func newFleet(ctx context.Context, dir string, n int, clusterCA []byte) (*fleetR
 	}
 	self, _ := os.Executable()
 	hubURL := "https://" + addr
-	f := &fleetRun{dir: dir, self: self, hubURL: hubURL, hubCA: hf.caFile, saDir: saDir, hubEnv: []string{
-		"TETHER_ADDR=" + addr, "TETHER_PUBLIC_URL=" + hubURL,
-		"TETHER_TLS_CERT_FILE=" + hf.cert, "TETHER_TLS_KEY_FILE=" + hf.key,
-		"TETHER_FLEET_AGENTS_FILE=" + listFile,
-		"TETHER_USERS=" + fmt.Sprintf("- name: %s\n  tokenSha256: %s\n", benchUser, fleet.TokenSHA256(userToken)),
-		"TETHER_METRICS_ADDR=0", "TETHER_AUDIT_FILE=" + filepath.Join(dir, "audit.jsonl"),
-	}}
+	f := &fleetRun{dir: dir, self: self, hubURL: hubURL, hubCA: hf.caFile, saDir: saDir, hubEnv: benchHubEnv(addr, hf, dir,
+		"TETHER_FLEET_AGENTS_FILE="+listFile, fmt.Sprintf("- name: %s\n  tokenSha256: %s\n", benchUser, fleet.TokenSHA256(userToken)))}
 	if err := f.startHub(ctx, 1); err != nil {
 		return nil, err
 	}

@@ -224,13 +224,9 @@ func startHubBed(ctx context.Context, dir string, cluster *localkube.Cluster) (*
 	}
 	self, _ := os.Executable()
 	hubURL := "https://" + addr
-	hubEnv := []string{
-		"TETHER_ADDR=" + addr, "TETHER_PUBLIC_URL=" + hubURL,
-		"TETHER_TLS_CERT_FILE=" + hf.cert, "TETHER_TLS_KEY_FILE=" + hf.key,
-		"TETHER_FLEET_AGENTS=" + fleet.AgentsEntry("bench", fleet.TokenSHA256(agentToken)),
-		"TETHER_USERS=" + fmt.Sprintf("- name: %s\n  tokenSha256: %s\n  groups: [%q]\n", benchUser, fleet.TokenSHA256(userToken), benchGroup),
-		"TETHER_METRICS_ADDR=0", "TETHER_AUDIT_FILE=" + filepath.Join(dir, "audit.jsonl"),
-	}
+	hubEnv := benchHubEnv(addr, hf, dir,
+		"TETHER_FLEET_AGENTS="+fleet.AgentsEntry("bench", fleet.TokenSHA256(agentToken)),
+		fmt.Sprintf("- name: %s\n  tokenSha256: %s\n  groups: [%q]\n", benchUser, fleet.TokenSHA256(userToken), benchGroup))
 	proc, err := startChild(ctx, "hub", []string{self, "child", "hub"}, hubEnv, filepath.Join(dir, "hub.log"), true)
 	if err != nil {
 		return nil, err
@@ -240,6 +236,18 @@ func startHubBed(ctx context.Context, dir string, cluster *localkube.Cluster) (*
 		"TETHER_HUB_CA=" + hf.caFile, "TETHER_HEALTH_ADDR=0", "TETHER_SERVICEACCOUNT_DIR=" + cluster.ServiceAccountDir,
 		"KUBERNETES_SERVICE_HOST=" + cluster.Host, "KUBERNETES_SERVICE_PORT=" + cluster.Port,
 	}}, nil
+}
+
+// benchHubEnv is the settings of a bench hub at addr: hf's certificate,
+// the agents setting given, users as TETHER_USERS, its audit in dir, and
+// no metrics port.
+func benchHubEnv(addr string, hf hubFiles, dir, agents, users string) []string {
+	return []string{
+		"TETHER_ADDR=" + addr, "TETHER_PUBLIC_URL=https://" + addr,
+		"TETHER_TLS_CERT_FILE=" + hf.cert, "TETHER_TLS_KEY_FILE=" + hf.key,
+		agents, "TETHER_USERS=" + users,
+		"TETHER_METRICS_ADDR=0", "TETHER_AUDIT_FILE=" + filepath.Join(dir, "audit.jsonl"),
+	}
 }
 
 // prepareCluster lets the agent's service account read the inventory kinds
