@@ -227,6 +227,23 @@ func (f *fleetRun) hubStats() (hubStats, error) {
 	return s, err
 }
 
+// saveProfiles writes the hub's heap profile and goroutines into f.dir, as
+// hub-heap-n.pprof and hub-goroutines-n.txt, for a look after the run.
+func (f *fleetRun) saveProfiles(n int) {
+	for _, p := range []struct{ path, file string }{
+		{"/debug/pprof/heap", fmt.Sprintf("hub-heap-%d.pprof", n)},
+		{"/debug/pprof/goroutine?debug=1", fmt.Sprintf("hub-goroutines-%d.txt", n)},
+	} {
+		resp, err := http.Get("http://" + f.hub.ready[1] + p.path)
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		os.WriteFile(filepath.Join(f.dir, p.file), b, 0o644)
+	}
+}
+
 func (f *fleetRun) agentsStats() (connected int, connects []int64, err error) {
 	for _, u := range f.stats {
 		var s agentsStats
@@ -300,16 +317,7 @@ func benchFleet(ctx context.Context, r *report, dir string, o fleetOpts) error {
 		detail := fmt.Sprintf("hub RSS %.0f MiB, heap %.0f MiB, %d goroutines; before agents %.0f MiB, %.0f MiB, %d", float64(s.RSS)/(1<<20), float64(s.HeapAlloc)/(1<<20), s.Goroutines, float64(base.RSS)/(1<<20), float64(base.HeapAlloc)/(1<<20), base.Goroutines)
 		r.add(atMost(figure{Section: "fleet", Name: name + " RSS per agent", Value: rss, Unit: "KiB", Detail: detail}, 32))
 		r.add(atMost(figure{Section: "fleet", Name: name + " heap + stacks per agent", Value: heap + stack, Unit: "KiB", Detail: fmt.Sprintf("heap %.1f KiB, stacks %.1f KiB (after GC)", heap, stack)}, 32))
-		if resp, err := http.Get("http://" + f.hub.ready[1] + "/debug/pprof/heap"); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			os.WriteFile(filepath.Join(f.dir, fmt.Sprintf("hub-heap-%d.pprof", n)), b, 0o644)
-		}
-		if resp, err := http.Get("http://" + f.hub.ready[1] + "/debug/pprof/goroutine?debug=1"); err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			os.WriteFile(filepath.Join(f.dir, fmt.Sprintf("hub-goroutines-%d.txt", n)), b, 0o644)
-		}
+		f.saveProfiles(n)
 		r.add(figure{Section: "fleet", Name: name + " RSS beyond heap + stacks per agent", Value: rss - heap - stack, Unit: "KiB", Detail: classesPerAgent(s.Classes, base.Classes, n)})
 		r.add(atMost(figure{Section: "fleet", Name: name + " goroutines per agent", Value: g, Unit: "goroutines",
 			Detail: "the simulated agents open no inventory stream; a real agent's adds one goroutine on the hub while it is open"}, 3))

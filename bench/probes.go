@@ -75,6 +75,7 @@ func benchProbes(ctx context.Context, r *report, dir string, n int, settle, wind
 		if err != nil {
 			return atRest{}, err
 		}
+		f.saveProfiles(n)
 		per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) / 1024 }
 		return atRest{cores: cores, probes: probes,
 			kib: per(s.HeapAlloc+s.StackInuse, base.HeapAlloc+base.StackInuse), rss: per(uint64(s.RSS), uint64(base.RSS))}, nil

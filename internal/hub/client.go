@@ -64,6 +64,8 @@ type apiConn struct {
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	read   int64       // bytes read through br, to tell whether an answer began
+	began  int64       // read when the request in hand was sent
+	large  bool        // it has carried an answer of more than largeAnswer
 	timer  *time.Timer // closes it after idleTimeout in the idle list
 }
 
@@ -89,12 +91,42 @@ func replayable(r *http.Request) bool {
 // The answer's body holds the connection until it is read to its end or
 // closed; req's context ending closes the connection.
 func (c *apiClient) RoundTrip(req *http.Request) (*http.Response, error) {
+	return c.roundTrip(req, false)
+}
+
+// small returns a RoundTripper over c for requests with small answers sent
+// on a schedule, the probes: it never takes a connection that has carried
+// a large answer.
+//
+// crypto/tls keeps a connection's input buffer as large as the largest
+// record that came on it, 16 KiB and more once an answer ran to a few
+// records. Taken every 10 s, such a connection would never stay idle long
+// enough to expire, and a cluster someone once listed pods of would hold
+// that buffer on the hub for as long as its agent stays connected. Left
+// alone, it expires after the idle timeout, and the probes keep a
+// connection of their own that stays small.
+func (c *apiClient) small() http.RoundTripper { return smallAnswers{c} }
+
+type smallAnswers struct{ c *apiClient }
+
+func (s smallAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	return s.c.roundTrip(req, true)
+}
+
+// largeAnswer is the size of answer, head and body, past which a connection
+// no longer serves small: the API server's records had grown to several
+// KiB by then (Go's TLS raises its records' size as a connection carries
+// more), and one record sizes the buffer.
+const largeAnswer = 16 << 10
+
+func (c *apiClient) roundTrip(req *http.Request, small bool) (*http.Response, error) {
 	for {
-		pc, reused, err := c.get(req.Context())
+		pc, reused, err := c.get(req.Context(), small)
 		if err != nil {
 			return nil, err
 		}
 		before := pc.read
+		pc.began = before
 		resp, err := pc.roundTrip(req)
 		if err == nil {
 			return resp, nil
@@ -111,9 +143,10 @@ func (c *apiClient) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// get takes the most recently used idle connection, or makes one.
-func (c *apiClient) get(ctx context.Context) (pc *apiConn, reused bool, err error) {
-	if pc := c.takeIdle(); pc != nil {
+// get takes the most recently used idle connection, one that has carried
+// no large answer if small, or makes one.
+func (c *apiClient) get(ctx context.Context, small bool) (pc *apiConn, reused bool, err error) {
+	if pc := c.takeIdle(small); pc != nil {
 		return pc, true, nil
 	}
 	tc, err := c.dial(ctx)
@@ -152,12 +185,13 @@ func (pc *apiConn) dropBuffers() {
 }
 
 // takeIdle takes the most recently used idle connection that has had
-// nothing arrive, or returns nil. It asks the tunnel about the stream
-// outside c.mu: the read loop calls a stream's onReadable with the stream's
-// lock held, and keep's callback takes c.mu.
-func (c *apiClient) takeIdle() *apiConn {
+// nothing arrive (and carried no large answer, if small), or returns nil.
+// It asks the tunnel about the stream outside c.mu: the read loop calls a
+// stream's onReadable with the stream's lock held, and keep's callback
+// takes c.mu.
+func (c *apiClient) takeIdle(small bool) *apiConn {
 	for {
-		pc := c.popIdle()
+		pc := c.popIdle(small)
 		if pc == nil {
 			return nil
 		}
@@ -171,18 +205,20 @@ func (c *apiClient) takeIdle() *apiConn {
 	}
 }
 
-// popIdle takes the most recently used idle connection off the list, or
-// returns nil.
-func (c *apiClient) popIdle() *apiConn {
+// popIdle takes the most recently used idle connection (that has carried
+// no large answer, if small) off the list, or returns nil.
+func (c *apiClient) popIdle(small bool) *apiConn {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	n := len(c.idle)
-	if n == 0 {
+	i := len(c.idle) - 1
+	for small && i >= 0 && c.idle[i].large {
+		i--
+	}
+	if i < 0 {
 		return nil
 	}
-	pc := c.idle[n-1]
-	c.idle[n-1] = nil
-	c.idle = c.idle[:n-1]
+	pc := c.idle[i]
+	c.idle = slices.Delete(c.idle, i, i+1)
 	if pc.timer != nil {
 		pc.timer.Stop()
 	}
@@ -201,6 +237,9 @@ func (c *apiClient) put(pc *apiConn) {
 // closed.
 func (c *apiClient) keep(pc *apiConn) bool {
 	pc.dropBuffers() // the answer was read to its end: both are empty
+	if pc.read-pc.began > largeAnswer {
+		pc.large = true
+	}
 	// Nothing may arrive on an idle connection: what does is its end, or
 	// an answer no one asked for. Either way it can't be used again. The
 	// read loop that says so must not wait for a TLS close. The callback is

@@ -63,7 +63,7 @@ func (s *apiServer) client(t *testing.T, idleTimeout time.Duration) *apiClient {
 	return c
 }
 
-func (s *apiServer) get(t *testing.T, c *apiClient, path string) (int, string) {
+func (s *apiServer) get(t *testing.T, c http.RoundTripper, path string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest("GET", "https://"+APIServerName+path, nil)
 	if err != nil {
@@ -193,6 +193,45 @@ func TestClientClosesIdleConnections(t *testing.T) {
 	eventually(t, 5*time.Second, "close closed the idle connection", func() bool { return s.open.Load() == 0 })
 	s.get(t, c, "/")
 	eventually(t, 5*time.Second, "a connection freed after close is closed", func() bool { return s.open.Load() == 0 })
+}
+
+// TestSmallAnswersLeaveALargeAnswersConnection: requests for small answers
+// every so often (the probes) don't take the connection a large answer
+// came on, so it expires, and they keep one of their own.
+func TestSmallAnswersLeaveALargeAnswersConnection(t *testing.T) {
+	s := newAPIServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/large" {
+			w.Write(make([]byte, 4*largeAnswer))
+			return
+		}
+		io.WriteString(w, "ok")
+	})
+	const idle = 300 * time.Millisecond
+	c := s.client(t, idle)
+	small := c.small()
+	s.get(t, small, "/")
+	s.get(t, c, "/large") // on the small answers' connection, kept after
+	if got := s.dials.Load(); got != 1 {
+		t.Fatalf("%d connections for two requests one after another, want 1", got)
+	}
+	// Small answers every idle/6 for twice the idle timeout.
+	for range 12 {
+		if code, body := s.get(t, small, "/"); code != 200 || body != "ok" {
+			t.Fatalf("GET /: %d %q", code, body)
+		}
+		time.Sleep(idle / 6)
+	}
+	if got := s.dials.Load(); got != 2 {
+		t.Errorf("%d connections made, want 2: the large answer's and one for the small answers after it", got)
+	}
+	eventually(t, 5*time.Second, "the large answer's connection expired", func() bool { return s.open.Load() == 1 })
+
+	// Other requests take any connection, the most recently used first.
+	s.get(t, c, "/large")
+	s.get(t, c, "/")
+	if got := s.dials.Load(); got != 2 {
+		t.Errorf("%d connections made, want still 2", got)
+	}
 }
 
 // heldClose is a connection whose Close waits for release.

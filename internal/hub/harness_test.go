@@ -144,6 +144,10 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 			}
 		}
 	})
+	mux.HandleFunc("/large", func(w http.ResponseWriter, r *http.Request) {
+		fc.note(r)
+		w.Write(make([]byte, 256<<10))
+	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)
 		if d := time.Duration(fc.readyzDelay.Load()); d > 0 {

@@ -153,3 +153,31 @@ func TestProbesKeepTheirConnection(t *testing.T) {
 		t.Errorf("ten probes came on %d connections (%v), want 1", len(conns), conns)
 	}
 }
+
+// TestProbesLeaveALargeAnswersConnection: a person's GET takes the probes'
+// kept connection; once a large answer has come on it, the probes make
+// another and leave that one to expire, with the buffer crypto/tls grew
+// for the answer's records.
+func TestProbesLeaveALargeAnswersConnection(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "", func(c *Config) {
+		c.ProbeInterval = 50 * time.Millisecond
+		c.IdleTimeout = 500 * time.Millisecond
+	})
+	waitFirstProbe(t, h)
+	if code, body, _ := call(t, "GET", h.url+"/clusters/open/large", aliceToken, nil); code != 200 || len(body) != 256<<10 {
+		t.Fatalf("GET /large: %d, %d bytes", code, len(body))
+	}
+	var large string // the address the large answer's connection came from
+	for k := range fc.connsFor("/large") {
+		large = strings.TrimPrefix(k, "/large from ")
+	}
+	probesOnIt := func() int { return fc.connsFor("/readyz")["/readyz from "+large] }
+	before, probes := probesOnIt(), fc.count("/readyz")
+	eventually(t, 5*time.Second, "ten more probes", func() bool { return fc.count("/readyz") >= probes+10 })
+	if got := probesOnIt(); got != before {
+		t.Errorf("%d probes came on the large answer's connection after it, want none", got-before)
+	}
+	open := h.connected("open")
+	eventually(t, 5*time.Second, "the large answer's connection expired", func() bool { return open.apiStreams() == 1 })
+}

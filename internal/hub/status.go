@@ -208,11 +208,12 @@ func (h *Hub) probeAndRecord(ctx context.Context, c *agentConn) bool {
 // connection the next probe takes again: a TLS handshake with the API
 // server cost the hub 1.4 ms, so one per probe, every 10 s, took 20 % of a
 // core per 1,000 clusters (decision 019). The idle connection holds no
-// goroutine and, between requests, no buffers.
+// goroutine and, between requests, no buffers. Probes leave alone the
+// connections that carried large answers, so those expire (apiClient.small).
 func (h *Hub) probe(ctx context.Context, c *agentConn) probeResult {
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.ProbeTimeout)
 	defer cancel()
-	client := c.apiClient()
+	client := c.apiClient().small()
 	if _, err := h.get(ctx, client, c, "/readyz"); err != nil {
 		return probeResult{message: err.Error()}
 	}
