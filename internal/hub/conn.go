@@ -513,7 +513,7 @@ const maxIdleAPIConns = 32
 //
 // The certificate is checked in VerifyConnection, as crypto/tls checks it,
 // with a root pool made for the handshake and dropped after it. A pool in
-// RootCAs would stay with every connection the hub keeps, parsed: 3.5 KiB
+// RootCAs would stay with every connection the hub keeps, parsed: 3 KiB
 // per cluster whose API server answers (decision 019).
 func (c *agentConn) apiTLSConfig() *tls.Config {
 	serverName := APIServerName
