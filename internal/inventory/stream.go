@@ -29,8 +29,10 @@ const snapshotChunk = 500
 
 // Stream sends the inventory to out: a full snapshot, then batched changes,
 // until ctx ends or a write fails. One Stream runs at a time, as the agent
-// has one hub connection; a second returns ErrBusy.
+// has one hub connection; a second returns ErrBusy. It writes at most
+// maxWrite bytes to out at once.
 func (w *Watcher) Stream(ctx context.Context, out io.Writer, opts StreamOptions) error {
+	out = smallWrites{out}
 	if opts.Batch == 0 {
 		opts.Batch = 250 * time.Millisecond
 	}
@@ -230,4 +232,28 @@ func writeSplitting(out io.Writer, u *protocol.Update) error {
 		return err
 	}
 	return writeSplitting(out, &b)
+}
+
+// maxWrite is the most Stream writes to out at once. out is the agent's
+// stream to the hub, and each write goes out in TLS records no larger than
+// it. The hub's end of the connection keeps a read buffer as large as the
+// largest record that came on it, for the connection's life: a snapshot in
+// one write left 32 KiB and more there for every agent
+// (docs/decisions/020-the-hubs-tls-read-buffers.md).
+const maxWrite = 4 << 10
+
+// smallWrites writes to w in pieces of at most maxWrite bytes.
+type smallWrites struct{ w io.Writer }
+
+func (s smallWrites) Write(p []byte) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		n, err := s.w.Write(p[:min(len(p), maxWrite)])
+		written += n
+		if err != nil {
+			return written, err
+		}
+		p = p[n:]
+	}
+	return written, nil
 }

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -67,6 +68,8 @@ func newTestWatcher(t *testing.T, saDir string, namespaces ...string) *inventory
 type feed struct {
 	stop func()
 	done chan struct{}
+
+	written, largestWrite atomic.Int64 // bytes Stream wrote, and its largest write
 }
 
 func runWatcher(t *testing.T, w *inventory.Watcher) {
@@ -83,7 +86,7 @@ func stream(t *testing.T, w *inventory.Watcher, store *inventory.Store, cluster,
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
-		w.Stream(ctx, pw, inventory.StreamOptions{Batch: 50 * time.Millisecond, GatewayTieBreaker: tieBreaker})
+		w.Stream(ctx, writeSizes{pw, f}, inventory.StreamOptions{Batch: 50 * time.Millisecond, GatewayTieBreaker: tieBreaker})
 		pw.Close()
 	}()
 	go func() {
@@ -100,6 +103,24 @@ func stream(t *testing.T, w *inventory.Watcher, store *inventory.Store, cluster,
 	f.stop = func() { cancel(); pr.Close(); <-sent; <-f.done }
 	t.Cleanup(f.stop)
 	return f
+}
+
+// writeSizes passes writes on to w and counts them in f.
+type writeSizes struct {
+	w io.Writer
+	f *feed
+}
+
+func (s writeSizes) Write(p []byte) (int, error) {
+	n := int64(len(p))
+	s.f.written.Add(n)
+	for {
+		old := s.f.largestWrite.Load()
+		if n <= old || s.f.largestWrite.CompareAndSwap(old, n) {
+			break
+		}
+	}
+	return s.w.Write(p)
 }
 
 func allow(string, string) bool { return true }
@@ -401,4 +422,41 @@ func newTestWatcherToken(t *testing.T, saDir, token string) *inventory.Watcher {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// TestInventoryGoesOutInSmallWrites: a snapshot larger than a TLS record
+// reaches the hub in writes of at most 4 KiB, so in records no larger: the
+// hub keeps a read buffer the size of an agent's largest record for as
+// long as it stays connected (decision 020).
+func TestInventoryGoesOutInSmallWrites(t *testing.T) {
+	ctx := t.Context()
+	if err := cluster.GrantInventory(ctx, localkube.Namespace, localkube.ServiceAccount); err != nil {
+		t.Fatal(err)
+	}
+	ns := unique("inv-small")
+	mustNamespace(t, ns)
+	const pods = 300
+	for i := range pods {
+		mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, fmt.Sprintf("web-%03d", i), map[string]string{"app": "web", "tier": "front"}))
+	}
+	w := newTestWatcher(t, cluster.ServiceAccountDir)
+	runWatcher(t, w)
+	store := inventory.NewStore()
+	f := stream(t, w, store, "c1", "")
+	eventually(t, 10*time.Second, "the snapshot with every pod", func() bool {
+		n := 0
+		for _, name := range names(store, "c1", "pods") {
+			if strings.HasPrefix(name, ns+"/") {
+				n++
+			}
+		}
+		return n == pods
+	})
+	if got := f.written.Load(); got < 32<<10 {
+		t.Fatalf("the snapshot took %d bytes; the test needs one of several TLS records (32 KiB and more)", got)
+	}
+	if got := f.largestWrite.Load(); got > 4<<10 {
+		t.Errorf("the largest write of %d bytes is over 4 KiB", got)
+	}
+	t.Logf("%d bytes written, the largest write %d", f.written.Load(), f.largestWrite.Load())
 }
