@@ -26,13 +26,13 @@ func TestMain(m *testing.M) {
 
 // pair connects a client session to a server session through an HTTP
 // server, plain or TLS.
-func pair(t *testing.T, useTLS bool) (client, server *Session) {
+func pair(t testing.TB, useTLS bool) (client, server *Session) {
 	t.Helper()
 	return pairWith(t, useTLS, DefaultConfig())
 }
 
 // pairWith is pair with both sessions tuned by cfg.
-func pairWith(t *testing.T, useTLS bool, cfg Config) (client, server *Session) {
+func pairWith(t testing.TB, useTLS bool, cfg Config) (client, server *Session) {
 	t.Helper()
 	accepted := make(chan *Session, 1)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -87,7 +88,7 @@ func newWSConn(rw io.ReadWriteCloser, raw net.Conn, readBuffer int, client bool,
 		br = bufio.NewReaderSize(rw, readBuffer)
 		start = br
 	} else {
-		lr := &lazyReader{r: rw, size: readBuffer}
+		lr := &lazyReader{r: rw, size: readBuffer, sock: waitableSocket(rw)}
 		br, start = lr, frameStart{lr}
 	}
 	return &wsConn{
@@ -325,17 +326,26 @@ func (c *wsConn) RemoteAddr() net.Addr { return c.raw.RemoteAddr() }
 // lazyReader is a hub's buffered reader that holds no buffer between
 // frames. Read borrows a pooled buffer of size bytes for reads smaller than
 // that, as bufio.Reader reads, and gives it back once its bytes are read;
-// reads of size or more go straight to r. waitFrame reads a frame's first
-// bytes, the read that waits while the connection is idle, straight into
-// the caller's slice when nothing is buffered, so the idle connection holds
-// no buffer: a small frame costs a second read (none under TLS, whose
-// record is already in crypto/tls's buffer). Decision 012.
+// reads of size or more go straight to r. waitFrame, the read that waits
+// while the connection is idle, holds no buffer while it waits
+// (decision 012):
+//   - on a plain TCP socket, it waits for the socket to be readable, then
+//     reads what came into a borrowed buffer of waitBuffer bytes, so a
+//     small frame costs one system call (readReady);
+//   - otherwise (TLS) it reads a frame's first bytes straight into the
+//     caller's slice: the rest costs no system call, since crypto/tls
+//     already holds the record.
 type lazyReader struct {
 	r        io.Reader
 	size     int
-	buf      *[]byte // nil when nothing is buffered
+	sock     syscall.RawConn // r's, when r is a plain TCP socket; nil otherwise
+	buf      *[]byte         // nil when nothing is buffered
 	pos, end int
 }
+
+// waitBuffer is what a plain socket's wait for a frame borrows once bytes
+// are there: a small frame, header and body, is read whole.
+const waitBuffer = 16 << 10
 
 func (l *lazyReader) Read(p []byte) (int, error) {
 	if l.buf == nil {
@@ -362,6 +372,11 @@ func (l *lazyReader) Read(p []byte) (int, error) {
 
 // waitFrame is Read for the start of a frame.
 func (l *lazyReader) waitFrame(p []byte) (int, error) {
+	if l.buf == nil && l.sock != nil {
+		if err := l.readReady(); err != nil {
+			return 0, err
+		}
+	}
 	if l.buf != nil {
 		return l.Read(p)
 	}

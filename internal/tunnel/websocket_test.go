@@ -501,3 +501,105 @@ func TestIdleServerHoldsNoReadBuffer(t *testing.T) {
 		t.Fatalf("read %q, %v", got, err)
 	}
 }
+
+// tcpConn is pipeConn over a loopback TCP connection: a hub's end then
+// waits for its socket to be readable and reads frames with one system
+// call (lazyReader.readReady).
+func tcpConn(t *testing.T) (*wsConn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	peer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newWSConn(ours, ours, 1<<10, false, DefaultConfig())
+	if c.br.(*lazyReader).sock == nil {
+		t.Fatal("a TCP connection's reader doesn't wait on its socket")
+	}
+	t.Cleanup(func() { ours.Close(); peer.Close() })
+	return c, peer
+}
+
+// TestServerReadsFramesOverTCP: frames of every length class, sent whole,
+// several in one write, and cut at every few bytes, come out as sent, and
+// the reader holds no buffer once each is read.
+func TestServerReadsFramesOverTCP(t *testing.T) {
+	c, peer := tcpConn(t)
+	lr := c.br.(*lazyReader)
+	key := []byte{9, 8, 7, 6}
+	var payloads [][]byte
+	for _, n := range []int{1, 125, 126, 1000, 1036, waitBuffer - 20, waitBuffer, waitBuffer + 1, 70000} {
+		p := make([]byte, n)
+		for i := range p {
+			p[i] = byte(i * 7)
+		}
+		payloads = append(payloads, p)
+	}
+	send := func(how string) {
+		var all []byte
+		for _, p := range payloads {
+			all = append(all, wsFrame(0x82, p, key)...)
+		}
+		switch how {
+		case "whole":
+			peer.Write(all)
+		case "cut":
+			for len(all) > 0 {
+				n := min(len(all), 7)
+				peer.Write(all[:n])
+				all = all[n:]
+				time.Sleep(time.Microsecond)
+			}
+		}
+	}
+	for _, how := range []string{"whole", "cut"} {
+		go send(how)
+		for i, want := range payloads {
+			got := make([]byte, len(want))
+			if _, err := io.ReadFull(c, got); err != nil {
+				t.Fatalf("%s, frame %d: %v", how, i, err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%s, frame %d of %d bytes: not what was sent", how, i, len(want))
+			}
+		}
+		if lr.buf != nil {
+			t.Errorf("%s: the reader holds a buffer once every frame is read", how)
+		}
+	}
+
+	// The peer's end is the reader's.
+	peer.Close()
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("read after the peer closed: %v, want EOF", err)
+	}
+}
+
+// TestServerReadWaitingOverTCPEndsOnClose: closing a hub's connection ends
+// the read that waits on its socket.
+func TestServerReadWaitingOverTCPEndsOnClose(t *testing.T) {
+	c, _ := tcpConn(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 1))
+		done <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // the read waits for a frame
+	c.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("the waiting read ended with %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting read went on after Close")
+	}
+}
