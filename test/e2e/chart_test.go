@@ -70,22 +70,23 @@ func TestAgentWithTheChartsRBAC(t *testing.T) {
 		t.Errorf("the API server's audit log has no /version and /readyz from %s", sa)
 	}
 
-	setUpPeople(t, "chart-a", "chart-b")
+	chartA, chartB := unique("chart-a"), unique("chart-b")
+	setUpPeople(t, chartA, chartB)
 	alice := kubeconfigFor(t, hubURL, aliceToken)
 	root := kubeconfigFor(t, hubURL, adminToken)
-	if out, err := kubectl(t, root, "create", "configmap", "from-the-chart", "-n", "chart-a", "--from-literal=hello=world"); err != nil {
+	if out, err := kubectl(t, root, "create", "configmap", "from-the-chart", "-n", chartA, "--from-literal=hello=world"); err != nil {
 		t.Fatalf("the admin person creates a configmap through the hub: %v\n%s", err, out)
 	}
-	if out, err := kubectl(t, alice, "get", "configmap", "from-the-chart", "-n", "chart-a", "-o", "jsonpath={.data.hello}"); err != nil || out != "world" {
+	if out, err := kubectl(t, alice, "get", "configmap", "from-the-chart", "-n", chartA, "-o", "jsonpath={.data.hello}"); err != nil || out != "world" {
 		t.Errorf("alice reads it through the hub: %v\n%s", err, out)
 	}
-	want := `User "alice" cannot list resource "configmaps" in API group "" in the namespace "chart-b"`
-	if out, err := kubectl(t, alice, "get", "configmaps", "-n", "chart-b"); err == nil || !strings.Contains(out, want) {
-		t.Errorf("alice in chart-b: %v\n%s\nwant %q", err, out, want)
+	want := `User "alice" cannot list resource "configmaps" in API group "" in the namespace "` + chartB + `"`
+	if out, err := kubectl(t, alice, "get", "configmaps", "-n", chartB); err == nil || !strings.Contains(out, want) {
+		t.Errorf("alice in %s: %v\n%s\nwant %q", chartB, err, out, want)
 	}
 	// The agent's account itself may not read Secrets; a person the
 	// cluster lets may, through it.
-	if out, err := kubectl(t, alice, "get", "secrets", "-n", "chart-a"); err == nil || !strings.Contains(out, `User "alice" cannot list resource "secrets"`) {
+	if out, err := kubectl(t, alice, "get", "secrets", "-n", chartA); err == nil || !strings.Contains(out, `User "alice" cannot list resource "secrets"`) {
 		t.Errorf("alice lists secrets: %v\n%s", err, out)
 	}
 	if out, err := kubectl(t, root, "get", "secrets", "-n", "kube-system"); err != nil {
@@ -97,11 +98,11 @@ func TestAgentWithTheChartsRBAC(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		status, body := hubGet(t, hubURL+"/api/clusters/"+name+"/resources?kind=namespaces", adminToken)
-		if status == 200 && strings.Contains(body, `"name":"chart-b"`) {
+		if status == 200 && strings.Contains(body, `"name":"`+chartB+`"`) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the hub's inventory of %q has no namespace chart-b: %d %s", name, status, body)
+			t.Fatalf("the hub's inventory of %q has no namespace %s: %d %s", name, chartB, status, body)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

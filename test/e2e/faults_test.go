@@ -94,7 +94,7 @@ func (b *background) ended(t *testing.T, within time.Duration, what string) time
 // port-forward ends each of them promptly, and the same commands work again
 // within 5 s of the hub being back.
 func TestHubRestartUnderKubectl(t *testing.T) {
-	const ns = "restart"
+	ns := unique("restart")
 	admin(t, "create", "namespace", ns)
 	setUpPeople(t, "team-a", "team-b") // the tether:admins binding
 	addr := freeAddr(t)

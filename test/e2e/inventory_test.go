@@ -102,15 +102,19 @@ func TestInventoryThroughTheHub(t *testing.T) {
 	}
 	applyYAML(t, argoAndIstioCRDs)
 	admin(t, "wait", "--for=condition=Established", "crd/applications.argoproj.io", "crd/gateways.networking.istio.io")
-	for _, ns := range []string{"inv-team-a", "inv-team-b", "inv-argocd", "inv-istio"} {
+	// Namespaces can't be deleted here (no namespace controller finalizes
+	// them), so the pods' namespaces are new in each run: -count above 1
+	// works.
+	teamA, teamB := unique("inv-team-a"), unique("inv-team-b")
+	for _, ns := range []string{teamA, teamB, "inv-argocd", "inv-istio"} {
 		admin(t, "create", "namespace", ns)
 	}
 	applyYAML(t, argoAndIstioObjects)
-	// alice (group dev) may list pods in inv-team-a only.
-	admin(t, "create", "role", "pod-reader", "-n", "inv-team-a", "--verb=get,list,watch", "--resource=pods")
-	admin(t, "create", "rolebinding", "dev-reads-pods", "-n", "inv-team-a", "--role=pod-reader", "--group=dev")
+	// alice (group dev) may list pods in teamA only.
+	admin(t, "create", "role", "pod-reader", "-n", teamA, "--verb=get,list,watch", "--resource=pods")
+	admin(t, "create", "rolebinding", "dev-reads-pods", "-n", teamA, "--role=pod-reader", "--group=dev")
 	admin(t, "create", "clusterrolebinding", "tether-admins", "--clusterrole=cluster-admin", "--group=tether:admins")
-	for _, ns := range []string{"inv-team-a", "inv-team-b"} {
+	for _, ns := range []string{teamA, teamB} {
 		mustCreatePod(t, ns, "waiting")
 	}
 
@@ -181,23 +185,23 @@ func TestInventoryThroughTheHub(t *testing.T) {
 	t.Run("people see only what they may list", func(t *testing.T) {
 		for _, path := range []string{"/api/resources?kind=pods&ready=false", "/api/clusters/inv-tb/resources?kind=pods"} {
 			got := itemNames(t, hubURL, aliceToken, path)
-			if !slices.Contains(got, "inv-team-a/waiting") {
-				t.Errorf("alice, %s: %v; want inv-team-a's pod", path, got)
+			if !slices.Contains(got, teamA+"/waiting") {
+				t.Errorf("alice, %s: %v; want %s's pod", path, got, teamA)
 			}
 			// Other tests may let dev list pods elsewhere; never here.
 			for _, n := range got {
-				if strings.HasPrefix(n, "inv-team-b/") {
+				if strings.HasPrefix(n, teamB+"/") {
 					t.Errorf("alice, %s: sees %s", path, n)
 				}
 			}
 			all := itemNames(t, hubURL, adminToken, path)
-			if !slices.Contains(all, "inv-team-a/waiting") || !slices.Contains(all, "inv-team-b/waiting") {
+			if !slices.Contains(all, teamA+"/waiting") || !slices.Contains(all, teamB+"/waiting") {
 				t.Errorf("admin, %s: %v; want both pods", path, all)
 			}
 		}
 		// Fleet-wide, items name their cluster; alice's come from both.
 		var items []item
-		apiGet(t, hubURL, aliceToken, "/api/resources?kind=pods&namespace=inv-team-a", &items)
+		apiGet(t, hubURL, aliceToken, "/api/resources?kind=pods&namespace="+teamA, &items)
 		clusters := map[string]bool{}
 		for _, it := range items {
 			clusters[it.Cluster] = true
@@ -215,35 +219,35 @@ func TestInventoryThroughTheHub(t *testing.T) {
 	})
 
 	t.Run("changes arrive within 2 s", func(t *testing.T) {
-		path := "/api/clusters/inv-tb/resources?kind=pods&namespace=inv-team-a"
-		mustCreatePod(t, "inv-team-a", "fresh")
+		path := "/api/clusters/inv-tb/resources?kind=pods&namespace=" + teamA
+		mustCreatePod(t, teamA, "fresh")
 		start := time.Now()
-		within(t, 2*time.Second, "a created pod", func() bool { return slices.Contains(itemNames(t, hubURL, adminToken, path), "inv-team-a/fresh") })
+		within(t, 2*time.Second, "a created pod", func() bool { return slices.Contains(itemNames(t, hubURL, adminToken, path), teamA+"/fresh") })
 		t.Logf("a created pod reached the hub's API in %s", time.Since(start).Round(time.Millisecond))
-		admin(t, "label", "pod", "fresh", "-n", "inv-team-a", "stage=two")
+		admin(t, "label", "pod", "fresh", "-n", teamA, "stage=two")
 		within(t, 2*time.Second, "a changed label", func() bool {
-			return slices.Contains(itemNames(t, hubURL, adminToken, path+"&labelSelector=stage%3Dtwo"), "inv-team-a/fresh")
+			return slices.Contains(itemNames(t, hubURL, adminToken, path+"&labelSelector=stage%3Dtwo"), teamA+"/fresh")
 		})
-		admin(t, "delete", "pod", "fresh", "-n", "inv-team-a", "--wait=false")
+		admin(t, "delete", "pod", "fresh", "-n", teamA, "--wait=false")
 		start = time.Now()
-		within(t, 2*time.Second, "a deleted pod", func() bool { return !slices.Contains(itemNames(t, hubURL, adminToken, path), "inv-team-a/fresh") })
+		within(t, 2*time.Second, "a deleted pod", func() bool { return !slices.Contains(itemNames(t, hubURL, adminToken, path), teamA+"/fresh") })
 		t.Logf("a deleted pod left the hub's API in %s", time.Since(start).Round(time.Millisecond))
 	})
 
 	t.Run("no ghosts after the agent reconnects", func(t *testing.T) {
-		path := "/api/clusters/inv-tb/resources?kind=pods&namespace=inv-team-b"
-		mustCreatePod(t, "inv-team-b", "doomed")
-		within(t, 2*time.Second, "pod doomed", func() bool { return slices.Contains(itemNames(t, hubURL, adminToken, path), "inv-team-b/doomed") })
+		path := "/api/clusters/inv-tb/resources?kind=pods&namespace=" + teamB
+		mustCreatePod(t, teamB, "doomed")
+		within(t, 2*time.Second, "pod doomed", func() bool { return slices.Contains(itemNames(t, hubURL, adminToken, path), teamB+"/doomed") })
 		a.signal(syscall.SIGKILL)
 		a.exit(t, 10*time.Second)
-		admin(t, "delete", "pod", "doomed", "-n", "inv-team-b", "--wait=false")
-		mustCreatePod(t, "inv-team-b", "born-while-away")
+		admin(t, "delete", "pod", "doomed", "-n", teamB, "--wait=false")
+		mustCreatePod(t, teamB, "born-while-away")
 		inventoryAgent(t, "inv-tb", hubURL, map[string]string{"TETHER_ISTIO_GATEWAY_TIE_BREAKER": "inv-istio/wild"})
-		want := podsIn(t, "inv-team-b")
+		want := podsIn(t, teamB)
 		within(t, 10*time.Second, "the hub to equal the API server", func() bool {
 			return slices.Equal(itemNames(t, hubURL, adminToken, path), want)
 		})
-		if slices.Contains(want, "inv-team-b/doomed") || !slices.Contains(want, "inv-team-b/born-while-away") {
+		if slices.Contains(want, teamB+"/doomed") || !slices.Contains(want, teamB+"/born-while-away") {
 			t.Fatalf("the API server has %v", want)
 		}
 	})

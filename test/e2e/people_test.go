@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -72,6 +73,14 @@ func admin(t *testing.T, args ...string) {
 	if err != nil && !strings.Contains(out, "AlreadyExists") && !strings.Contains(out, "already exists") {
 		t.Fatalf("kubectl %v: %v\n%s", args, err, out)
 	}
+}
+
+// unique returns name with a random suffix, for namespaces: the tests
+// share one API server, and namespaces can't be deleted there (no
+// namespace controller finalizes them), so with -count above 1 each run
+// needs its own.
+func unique(name string) string {
+	return name + "-" + strings.ToLower(rand.Text()[:6])
 }
 
 // setUpPeople gives group dev read access to configmaps in namespace

@@ -34,7 +34,7 @@ var transports = []struct {
 // exec, attach, port-forward, cp) through the real hub and agent, the API
 // server and the test node's kubelet.
 func TestStreamingThroughTheHub(t *testing.T) {
-	const ns = "streams"
+	ns := unique("streams")
 	admin(t, "create", "namespace", ns)
 	setUpPeople(t, "team-a", "team-b") // the tether:admins binding
 	h, hubURL := hub(t, nil, "e2e")
