@@ -49,3 +49,10 @@ func (r *Reflector) Names() []string {
 	slices.Sort(out)
 	return out
 }
+
+// Watch runs one watch from resourceVersion rv, and reports whether the API
+// server said rv's history is gone (a list is due), and the watch's error.
+func (r *Reflector) Watch(ctx context.Context, rv string) (gone bool, err error) {
+	_, gone, err = r.r.watch(ctx, rv)
+	return gone, err
+}

@@ -2,6 +2,7 @@ package inventory_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -55,4 +56,88 @@ func TestReflectorListsInPagesAndFollowsAcrossWatches(t *testing.T) {
 	if !slices.Contains(changed, "p1") || !slices.Contains(changed, "p6") {
 		t.Errorf("changes reported: %v; want p1 and p6 among them", changed)
 	}
+}
+
+// TestWatchFromCompactedHistoryAsksForAList watches from a resourceVersion
+// whose history etcd has compacted away: the API server answers 410 Gone,
+// and the reflector must take that as a reason to list again, not as an
+// error to wait out and repeat. Cronjobs are watched from etcd here, with
+// no watch cache in between (TestMain).
+func TestWatchFromCompactedHistoryAsksForAList(t *testing.T) {
+	ctx := t.Context()
+	saDir, err := cluster.NewServiceAccountDir(ctx, "inv-gone", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := unique("gone")
+	if err := cluster.GrantInventory(ctx, "inv-gone", "agent", ns); err != nil {
+		t.Fatal(err)
+	}
+	w := newTestWatcher(t, saDir, ns)
+	r := w.NewReflector("cronjobs", ns, time.Second, 10, func(protocol.ResourceRef) {})
+	// Until a compaction passes it, resourceVersion 1 is history etcd
+	// still has. Each write moves the revision on for the next compaction.
+	gone := false
+	for i := 0; !gone && i < 10; i++ {
+		mustDo(t, "POST", "/apis/batch/v1/namespaces/"+ns+"/cronjobs", cronJob(ns, fmt.Sprintf("c%d", i)))
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		gone, err = r.Watch(wctx, "1")
+		timedOut := wctx.Err() != nil
+		cancel()
+		if timedOut {
+			t.Fatal("a watch asked to last at most 2 s ran until the test's 10 s")
+		}
+		if !gone && err != nil {
+			t.Fatalf("a watch from resourceVersion 1 failed: %v", err)
+		}
+	}
+	if !gone {
+		t.Fatalf("10 watches from resourceVersion 1, a compaction every %s, never ended in 410 Gone", compactionInterval)
+	}
+}
+
+func cronJob(ns, name string) map[string]any {
+	return map[string]any{
+		"apiVersion": "batch/v1", "kind": "CronJob",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{"schedule": "0 0 * * *", "jobTemplate": map[string]any{"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+			"restartPolicy": "Never", "containers": []any{map[string]any{"name": "main", "image": "registry.example/app:1"}}}}}}},
+	}
+}
+
+// TestReflectorListsAgainWhenItsHistoryIsCompacted: a reflector whose next
+// watch starts from a resourceVersion etcd has compacted away lists again,
+// and so still sees what changes after.
+func TestReflectorListsAgainWhenItsHistoryIsCompacted(t *testing.T) {
+	ctx := t.Context()
+	saDir, err := cluster.NewServiceAccountDir(ctx, "inv-relist", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, elsewhere := unique("relist"), unique("relist-other")
+	if err := cluster.GrantInventory(ctx, "inv-relist", "agent", ns); err != nil {
+		t.Fatal(err)
+	}
+	mustNamespace(t, elsewhere)
+	mustDo(t, "POST", "/apis/batch/v1/namespaces/"+ns+"/cronjobs", cronJob(ns, "first"))
+	w := newTestWatcher(t, saDir, ns)
+	r := w.NewReflector("cronjobs", ns, time.Second, 10, func(protocol.ResourceRef) {})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, 10*time.Second, "the first list", func() bool { return slices.Equal(r.Names(), []string{ns + "/first"}) })
+
+	// Nothing changes in ns, so each watch starts from the list's
+	// resourceVersion; writes elsewhere move etcd's revision past it, and
+	// compactions take its history away.
+	for i := range 4 * int(compactionInterval/time.Second) {
+		mustDo(t, "POST", "/api/v1/namespaces/"+elsewhere+"/configmaps", map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": fmt.Sprintf("cm%d", i)}})
+		time.Sleep(time.Second)
+	}
+	mustDo(t, "POST", "/apis/batch/v1/namespaces/"+ns+"/cronjobs", cronJob(ns, "second"))
+	eventually(t, 10*time.Second, "the cronjob made after the compactions", func() bool {
+		return slices.Equal(r.Names(), []string{ns + "/first", ns + "/second"})
+	})
 }

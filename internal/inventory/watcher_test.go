@@ -25,6 +25,9 @@ import (
 
 var cluster *localkube.Cluster // a real API server, shared: it takes seconds to start
 
+// compactionInterval is how often the test API server compacts etcd.
+const compactionInterval = 2 * time.Second
+
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
@@ -33,7 +36,14 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	var err error
-	cluster, err = localkube.Start(ctx, localkube.Config{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	cluster, err = localkube.Start(ctx, localkube.Config{
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// etcd's history is compacted every few seconds (a real cluster:
+		// every 5 minutes), and cronjobs are watched from etcd itself, not
+		// the API server's watch cache: a watch of cronjobs from an old
+		// resourceVersion meets 410 Gone within a test's time.
+		APIServerArgs: []string{"--etcd-compaction-interval=" + compactionInterval.String(), "--watch-cache-sizes=cronjobs.batch#0"},
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start the test API server:", err)
 		return 1
@@ -199,7 +209,7 @@ func TestChangesArriveAndNoGhostsAfterReconnect(t *testing.T) {
 	mustDo(t, "PATCH", pods+"/web-1", map[string]any{"metadata": map[string]any{"labels": map[string]string{"app": "web", "tier": "front"}}})
 	sel := mustSelector(t, "tier=front")
 	eventually(t, 2*time.Second, "a changed label", func() bool {
-		items, _ := store.Select("c1", inventory.Query{Kind: "pods", Selector: sel}, allow)
+		items, _ := store.Select("c1", inventory.Query{Kind: "pods", Namespace: ns, Selector: sel}, allow)
 		return len(items) == 1
 	})
 	mustDo(t, "DELETE", pods+"/web-1", nil)
@@ -437,7 +447,7 @@ func TestInventoryGoesOutInSmallWrites(t *testing.T) {
 	mustNamespace(t, ns)
 	const pods = 300
 	for i := range pods {
-		mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, fmt.Sprintf("web-%03d", i), map[string]string{"app": "web", "tier": "front"}))
+		mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, fmt.Sprintf("web-%03d", i), map[string]string{"app": "small-writes"}))
 	}
 	w := newTestWatcher(t, cluster.ServiceAccountDir)
 	runWatcher(t, w)
