@@ -16,14 +16,7 @@ import (
 // changes the pods across several watches.
 func TestReflectorListsInPagesAndFollowsAcrossWatches(t *testing.T) {
 	ctx := t.Context()
-	saDir, err := cluster.NewServiceAccountDir(ctx, "inv-refl", "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := unique("refl-a")
-	if err := cluster.GrantInventory(ctx, "inv-refl", "agent", ns); err != nil {
-		t.Fatal(err)
-	}
+	saDir, ns := reflectorScope(t, "inv-refl", "refl-a")
 	for _, name := range []string{"p1", "p2", "p3", "p4", "p5"} {
 		mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, name, nil))
 	}
@@ -65,19 +58,13 @@ func TestReflectorListsInPagesAndFollowsAcrossWatches(t *testing.T) {
 // no watch cache in between (TestMain).
 func TestWatchFromCompactedHistoryAsksForAList(t *testing.T) {
 	ctx := t.Context()
-	saDir, err := cluster.NewServiceAccountDir(ctx, "inv-gone", "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := unique("gone")
-	if err := cluster.GrantInventory(ctx, "inv-gone", "agent", ns); err != nil {
-		t.Fatal(err)
-	}
+	saDir, ns := reflectorScope(t, "inv-gone", "gone")
 	w := newTestWatcher(t, saDir, ns)
 	r := w.NewReflector("cronjobs", ns, time.Second, 10, func(protocol.ResourceRef) {})
 	// Until a compaction passes it, resourceVersion 1 is history etcd
 	// still has. Each write moves the revision on for the next compaction.
 	gone := false
+	var err error
 	for i := 0; !gone && i < 10; i++ {
 		mustDo(t, "POST", "/apis/batch/v1/namespaces/"+ns+"/cronjobs", cronJob(ns, fmt.Sprintf("c%d", i)))
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -110,14 +97,8 @@ func cronJob(ns, name string) map[string]any {
 // and so still sees what changes after.
 func TestReflectorListsAgainWhenItsHistoryIsCompacted(t *testing.T) {
 	ctx := t.Context()
-	saDir, err := cluster.NewServiceAccountDir(ctx, "inv-relist", "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, elsewhere := unique("relist"), unique("relist-other")
-	if err := cluster.GrantInventory(ctx, "inv-relist", "agent", ns); err != nil {
-		t.Fatal(err)
-	}
+	saDir, ns := reflectorScope(t, "inv-relist", "relist")
+	elsewhere := unique("relist-other")
 	mustNamespace(t, elsewhere)
 	mustDo(t, "POST", "/apis/batch/v1/namespaces/"+ns+"/cronjobs", cronJob(ns, "first"))
 	w := newTestWatcher(t, saDir, ns)
@@ -140,4 +121,20 @@ func TestReflectorListsAgainWhenItsHistoryIsCompacted(t *testing.T) {
 	eventually(t, 10*time.Second, "the cronjob made after the compactions", func() bool {
 		return slices.Equal(r.Names(), []string{ns + "/first", ns + "/second"})
 	})
+}
+
+// reflectorScope makes a service account in namespace account that may
+// list and watch the inventory's kinds in a new namespace named after ns,
+// and returns its pod directory and that namespace.
+func reflectorScope(t *testing.T, account, ns string) (saDir, namespace string) {
+	t.Helper()
+	saDir, err := cluster.NewServiceAccountDir(t.Context(), account, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	namespace = unique(ns)
+	if err := cluster.GrantInventory(t.Context(), account, "agent", namespace); err != nil {
+		t.Fatal(err)
+	}
+	return saDir, namespace
 }
