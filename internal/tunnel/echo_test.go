@@ -21,16 +21,7 @@ func BenchmarkEcho(b *testing.B) {
 			name = "tls"
 		}
 		b.Run(name, func(b *testing.B) {
-			client, server := pair(b, useTLS)
-			server.Handle(func(c net.Conn) {
-				defer c.Close()
-				io.Copy(c, c)
-			})
-			st, err := client.Open(context.Background())
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
+			st := echoStream(b, useTLS)
 			before := readSyscalls()
 			b.ResetTimer()
 			echoes(b, st, b.N)
@@ -51,16 +42,7 @@ func TestPlainEchoReadsEachFrameOnce(t *testing.T) {
 	if readSyscalls() == 0 {
 		t.Skip("no /proc/self/io here")
 	}
-	client, server := pair(t, false)
-	server.Handle(func(c net.Conn) {
-		defer c.Close()
-		io.Copy(c, c)
-	})
-	st, err := client.Open(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st := echoStream(t, false)
 	echoes(t, st, 100) // past the stream's opening
 	const n = 2000
 	before := readSyscalls()
@@ -70,8 +52,26 @@ func TestPlainEchoReadsEachFrameOnce(t *testing.T) {
 	}
 }
 
+// echoStream opens a stream of a new session pair, plain or TLS, whose
+// accepting end echoes what it reads.
+func echoStream(tb testing.TB, useTLS bool) net.Conn {
+	tb.Helper()
+	client, server := pair(tb, useTLS)
+	server.Handle(func(c net.Conn) {
+		defer c.Close()
+		io.Copy(c, c)
+	})
+	st, err := client.Open(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	return st
+}
+
 // echoes sends n 1 KiB round trips through st.
 func echoes(tb testing.TB, st net.Conn, n int) {
+	tb.Helper()
 	msg := bytes.Repeat([]byte("x"), 1<<10)
 	got := make([]byte, len(msg))
 	for range n {
