@@ -387,31 +387,3 @@ func (l *lazyReader) waitFrame(p []byte) (int, error) {
 type frameStart struct{ *lazyReader }
 
 func (f frameStart) Read(p []byte) (int, error) { return f.waitFrame(p) }
-
-// maskCopy XORs src with the mask key into dst, which may be src, starting
-// pos bytes into the key, and returns the position after. Eight bytes at a
-// time: the key repeats every four, so a word holds it twice.
-func maskCopy(dst, src []byte, key [4]byte, pos int) int {
-	n := len(src)
-	dst = dst[:n]
-	var k [8]byte
-	for i := range k {
-		k[i] = key[(pos+i)&3]
-	}
-	k64 := binary.LittleEndian.Uint64(k[:])
-	i := 0
-	for ; i+32 <= n; i += 32 {
-		s, d := src[i:i+32], dst[i:i+32]
-		binary.LittleEndian.PutUint64(d[0:], binary.LittleEndian.Uint64(s[0:])^k64)
-		binary.LittleEndian.PutUint64(d[8:], binary.LittleEndian.Uint64(s[8:])^k64)
-		binary.LittleEndian.PutUint64(d[16:], binary.LittleEndian.Uint64(s[16:])^k64)
-		binary.LittleEndian.PutUint64(d[24:], binary.LittleEndian.Uint64(s[24:])^k64)
-	}
-	for ; i+8 <= n; i += 8 {
-		binary.LittleEndian.PutUint64(dst[i:], binary.LittleEndian.Uint64(src[i:])^k64)
-	}
-	for ; i < n; i++ {
-		dst[i] = src[i] ^ k[i&7]
-	}
-	return (pos + n) & 3
-}

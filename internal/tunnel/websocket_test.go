@@ -18,34 +18,6 @@ import (
 	"github.com/tetherhq/tether/internal/testutil/connectproxy"
 )
 
-func TestMaskCopy(t *testing.T) {
-	key := [4]byte{0x12, 0x34, 0x56, 0x78}
-	src := make([]byte, 300)
-	for i := range src {
-		src[i] = byte(i * 7)
-	}
-	for n := range 80 {
-		for pos := range 4 {
-			want := make([]byte, n)
-			for i := range want {
-				want[i] = src[i] ^ key[(pos+i)&3]
-			}
-			got := make([]byte, n)
-			if next := maskCopy(got, src[:n], key, pos); next != (pos+n)&3 {
-				t.Fatalf("n=%d pos=%d: next position %d, want %d", n, pos, next, (pos+n)&3)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("n=%d pos=%d: masked %x, want %x", n, pos, got, want)
-			}
-			inPlace := bytes.Clone(src[:n])
-			maskCopy(inPlace, inPlace, key, pos)
-			if !bytes.Equal(inPlace, want) {
-				t.Fatalf("n=%d pos=%d: masked in place %x, want %x", n, pos, inPlace, want)
-			}
-		}
-	}
-}
-
 // pipeConn is one end of a WebSocket whose peer is played byte by byte.
 func pipeConn(t *testing.T, client bool) (*wsConn, net.Conn) {
 	t.Helper()
