@@ -133,7 +133,7 @@ func (r *report) write(mdPath, jsonPath string) error {
 	fmt.Fprintf(&b, "# Performance\n\n")
 	fmt.Fprintf(&b, "Measured by `make bench` (bench/), which also writes `bench/results.json`. Every figure is a ratio or an\n")
 	fmt.Fprintf(&b, "added time against a baseline measured in the same run, the two alternated, medians reported.\n")
-	fmt.Fprintf(&b, "How each is measured: bench/README.md. What we changed to get here: docs/decisions/008-performance.md, 009-agent-memory.md, 010-multiplexer.md, 011-websocket-framing.md, 012-hub-memory-per-agent.md, 013-kubernetes-path-latency.md, 015-read-loop-writes-to-sockets.md, 016-the-hubs-own-http-client.md, 018-the-hubs-cpu-per-request.md, 019-probes-keep-their-connection.md and 020-the-hubs-tls-read-buffers.md; what the budgets still missed would take: 017-the-budgets-still-missed.md.\n\n")
+	fmt.Fprintf(&b, "How each is measured: bench/README.md. What we changed to get here: docs/decisions/008-performance.md, 009-agent-memory.md, 010-multiplexer.md, 011-websocket-framing.md, 012-hub-memory-per-agent.md, 013-kubernetes-path-latency.md, 015-read-loop-writes-to-sockets.md, 016-the-hubs-own-http-client.md, 018-the-hubs-cpu-per-request.md, 019-probes-keep-their-connection.md, 020-the-hubs-tls-read-buffers.md and 021-masking-with-avx2.md; what the budgets still missed would take: 017-the-budgets-still-missed.md.\n\n")
 	fmt.Fprintf(&b, "- Date: %s to %s\n", r.Started.Format("2006-01-02 15:04 MST"), r.Finished.Format("15:04 MST"))
 	fmt.Fprintf(&b, "- Machine: %s, %d cores, Linux %s, load average at start %s (shared with other work)\n", r.Machine.CPU, r.Machine.Cores, r.Machine.Kernel, r.Machine.LoadStart)
 	fmt.Fprintf(&b, "- Go: %s\n\n", r.Machine.Go)
