@@ -133,20 +133,44 @@ type countingWriter struct {
 	// it, and the second may still run as the handler returns.
 	hijacked atomic.Int64
 	upgraded bool // the connection was hijacked
+	// gather is the client's connection under TLS, for an HTTP/1 request
+	// on the hub's own server; nil otherwise. While an answer of unknown
+	// length is written, it holds what the server writes from a write to
+	// the flush after it (gather.go).
+	gather  *gatherConn
+	holding bool
 }
 
 // flush sends what the handler wrote and the server still buffers, unless
 // the connection was taken over or nothing was written.
 func (w *countingWriter) flush() {
 	if w.wroteHeader && !w.upgraded {
-		http.NewResponseController(w.ResponseWriter).Flush()
+		w.FlushError()
 	}
+}
+
+// FlushError flushes the server's buffers, then sends what the connection
+// gathered meanwhile. http.ResponseController, and so the proxy, calls it.
+func (w *countingWriter) FlushError() error {
+	err := http.NewResponseController(w.ResponseWriter).Flush()
+	if w.holding {
+		w.holding = false
+		if rerr := w.gather.release(); err == nil {
+			err = rerr
+		}
+	}
+	return err
 }
 
 // Hijack takes the client's connection over for an upgrade, which the
 // proxy does only on the API server's 101, and counts what is written to
 // it from then on.
 func (w *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	if w.holding {
+		w.holding = false
+		w.gather.release()
+	}
+	w.gather = nil
 	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
@@ -179,6 +203,11 @@ func (w *countingWriter) WriteHeader(code int) {
 
 func (w *countingWriter) Write(b []byte) (int, error) {
 	w.wroteHeader = true
+	if w.gather != nil && !w.holding && w.Header().Get("Content-Length") == "" {
+		// An answer of unknown length: the proxy flushes after this write.
+		w.holding = true
+		w.gather.hold()
+	}
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
 	return n, err

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,34 +40,14 @@ func TestClusterTheHubReaches(t *testing.T) {
 		server, filepath.Join(fc.saDir, "ca.crt"), filepath.Join(fc.saDir, "token"))
 	// The hub serves TLS, and people's clients speak HTTP/2 to it, as
 	// kubectl does, beside its own agents' connections in memory.
-	hubCA, err := pki.NewCA("hub CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPEM, keyPEM, err := hubCA.Issue(pki.Leaf{CommonName: "hub", Hosts: []string{"127.0.0.1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	// The chain ends with the hub's private CA, which kubeconfigs carry.
-	for name, b := range map[string][]byte{"hub.crt": append(certPEM, hubCA.CertPEM...), "hub.key": keyPEM} {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	settings := map[string]string{
+	base, hubCA, _, logs := tlsHub(t, map[string]string{
 		"TETHER_PUBLIC_URL":     "https://hub.example.com",
-		"TETHER_TLS_CERT_FILE":  filepath.Join(dir, "hub.crt"),
-		"TETHER_TLS_KEY_FILE":   filepath.Join(dir, "hub.key"),
 		"TETHER_FLEET_CLUSTERS": clusters,
 		"TETHER_FLEET_AGENTS":   fleet.AgentsEntry("eu-1", fleet.TokenSHA256(strings.Repeat("t", 32))),
 		"TETHER_METRICS_ADDR":   "0",
 		"TETHER_USERS": "- {name: ann, token: " + strings.Repeat("a", 32) + ", groups: [platform]}\n" +
 			"- {name: bob, token: " + strings.Repeat("b", 32) + ", groups: [dev]}\n",
-	}
-	opts := optionsOn(t, settings)
-	logs := serve(t, opts)
-	base := "https://" + opts.Listener.Addr().String()
+	})
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: hubCA.Pool()}, ForceAttemptHTTP2: true}}
 	defer client.CloseIdleConnections()
 	get := func(who, path string) (int, string) {

@@ -48,7 +48,7 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 	h.requests.add()
 	defer h.requests.done()
 	start := time.Now()
-	rw := &countingWriter{ResponseWriter: w, status: http.StatusOK}
+	rw := &countingWriter{ResponseWriter: w, status: http.StatusOK, gather: gatherConnOf(r.Context(), r.ProtoMajor)}
 	name := r.PathValue("cluster")
 	rt := route{id: newRequestID()}
 	defer func() {

@@ -102,6 +102,10 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	if certs != nil {
 		srv.TLSConfig = &tls.Config{GetCertificate: certs.get, MinVersion: tls.VersionTLS12}
 		scheme = "https"
+		// Answers of unknown length go out a flushed piece per system
+		// call (gather.go).
+		ln = gatherListener{ln}
+		srv.ConnContext = withGatherConn
 	}
 
 	var metricsSrv *http.Server
