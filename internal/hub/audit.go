@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/tetherhq/tether/internal/gather"
 )
 
 // auditRecord is one line of the audit log (SPEC section 3). Every field
@@ -137,7 +139,7 @@ type countingWriter struct {
 	// on the hub's own server; nil otherwise. While an answer of unknown
 	// length is written, it holds what the server writes from a write to
 	// the flush after it (gather.go).
-	gather  *gatherConn
+	gather  *gather.Conn
 	holding bool
 }
 
@@ -155,7 +157,7 @@ func (w *countingWriter) FlushError() error {
 	err := http.NewResponseController(w.ResponseWriter).Flush()
 	if w.holding {
 		w.holding = false
-		if rerr := w.gather.release(); err == nil {
+		if rerr := w.gather.Release(); err == nil {
 			err = rerr
 		}
 	}
@@ -168,7 +170,7 @@ func (w *countingWriter) FlushError() error {
 func (w *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if w.holding {
 		w.holding = false
-		w.gather.release()
+		w.gather.Release()
 	}
 	w.gather = nil
 	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
@@ -206,7 +208,7 @@ func (w *countingWriter) Write(b []byte) (int, error) {
 	if w.gather != nil && !w.holding && w.Header().Get("Content-Length") == "" {
 		// An answer of unknown length: the proxy flushes after this write.
 		w.holding = true
-		w.gather.hold()
+		w.gather.Hold()
 	}
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,94 +18,6 @@ import (
 	"github.com/tetherhq/tether/internal/pki"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
-
-// writesConn records each write that reaches it, as a socket would see
-// them.
-type writesConn struct {
-	net.Conn
-	mu     sync.Mutex
-	writes [][]byte
-}
-
-func (c *writesConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.writes = append(c.writes, bytes.Clone(p))
-	return len(p), nil
-}
-
-func (c *writesConn) taken() [][]byte {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	w := c.writes
-	c.writes = nil
-	return w
-}
-
-func TestGatherConnHoldsWritesUntilRelease(t *testing.T) {
-	rec := &writesConn{}
-	g := &gatherConn{Conn: rec}
-
-	g.Write([]byte("passes "))
-	if w := rec.taken(); len(w) != 1 || string(w[0]) != "passes " {
-		t.Fatalf("a write while not holding: %q", w)
-	}
-
-	g.hold()
-	for _, s := range []string{"one ", "two ", "three"} {
-		if n, err := g.Write([]byte(s)); n != len(s) || err != nil {
-			t.Fatalf("Write(%q) = %d, %v", s, n, err)
-		}
-	}
-	if w := rec.taken(); len(w) != 0 {
-		t.Fatalf("writes went out while held: %q", w)
-	}
-	if err := g.release(); err != nil {
-		t.Fatal(err)
-	}
-	if w := rec.taken(); len(w) != 1 || string(w[0]) != "one two three" {
-		t.Fatalf("released as %q, want one write", w)
-	}
-	if err := g.release(); err != nil {
-		t.Fatal(err)
-	}
-	if w := rec.taken(); len(w) != 0 {
-		t.Fatalf("a second release wrote %q", w)
-	}
-
-	// Past gatherLimit, what waits goes out at once, in order.
-	g.hold()
-	a, b := bytes.Repeat([]byte("a"), gatherLimit-10), bytes.Repeat([]byte("b"), 20)
-	g.Write(a)
-	if n, err := g.Write(b); n != len(b) || err != nil {
-		t.Fatalf("a write past the limit: %d, %v", n, err)
-	}
-	g.Write([]byte("c"))
-	g.release()
-	if got := bytes.Join(rec.taken(), nil); !bytes.Equal(got, append(append(a, b...), 'c')) {
-		t.Fatalf("past the limit, %d bytes came out of order or lost", len(got))
-	}
-}
-
-func TestGatherConnCloseDropsWhatWaits(t *testing.T) {
-	client, server := net.Pipe()
-	defer client.Close()
-	g := &gatherConn{Conn: server}
-	g.hold()
-	g.Write([]byte("never sent"))
-	if err := g.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if g.buf != nil || g.holding {
-		t.Error("Close kept the buffer or the hold")
-	}
-	if err := g.release(); err != nil {
-		t.Errorf("release after Close: %v", err)
-	}
-	if _, err := g.Write([]byte("x")); err == nil {
-		t.Error("a write after Close succeeded")
-	}
-}
 
 // tlsHub serves the hub with settings, over TLS with a certificate from a
 // CA of its own, on a listener whose connections count the writes that

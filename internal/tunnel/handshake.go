@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tetherhq/tether/internal/gather"
 )
 
 // acceptKey is the Sec-WebSocket-Accept that answers key.
@@ -80,12 +82,12 @@ func upgrade(w http.ResponseWriter, r *http.Request) (net.Conn, error) {
 
 // upgraded is a client's connection once the server answered 101: what
 // net/http hands over (it may hold bytes read past the answer), the socket
-// under it for deadlines, and, under TLS, the batchConn that gathers each
+// under it for deadlines, and, under TLS, the gather.Conn that gathers each
 // frame's records.
 type upgraded struct {
 	rw    io.ReadWriteCloser
 	raw   net.Conn
-	batch *batchConn
+	batch *gather.Conn
 }
 
 // wsConn makes the client's side of the WebSocket on u.
@@ -141,7 +143,7 @@ func dialWebSocket(ctx context.Context, rawURL string, opts DialOptions) (upgrad
 	var (
 		mu    sync.Mutex // guards raw and batch, set by the transport's dial
 		raw   net.Conn
-		batch *batchConn
+		batch *gather.Conn
 	)
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -153,12 +155,14 @@ func dialWebSocket(ctx context.Context, rawURL string, opts DialOptions) (upgrad
 			if err != nil {
 				return nil, err
 			}
-			var b *batchConn
+			var b *gather.Conn
 			if u.Scheme == "https" {
 				// Under TLS, gather each frame's records into one
-				// write. With a proxy, this is the connection to the
-				// proxy, below every TLS layer.
-				b = &batchConn{Conn: c}
+				// write: a 256 KiB frame costs one system call, not
+				// seventeen (decision 010). No limit: a frame is at
+				// most maxFrame. With a proxy, this is the connection
+				// to the proxy, below every TLS layer.
+				b = &gather.Conn{Conn: c}
 				c = b
 			}
 			mu.Lock()

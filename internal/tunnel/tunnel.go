@@ -16,7 +16,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"sync"
 	"time"
 )
 
@@ -83,51 +82,6 @@ func Dial(ctx context.Context, url string, opts DialOptions, cfg Config) (*Sessi
 		return nil, resp, err
 	}
 	return newSession(up.wsConn(dialReadBuffer, cfg), cfg, true), resp, nil
-}
-
-// batchConn is the agent's connection under TLS. crypto/tls writes each
-// record of up to 16 KiB with a write of its own; while the session writes
-// a frame, batchConn holds those writes and sends them together when the
-// frame is done, so a 256 KiB frame costs one system call instead of
-// seventeen (decision 010). Other writes (the TLS handshake and its
-// alerts) pass straight through unless a frame is being written, in which
-// case they go with it.
-type batchConn struct {
-	net.Conn
-	mu      sync.Mutex // guards the following
-	holding bool
-	buf     []byte
-}
-
-func (c *batchConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.holding {
-		return c.Conn.Write(p)
-	}
-	c.buf = append(c.buf, p...)
-	return len(p), nil
-}
-
-// hold starts gathering writes.
-func (c *batchConn) hold() {
-	c.mu.Lock()
-	c.holding = true
-	c.mu.Unlock()
-}
-
-// release sends what was gathered, under the write deadline TLS set on the
-// connection for the frame, and stops gathering.
-func (c *batchConn) release() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.holding = false
-	if len(c.buf) == 0 {
-		return nil
-	}
-	_, err := c.Conn.Write(c.buf)
-	c.buf = c.buf[:0]
-	return err
 }
 
 // Accept upgrades an HTTP request to a session. The caller has already

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tetherhq/tether/internal/gather"
 	"github.com/tetherhq/tether/internal/pki"
 )
 
@@ -166,7 +167,7 @@ func TestBatchConnGathersAFrame(t *testing.T) {
 	defer ours.Close()
 	defer theirs.Close()
 	socket := &countingConn{Conn: ours}
-	batch := &batchConn{Conn: socket}
+	batch := &gather.Conn{Conn: socket}
 	client := tls.Client(batch, &tls.Config{RootCAs: ca.Pool(), ServerName: "hub.test"})
 	server := tls.Server(theirs, &tls.Config{Certificates: []tls.Certificate{cert}})
 	frame := bytes.Repeat([]byte("tether"), maxFrame/6)

@@ -10,6 +10,8 @@ import (
 	"net"
 	"syscall"
 	"time"
+
+	"github.com/tetherhq/tether/internal/gather"
 )
 
 // The tunnel's WebSocket (RFC 6455) after the handshake is Tether's own:
@@ -62,7 +64,7 @@ type wsConn struct {
 	br     io.Reader          // reads rw: a bufio.Reader, or a lazyReader on the hub
 	start  io.Reader          // reads the start of each frame: br, or its frameStart
 	client bool               // masks what it sends, and wants nothing masked
-	batch  *batchConn         // under the agent's TLS; nil elsewhere
+	batch  *gather.Conn       // under the agent's TLS; nil elsewhere
 	// controlTimeout bounds the write of a ping's answer.
 	controlTimeout time.Duration
 
@@ -309,9 +311,9 @@ func (c *wsConn) send(frame []byte) error {
 		_, err := c.rw.Write(frame)
 		return err
 	}
-	c.batch.hold()
+	c.batch.Hold()
 	_, err := c.rw.Write(frame)
-	if rerr := c.batch.release(); err == nil {
+	if rerr := c.batch.Release(); err == nil {
 		err = rerr
 	}
 	return err
