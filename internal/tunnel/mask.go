@@ -6,7 +6,7 @@ import "encoding/binary"
 // pos bytes into the key, and returns the position after. Every byte the
 // agent sends and the hub receives goes through it once, so it is written
 // for speed: 32 bytes at a time with AVX2 where the CPU has it (mask_amd64.s,
-// about three times maskGo's rate here; decision 021), then eight at a time.
+// two to five times maskGo's rate here; decision 021), then eight at a time.
 func maskCopy(dst, src []byte, key [4]byte, pos int) int {
 	dst = dst[:len(src)]
 	k64 := maskWord(key, pos)
