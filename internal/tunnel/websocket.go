@@ -68,8 +68,9 @@ type wsConn struct {
 	// controlTimeout bounds the write of a ping's answer.
 	controlTimeout time.Duration
 
-	wlock chan struct{} // cap 1: one frame at a time
-	wdl   time.Time     // the socket's write deadline as last set; under wlock
+	wlock chan struct{}     // cap 1: one frame at a time
+	wdl   time.Time         // the socket's write deadline as last set; under wlock
+	whdr  [maxWSHeader]byte // the header of the frame being written; under wlock
 
 	// The frame being read; only Read touches these.
 	left      int64 // its payload bytes not yet read
@@ -260,7 +261,9 @@ func (c *wsConn) write(op byte, a, b []byte, deadline time.Time) error {
 		c.wdl = deadline
 	}
 	n := len(a) + len(b)
-	var hb [maxWSHeader]byte
+	// Held in c: a local array escaped to the heap, one allocation per
+	// frame, through the vectored write below.
+	hb := &c.whdr
 	hb[0] = 0x80 | op // the final frame of its message
 	h := 2
 	switch {
