@@ -139,8 +139,7 @@ type countingWriter struct {
 	// on the hub's own server; nil otherwise. While an answer of unknown
 	// length is written, it holds what the server writes from a write to
 	// the flush after it (gather.go).
-	gather  *gather.Conn
-	holding bool
+	gather *gather.Conn
 }
 
 // flush sends what the handler wrote and the server still buffers, unless
@@ -155,8 +154,7 @@ func (w *countingWriter) flush() {
 // gathered meanwhile. http.ResponseController, and so the proxy, calls it.
 func (w *countingWriter) FlushError() error {
 	err := http.NewResponseController(w.ResponseWriter).Flush()
-	if w.holding {
-		w.holding = false
+	if w.gather != nil {
 		if rerr := w.gather.Release(); err == nil {
 			err = rerr
 		}
@@ -168,11 +166,10 @@ func (w *countingWriter) FlushError() error {
 // proxy does only on the API server's 101, and counts what is written to
 // it from then on.
 func (w *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	if w.holding {
-		w.holding = false
+	if w.gather != nil {
 		w.gather.Release()
+		w.gather = nil
 	}
-	w.gather = nil
 	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
 	if err != nil {
 		return nil, nil, err
@@ -205,9 +202,8 @@ func (w *countingWriter) WriteHeader(code int) {
 
 func (w *countingWriter) Write(b []byte) (int, error) {
 	w.wroteHeader = true
-	if w.gather != nil && !w.holding && w.Header().Get("Content-Length") == "" {
+	if w.gather != nil && w.Header().Get("Content-Length") == "" {
 		// An answer of unknown length: the proxy flushes after this write.
-		w.holding = true
 		w.gather.Hold()
 	}
 	n, err := w.ResponseWriter.Write(b)
