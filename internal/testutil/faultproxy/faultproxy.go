@@ -252,11 +252,17 @@ type chunk struct {
 	err  error
 }
 
+// queueChunks is how many chunks of up to 32 KiB a direction holds between
+// its reader and its writer: 8 MiB, so a delay of 25 ms still passes
+// 300 MB/s. A delay is latency; a short queue would make it a cap on
+// throughput too (16 chunks passed 20 MB/s).
+const queueChunks = 256
+
 // forward moves bytes from src to dst in direction d: a reader goroutine
 // queues chunks, this one writes them out with the direction's faults. An
 // EOF half-closes dst; any other error closes both.
 func (p *Proxy) forward(d Direction, pr *pair, dst, src net.Conn) {
-	queue := make(chan chunk, 16)
+	queue := make(chan chunk, queueChunks)
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	defer wg.Wait()
