@@ -29,6 +29,10 @@ const (
 	flagACK uint16 = 1 << 1 // acknowledges the open
 	flagFIN uint16 = 1 << 2 // the sender will write no more (half-close)
 	flagRST uint16 = 1 << 3 // the stream is over, both ways, at once
+	// flagWaiting, on a window frame of length 0, says the sender has data
+	// for the stream and no window left; the receiver may enlarge the
+	// window. Tether's own: hashicorp/yamux ignores it.
+	flagWaiting uint16 = 1 << 4
 )
 
 // initialWindow is every stream's window before either side enlarges it: the

@@ -359,6 +359,12 @@ func (s *Session) dispatch(h header) error {
 	}
 	if h.typ == typeWindow {
 		st.grow(h.length)
+		if h.flags&flagWaiting != 0 {
+			if grant := st.peerWaits(); grant > 0 {
+				// The read loop never waits on a write.
+				s.queue(header{typ: typeWindow, stream: st.id, length: grant})
+			}
+		}
 	}
 	if h.flags&flagFIN != 0 {
 		st.peerFinished()

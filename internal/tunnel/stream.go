@@ -29,6 +29,8 @@ type stream struct {
 	recvWin  uint32 // what the peer may still send
 	credit   uint32 // read and not yet granted back to the peer
 	sendWin  uint32 // what we may still send
+	window   uint32 // the receive window's size: StreamWindow, or more once grown
+	waiting  bool   // Write told the peer it waits for window, and none came since
 	finSent  bool   // we will write no more
 	finRecv  bool   // the peer will write no more
 	closed   bool   // Close was called: no more reads either
@@ -105,6 +107,7 @@ func newStream(s *Session, id uint32, window uint32) *stream {
 		id:       id,
 		recvWin:  window,
 		sendWin:  window,
+		window:   max(s.cfg.StreamWindow, window),
 		readable: make(chan struct{}, 1),
 		writable: make(chan struct{}, 1),
 	}
@@ -164,7 +167,7 @@ func (st *stream) Read(p []byte) (int, error) {
 // window frames stay few. st.mu is held.
 func (st *stream) consumedLocked(n int) (grant uint32) {
 	st.credit += uint32(n)
-	if st.credit >= st.s.cfg.StreamWindow/2 && !st.finRecv {
+	if st.credit >= st.window/2 && !st.finRecv {
 		grant, st.credit = st.credit, 0
 		st.recvWin += grant
 	}
@@ -234,7 +237,13 @@ func (st *stream) Write(p []byte) (int, error) {
 		}
 		if st.sendWin == 0 {
 			wait := st.writable
+			tell := !st.waiting
+			st.waiting = true
 			st.mu.Unlock()
+			if tell {
+				// An error ends the session; the next turn sees it.
+				st.s.write(header{typ: typeWindow, flags: flagWaiting, stream: st.id}, nil)
+			}
 			select {
 			case <-wait:
 			case <-st.s.done:
@@ -397,7 +406,38 @@ func (st *stream) grow(delta uint32) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.sendWin += delta
+	if delta > 0 {
+		st.waiting = false
+	}
 	notify(st.writable)
+}
+
+// peerWaits hears that the peer has data for the stream and no window. If
+// the reader here keeps up, with no more than a quarter of the window
+// unread, the window is what holds the stream back: it doubles, up to
+// MaxStreamWindow, and it returns the growth, to grant the peer now. A
+// reader that falls behind leaves it as it is, and so does a stream that
+// is ending.
+func (st *stream) peerWaits() (grant uint32) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	limit := st.s.cfg.MaxStreamWindow
+	if st.window >= limit || st.closed || st.reset || st.finRecv || st.unreadLocked() > int(st.window/4) {
+		return 0
+	}
+	grant = min(st.window, limit-st.window)
+	st.window += grant
+	st.recvWin += grant
+	return grant
+}
+
+// unreadLocked is how many received bytes wait to be read. st.mu is held.
+func (st *stream) unreadLocked() int {
+	n := -st.off
+	for _, c := range st.chunks {
+		n += len(*c)
+	}
+	return n
 }
 
 // peerFinished records the peer's FIN. A stream closed here is then over.

@@ -24,9 +24,15 @@ import (
 type Config struct {
 	// StreamWindow is the most a stream's receiver buffers before its sender
 	// must wait: the per-stream flow-control window. It also caps one
-	// stream's rate at StreamWindow per round trip. At least 256 KiB, the
+	// stream's rate at its window per round trip. At least 256 KiB, the
 	// window every stream starts with.
 	StreamWindow uint32
+	// MaxStreamWindow is as far as a stream's window grows. It doubles each
+	// time the sender tells the receiver it waits for window while the
+	// receiver's reader keeps up: then the window, not the reader, holds
+	// the stream back, as on a long round trip (decision 023). A reader that
+	// falls behind leaves it as it is. At most StreamWindow: no growth.
+	MaxStreamWindow uint32
 	// WriteTimeout ends the session when one write to the WebSocket takes
 	// longer: the peer has stopped reading altogether.
 	WriteTimeout time.Duration
@@ -43,6 +49,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		StreamWindow:       1 << 20,
+		MaxStreamWindow:    8 << 20,
 		WriteTimeout:       15 * time.Second,
 		StreamCloseTimeout: 2 * time.Minute,
 		AcceptBacklog:      256,

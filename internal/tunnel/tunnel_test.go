@@ -35,6 +35,13 @@ func pair(t testing.TB, useTLS bool) (client, server *Session) {
 // pairWith is pair with both sessions tuned by cfg.
 func pairWith(t testing.TB, useTLS bool, cfg Config) (client, server *Session) {
 	t.Helper()
+	return pairVia(t, useTLS, cfg, nil)
+}
+
+// pairVia is pairWith with the client dialing the address via returns for
+// the server's, when via is set: a proxy's.
+func pairVia(t testing.TB, useTLS bool, cfg Config, via func(addr string) string) (client, server *Session) {
+	t.Helper()
 	accepted := make(chan *Session, 1)
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s, err := Accept(w, r, cfg)
@@ -54,6 +61,10 @@ func pairWith(t testing.TB, useTLS bool, cfg Config) (client, server *Session) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	url := "ws" + strings.TrimPrefix(srv.URL, "http")
+	if via != nil {
+		addr := srv.Listener.Addr().String()
+		url = strings.Replace(url, addr, via(addr), 1)
+	}
 	var tlsConfig *tls.Config
 	if useTLS {
 		tlsConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig

@@ -1,0 +1,195 @@
+package tunnel
+
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/testutil/faultproxy"
+)
+
+// framesFrom reads the frames a session writes to peer, dropping data
+// frames' bodies, and sends their headers on until peer closes.
+func framesFrom(peer net.Conn) <-chan header {
+	out := make(chan header, 64)
+	go func() {
+		defer close(out)
+		var b [headerSize]byte
+		for {
+			if _, err := io.ReadFull(peer, b[:]); err != nil {
+				return
+			}
+			h, err := decodeHeader(&b)
+			if err != nil {
+				return
+			}
+			if h.typ == typeData {
+				if _, err := io.CopyN(io.Discard, peer, int64(h.length)); err != nil {
+					return
+				}
+			}
+			out <- h
+		}
+	}()
+	return out
+}
+
+// next returns the next frame the session wrote, failing after 5 s.
+func next(t *testing.T, frames <-chan header) header {
+	t.Helper()
+	select {
+	case h, ok := <-frames:
+		if !ok {
+			t.Fatal("the session's output ended")
+		}
+		return h
+	case <-time.After(5 * time.Second):
+		t.Fatal("no frame from the session in 5 s")
+	}
+	return header{}
+}
+
+// TestWriteSaysWhenItWaits: a writer out of window tells the peer, once
+// per wait, with a window frame flagged waiting.
+func TestWriteSaysWhenItWaits(t *testing.T) {
+	s, peer := rawPeer(t)
+	frames := framesFrom(peer)
+	peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: 2})) // no more than the first 256 KiB
+	st := accept(t, s)
+	if h := next(t, frames); h.flags != flagACK {
+		t.Fatalf("first frame %s, want the ACK", h)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := st.Write(make([]byte, initialWindow+1000))
+		wrote <- err
+	}()
+	sent := 0
+	for sent < initialWindow {
+		h := next(t, frames)
+		if h.typ != typeData {
+			t.Fatalf("after %d bytes of data: %s, want data up to the window", sent, h)
+		}
+		sent += int(h.length)
+	}
+	if h := next(t, frames); h != (header{typ: typeWindow, flags: flagWaiting, stream: 2}) {
+		t.Fatalf("after the window's worth: %s, want a window frame flagged waiting", h)
+	}
+	peer.Write(frame(header{typ: typeWindow, stream: 2, length: 1000}))
+	if h := next(t, frames); h.typ != typeData || h.length != 1000 {
+		t.Fatalf("after a grant of 1000: %s, want the last 1000 bytes", h)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWaitingPeerGetsAWiderWindow: when the peer waits for window and the
+// reader here keeps up, the window doubles, up to MaxStreamWindow; when
+// the reader is behind, it stays.
+func TestWaitingPeerGetsAWiderWindow(t *testing.T) {
+	s, peer := rawPeer(t)
+	frames := framesFrom(peer)
+	cfg := s.cfg
+	// ping is answered after whatever the session queued before it, so a
+	// grant that isn't ahead of its answer was never made.
+	pingID := uint32(0)
+	noGrant := func(what string) {
+		t.Helper()
+		pingID++
+		peer.Write(frame(header{typ: typePing, flags: flagSYN, length: pingID}))
+		if h := next(t, frames); h != (header{typ: typePing, flags: flagACK, length: pingID}) {
+			t.Fatalf("%s: %s, want no grant before the ping's answer", what, h)
+		}
+	}
+
+	peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: 2}))
+	reading := accept(t, s)
+	next(t, frames) // the ACK
+	go io.Copy(io.Discard, reading)
+	peer.Write(frame(header{typ: typeData, stream: 2, length: initialWindow}, make([]byte, initialWindow)...))
+	waitFor(t, "the reader to read it all", func() bool {
+		st := reading.(*stream)
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.unreadLocked() == 0 && st.credit == initialWindow
+	})
+	for w := cfg.StreamWindow; w < cfg.MaxStreamWindow; w *= 2 {
+		peer.Write(frame(header{typ: typeWindow, flags: flagWaiting, stream: 2}))
+		if h := next(t, frames); h != (header{typ: typeWindow, stream: 2, length: w}) {
+			t.Fatalf("the peer waits, window %d: %s, want a grant of %d more", w, h, w)
+		}
+	}
+	peer.Write(frame(header{typ: typeWindow, flags: flagWaiting, stream: 2}))
+	noGrant("the peer waits at the largest window")
+
+	peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: 4}))
+	accept(t, s) // and never read
+	next(t, frames)
+	peer.Write(frame(header{typ: typeData, stream: 4, length: initialWindow}, make([]byte, initialWindow)...))
+	peer.Write(frame(header{typ: typeData, stream: 4, length: 1}, 'x'))
+	peer.Write(frame(header{typ: typeWindow, flags: flagWaiting, stream: 4}))
+	noGrant("the peer waits, a quarter of the window and more unread")
+}
+
+// TestWindowGrowsOverALongRoundTrip: over 25 ms each way, a stream carries
+// at most its window per 50 ms. The window grows while the reader keeps up,
+// and the stream goes faster than one whose window can't.
+func TestWindowGrowsOverALongRoundTrip(t *testing.T) {
+	const size = 24 << 20
+	run := func(cfg Config) (time.Duration, uint32) {
+		c, s := pairVia(t, false, cfg, func(addr string) string {
+			p, err := faultproxy.New(addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			for _, d := range []faultproxy.Direction{faultproxy.Up, faultproxy.Down} {
+				p.SetFaults(d, faultproxy.Faults{Delay: 25 * time.Millisecond})
+			}
+			return p.Addr()
+		})
+		go func() {
+			st, err := c.Accept(t.Context())
+			if err != nil {
+				return
+			}
+			defer st.Close()
+			buf := make([]byte, 256<<10)
+			for range size / len(buf) {
+				if _, err := st.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+		st := open(t, s)
+		defer st.Close()
+		start := time.Now()
+		n, err := io.Copy(io.Discard, st)
+		if err != nil || n != size {
+			t.Fatalf("read %d bytes, %v; want %d", n, err, size)
+		}
+		took := time.Since(start)
+		in := st.(*stream)
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		return took, in.window
+	}
+	cfg := DefaultConfig()
+	growing, window := run(cfg)
+	if window != cfg.MaxStreamWindow {
+		t.Errorf("the receiver's window ended at %d, want it grown to %d", window, cfg.MaxStreamWindow)
+	}
+	cfg.MaxStreamWindow = cfg.StreamWindow
+	fixed, window := run(cfg)
+	if window != cfg.StreamWindow {
+		t.Errorf("with no room to grow, the window ended at %d, want %d", window, cfg.StreamWindow)
+	}
+	t.Logf("%d MiB: %s with the window growing, %s without", size>>20, growing, fixed)
+	// 8 MiB against 1 MiB per round trip; the ramp and the proxy's own
+	// pace leave less than 8 times.
+	if fixed < growing*3/2 {
+		t.Errorf("%d MiB took %s with the window growing and %s without: want it faster", size>>20, growing, fixed)
+	}
+}
