@@ -92,8 +92,8 @@ func TestWaitingPeerGetsAWiderWindow(t *testing.T) {
 	s, peer := rawPeer(t)
 	frames := framesFrom(peer)
 	cfg := s.cfg
-	// ping is answered after whatever the session queued before it, so a
-	// grant that isn't ahead of its answer was never made.
+	// noGrant sends a ping: its answer is queued after whatever the session
+	// queued before it, so a grant that isn't ahead of it was never made.
 	pingID := uint32(0)
 	noGrant := func(what string) {
 		t.Helper()
