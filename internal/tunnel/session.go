@@ -261,10 +261,12 @@ func (s *Session) ended() error {
 	return s.err
 }
 
-// queue sends a frame the read loop decided on (a reset, a ping's answer)
-// without waiting for the write lock: the read loop never waits on a write,
-// so two peers each writing to the other cannot both stall reading. One
-// goroutine at a time writes what is queued, and only while there is some.
+// queue sends a frame the read loop decided on (a reset, a ping's answer,
+// a grant) without waiting for the write lock: the read loop never waits on
+// a write, so two peers each writing to the other cannot both stall
+// reading. A Write that runs out of window queues its waiting frame too.
+// One goroutine at a time writes what is queued, and only while there is
+// some.
 func (s *Session) queue(h header) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -241,8 +241,10 @@ func (st *stream) Write(p []byte) (int, error) {
 			st.waiting = true
 			st.mu.Unlock()
 			if tell {
-				// An error ends the session; the next turn sees it.
-				st.s.write(header{typ: typeWindow, flags: flagWaiting, stream: st.id}, nil)
+				// Queued, not written here: a Write waiting for window
+				// waits on nothing else, so its deadline and Close still
+				// end it at once.
+				st.s.queue(header{typ: typeWindow, flags: flagWaiting, stream: st.id})
 			}
 			select {
 			case <-wait:
