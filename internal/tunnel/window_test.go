@@ -1,8 +1,10 @@
 package tunnel
 
 import (
+	"errors"
 	"io"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -15,24 +17,28 @@ func framesFrom(peer net.Conn) <-chan header {
 	out := make(chan header, 64)
 	go func() {
 		defer close(out)
-		var b [headerSize]byte
 		for {
-			if _, err := io.ReadFull(peer, b[:]); err != nil {
-				return
-			}
-			h, err := decodeHeader(&b)
+			h, err := readFrame(peer)
 			if err != nil {
 				return
-			}
-			if h.typ == typeData {
-				if _, err := io.CopyN(io.Discard, peer, int64(h.length)); err != nil {
-					return
-				}
 			}
 			out <- h
 		}
 	}()
 	return out
+}
+
+// readFrame reads one frame from r, dropping a data frame's body.
+func readFrame(r io.Reader) (header, error) {
+	var b [headerSize]byte
+	if _, err := io.ReadFull(r, b[:]); err != nil {
+		return header{}, err
+	}
+	h, err := decodeHeader(&b)
+	if err == nil && h.typ == typeData {
+		_, err = io.CopyN(io.Discard, r, int64(h.length))
+	}
+	return h, err
 }
 
 // next returns the next frame the session wrote, failing after 5 s.
@@ -82,6 +88,48 @@ func TestWriteSaysWhenItWaits(t *testing.T) {
 	}
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWriteOutOfWindowKeepsItsDeadline: telling the peer it waits doesn't
+// make a Write wait for the connection: with the peer reading nothing more,
+// the Write still ends at its deadline.
+func TestWriteOutOfWindowKeepsItsDeadline(t *testing.T) {
+	s, peer := rawPeer(t)
+	// The peer reads the ACK and the window's worth of data, then no more:
+	// the pipe takes nothing after that, so the waiting frame can't go out.
+	drained := make(chan error, 1)
+	go func() {
+		for sent := 0; sent < initialWindow; {
+			h, err := readFrame(peer)
+			if err != nil {
+				drained <- err
+				return
+			}
+			if h.typ == typeData {
+				sent += int(h.length)
+			}
+		}
+		drained <- nil
+	}()
+	peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: 2}))
+	st := accept(t, s)
+	st.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := st.Write(make([]byte, initialWindow+1))
+		wrote <- err
+	}()
+	if err := <-drained; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-wrote:
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("Write = %v, want its deadline exceeded", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Write out of window still waits 5 s after its deadline")
 	}
 }
 
