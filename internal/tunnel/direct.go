@@ -54,14 +54,14 @@ func (st *stream) drainTo(w io.Writer, written *int64) error {
 			continue
 		}
 		chunks, off := st.chunks, st.off
+		st.draining = st.unreadLocked()
 		st.chunks, st.off = nil, 0
-		st.draining = true
 		st.mu.Unlock()
 
 		n, err := writeChunks(w, chunks, off)
 		*written += int64(n)
 		st.mu.Lock()
-		st.draining = false
+		st.draining = 0
 		grant := st.consumedLocked(n)
 		st.mu.Unlock()
 		if err != nil {

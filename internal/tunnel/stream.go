@@ -50,7 +50,7 @@ type stream struct {
 	// writes data straight into it when nothing is waiting to go first and
 	// the socket takes it without waiting (direct.go).
 	sink     syscall.RawConn
-	draining bool  // WriteTo is writing chunks it took: the read loop queues
+	draining int   // bytes WriteTo took and is writing: the read loop queues
 	sunk     int64 // what the read loop wrote into sink
 }
 
@@ -381,7 +381,7 @@ func (st *stream) receive(buf *[]byte) {
 		putChunk(buf)
 		return
 	}
-	if st.sink != nil && len(st.chunks) == 0 && !st.draining {
+	if st.sink != nil && len(st.chunks) == 0 && st.draining == 0 {
 		n := writeNow(st.sink, *buf)
 		st.sunk += int64(n)
 		grant := st.consumedLocked(n)
@@ -433,9 +433,10 @@ func (st *stream) peerWaits() (grant uint32) {
 	return grant
 }
 
-// unreadLocked is how many received bytes wait to be read. st.mu is held.
+// unreadLocked is how many received bytes wait to be read, or to be
+// written by WriteTo. st.mu is held.
 func (st *stream) unreadLocked() int {
-	n := -st.off
+	n := st.draining - st.off
 	for _, c := range st.chunks {
 		n += len(*c)
 	}

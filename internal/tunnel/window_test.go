@@ -181,6 +181,35 @@ func TestWaitingPeerGetsAWiderWindow(t *testing.T) {
 	noGrant("the peer waits, a quarter of the window and more unread")
 }
 
+// TestNoGrantWhileWriteToIsBehind: bytes WriteTo took and can't write yet
+// are unread too: a peer waiting then gets no wider window.
+func TestNoGrantWhileWriteToIsBehind(t *testing.T) {
+	s, peer := rawPeer(t)
+	frames := framesFrom(peer)
+	peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: 2}))
+	in := accept(t, s)
+	next(t, frames) // the ACK
+	w, r := tcpPair(t) // r is never read
+	w.SetWriteBuffer(4 << 10)
+	r.SetReadBuffer(4 << 10)
+	go io.Copy(w, in)
+	// The ACK granted the peer the window: it sends half of it.
+	half := make([]byte, s.cfg.StreamWindow/2)
+	peer.Write(frame(header{typ: typeData, stream: 2, length: uint32(len(half))}, half...))
+	st := in.(*stream)
+	waitFor(t, "WriteTo to hold what the socket can't take", func() bool {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return len(st.chunks) == 0 && st.draining > int(st.window/4)
+	})
+	peer.Write(frame(header{typ: typeWindow, flags: flagWaiting, stream: 2}))
+	peer.Write(frame(header{typ: typePing, flags: flagSYN, length: 1}))
+	if h := next(t, frames); h != (header{typ: typePing, flags: flagACK, length: 1}) {
+		t.Fatalf("the peer waits while WriteTo can't write: %s, want no grant before the ping's answer", h)
+	}
+	w.Close()
+}
+
 // TestWindowGrowsOverALongRoundTrip: over 25 ms each way, a stream carries
 // at most its window per 50 ms. The window grows while the reader keeps up,
 // and the stream goes faster than one whose window can't.
