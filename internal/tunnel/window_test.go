@@ -188,7 +188,7 @@ func TestNoGrantWhileWriteToIsBehind(t *testing.T) {
 	frames := framesFrom(peer)
 	peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: 2}))
 	in := accept(t, s)
-	next(t, frames) // the ACK
+	next(t, frames)    // the ACK
 	w, r := tcpPair(t) // r is never read
 	w.SetWriteBuffer(4 << 10)
 	r.SetReadBuffer(4 << 10)
