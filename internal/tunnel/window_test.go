@@ -3,58 +3,12 @@ package tunnel
 import (
 	"errors"
 	"io"
-	"net"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/tetherhq/tether/internal/testutil/faultproxy"
 )
-
-// framesFrom reads the frames a session writes to peer, dropping data
-// frames' bodies, and sends their headers on until peer closes.
-func framesFrom(peer net.Conn) <-chan header {
-	out := make(chan header, 64)
-	go func() {
-		defer close(out)
-		for {
-			h, err := readFrame(peer)
-			if err != nil {
-				return
-			}
-			out <- h
-		}
-	}()
-	return out
-}
-
-// readFrame reads one frame from r, dropping a data frame's body.
-func readFrame(r io.Reader) (header, error) {
-	var b [headerSize]byte
-	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return header{}, err
-	}
-	h, err := decodeHeader(&b)
-	if err == nil && h.typ == typeData {
-		_, err = io.CopyN(io.Discard, r, int64(h.length))
-	}
-	return h, err
-}
-
-// next returns the next frame the session wrote, failing after 5 s.
-func next(t *testing.T, frames <-chan header) header {
-	t.Helper()
-	select {
-	case h, ok := <-frames:
-		if !ok {
-			t.Fatal("the session's output ended")
-		}
-		return h
-	case <-time.After(5 * time.Second):
-		t.Fatal("no frame from the session in 5 s")
-	}
-	return header{}
-}
 
 // TestWriteSaysWhenItWaits: a writer out of window tells the peer, once
 // per wait, with a window frame flagged waiting.
