@@ -24,8 +24,14 @@ func (c connTransport) WriteFrame(hdr, body []byte, deadline time.Time) error {
 // one end of a pipe and returns the other end, whose output is drained.
 func rawPeer(t *testing.T) (*Session, net.Conn) {
 	t.Helper()
+	return rawPeerWith(t, DefaultConfig())
+}
+
+// rawPeerWith is rawPeer for a session with cfg.
+func rawPeerWith(t *testing.T, cfg Config) (*Session, net.Conn) {
+	t.Helper()
 	ours, peer := net.Pipe()
-	s := newSession(connTransport{ours}, DefaultConfig(), true)
+	s := newSession(connTransport{ours}, cfg, true)
 	t.Cleanup(func() { s.Close(); peer.Close() })
 	return s, peer
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -56,6 +57,8 @@ type Session struct {
 	err      error    // why the session ended; nil while it runs
 	queued   []header // frames the read loop may not wait to write
 	flushing bool     // a goroutine is writing queued
+
+	grown atomic.Int64 // what the streams' windows grew by, together
 
 	arrived chan struct{} // cap 1: the backlog grew
 	done    chan struct{} // closed when the session ends
@@ -228,12 +231,36 @@ func (s *Session) track(st *stream) {
 }
 
 // forget drops st once both sides are done with it.
+// Its window's growth goes back to the session: a stream is forgotten only
+// once it is over, when its window can grow no more.
 func (s *Session) forget(st *stream) {
 	s.mu.Lock()
-	if s.streams[st.id] == st {
+	forgotten := s.streams[st.id] == st
+	if forgotten {
 		delete(s.streams, st.id)
 	}
 	s.mu.Unlock()
+	if forgotten {
+		st.mu.Lock()
+		s.grown.Add(-int64(st.grown))
+		st.grown = 0
+		st.mu.Unlock()
+	}
+}
+
+// growBy takes up to want of the session's room for growth, and returns
+// what it took.
+func (s *Session) growBy(want uint32) uint32 {
+	for {
+		had := s.grown.Load()
+		n := min(int64(want), int64(s.cfg.MaxWindowGrowth)-had)
+		if n <= 0 {
+			return 0
+		}
+		if s.grown.CompareAndSwap(had, had+n) {
+			return uint32(n)
+		}
+	}
 }
 
 // write sends one frame. An error ends the session: the connection is

@@ -30,6 +30,7 @@ type stream struct {
 	credit   uint32 // read and not yet granted back to the peer
 	sendWin  uint32 // what we may still send
 	window   uint32 // the receive window's size: StreamWindow, or more once grown
+	grown    uint32 // what window grew by, taken from the session's MaxWindowGrowth
 	waiting  bool   // Write told the peer it waits for window, and none came since
 	finSent  bool   // we will write no more
 	finRecv  bool   // the peer will write no more
@@ -417,9 +418,9 @@ func (st *stream) grow(delta uint32) {
 // peerWaits hears that the peer has data for the stream and no window. If
 // the reader here keeps up, with no more than a quarter of the window
 // unread, the window is what holds the stream back: it doubles, up to
-// MaxStreamWindow, and it returns the growth, to grant the peer now. A
-// reader that falls behind leaves it as it is, and so does a stream that
-// is ending.
+// MaxStreamWindow and as far as the session's MaxWindowGrowth has room,
+// and it returns the growth, to grant the peer now. A reader that falls
+// behind leaves it as it is, and so does a stream that is ending.
 func (st *stream) peerWaits() (grant uint32) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -427,8 +428,9 @@ func (st *stream) peerWaits() (grant uint32) {
 	if st.window >= limit || st.closed || st.reset || st.finRecv || st.unreadLocked() > int(st.window/4) {
 		return 0
 	}
-	grant = min(st.window, limit-st.window)
+	grant = st.s.growBy(min(st.window, limit-st.window))
 	st.window += grant
+	st.grown += grant
 	st.recvWin += grant
 	return grant
 }

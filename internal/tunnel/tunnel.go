@@ -33,6 +33,12 @@ type Config struct {
 	// the stream back, as on a long round trip (decision 023). A reader that
 	// falls behind leaves it as it is. At most StreamWindow: no growth.
 	MaxStreamWindow uint32
+	// MaxWindowGrowth is how much all of a session's streams together may
+	// have grown their windows by, past what each started with. A reader
+	// that kept up and then stops leaves its stream's whole window to
+	// buffer here; this bounds what grown windows add to that, however many
+	// streams grew. A stream gives its growth back when it ends.
+	MaxWindowGrowth uint32
 	// WriteTimeout ends the session when one write to the WebSocket takes
 	// longer: the peer has stopped reading altogether.
 	WriteTimeout time.Duration
@@ -50,6 +56,7 @@ func DefaultConfig() Config {
 	return Config{
 		StreamWindow:       1 << 20,
 		MaxStreamWindow:    8 << 20,
+		MaxWindowGrowth:    16 << 20, // two streams at MaxStreamWindow
 		WriteTimeout:       15 * time.Second,
 		StreamCloseTimeout: 2 * time.Minute,
 		AcceptBacklog:      256,

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"errors"
 	"io"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -94,17 +95,6 @@ func TestWaitingPeerGetsAWiderWindow(t *testing.T) {
 	s, peer := rawPeer(t)
 	frames := framesFrom(peer)
 	cfg := s.cfg
-	// noGrant sends a ping: its answer is queued after whatever the session
-	// queued before it, so a grant that isn't ahead of it was never made.
-	pingID := uint32(0)
-	noGrant := func(what string) {
-		t.Helper()
-		pingID++
-		peer.Write(frame(header{typ: typePing, flags: flagSYN, length: pingID}))
-		if h := next(t, frames); h != (header{typ: typePing, flags: flagACK, length: pingID}) {
-			t.Fatalf("%s: %s, want no grant before the ping's answer", what, h)
-		}
-	}
 
 	peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: 2}))
 	reading := accept(t, s)
@@ -118,21 +108,64 @@ func TestWaitingPeerGetsAWiderWindow(t *testing.T) {
 		return st.unreadLocked() == 0 && st.credit == initialWindow
 	})
 	for w := cfg.StreamWindow; w < cfg.MaxStreamWindow; w *= 2 {
-		peer.Write(frame(header{typ: typeWindow, flags: flagWaiting, stream: 2}))
-		if h := next(t, frames); h != (header{typ: typeWindow, stream: 2, length: w}) {
-			t.Fatalf("the peer waits, window %d: %s, want a grant of %d more", w, h, w)
-		}
+		waitsFor(t, peer, frames, 2, w)
 	}
-	peer.Write(frame(header{typ: typeWindow, flags: flagWaiting, stream: 2}))
-	noGrant("the peer waits at the largest window")
+	waitsFor(t, peer, frames, 2, 0)
 
 	peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: 4}))
 	accept(t, s) // and never read
 	next(t, frames)
 	peer.Write(frame(header{typ: typeData, stream: 4, length: initialWindow}, make([]byte, initialWindow)...))
 	peer.Write(frame(header{typ: typeData, stream: 4, length: 1}, 'x'))
-	peer.Write(frame(header{typ: typeWindow, flags: flagWaiting, stream: 4}))
-	noGrant("the peer waits, a quarter of the window and more unread")
+	waitsFor(t, peer, frames, 4, 0) // a quarter of the window and more unread
+}
+
+// TestWindowGrowthIsTheSessions: the streams of a session grow their
+// windows out of one MaxWindowGrowth, and a stream that ends gives its
+// growth back.
+func TestWindowGrowthIsTheSessions(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.StreamWindow, cfg.MaxStreamWindow, cfg.MaxWindowGrowth = 1<<20, 8<<20, 9<<20
+	s, peer := rawPeerWith(t, cfg)
+	frames := framesFrom(peer)
+	open := func(id uint32) {
+		peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: id}))
+		go io.Copy(io.Discard, accept(t, s))
+		next(t, frames) // the ACK
+	}
+
+	open(2)
+	waitsFor(t, peer, frames, 2, 1<<20)
+	waitsFor(t, peer, frames, 2, 2<<20)
+	waitsFor(t, peer, frames, 2, 4<<20) // 8 MiB, grown by 7
+
+	open(4)
+	waitsFor(t, peer, frames, 4, 1<<20) // 2 MiB: the session has 1 MiB of growth left
+	waitsFor(t, peer, frames, 4, 1<<20) // 3 MiB, not 4
+	waitsFor(t, peer, frames, 4, 0)
+
+	peer.Write(frame(header{typ: typeWindow, flags: flagRST, stream: 2}))
+	waitsFor(t, peer, frames, 4, 3<<20) // stream 2's 7 MiB are back: 3 doubles to 6
+	waitsFor(t, peer, frames, 4, 2<<20) // and stops at MaxStreamWindow
+}
+
+// waitsFor has the peer say it waits for window on stream id, and fails
+// unless the session grants it want more at once. For want 0, the session
+// must grant nothing: the peer sends a ping after saying it waits, and its
+// answer comes next, since a grant would have been queued ahead of it.
+func waitsFor(t *testing.T, peer net.Conn, frames <-chan header, id, want uint32) {
+	t.Helper()
+	peer.Write(frame(header{typ: typeWindow, flags: flagWaiting, stream: id}))
+	if want == 0 {
+		peer.Write(frame(header{typ: typePing, flags: flagSYN, length: id}))
+		if h := next(t, frames); h != (header{typ: typePing, flags: flagACK, length: id}) {
+			t.Fatalf("stream %d waits: %s, want no grant before the ping's answer", id, h)
+		}
+		return
+	}
+	if h := next(t, frames); h != (header{typ: typeWindow, stream: id, length: want}) {
+		t.Fatalf("stream %d waits: %s, want a grant of %d more", id, h, want)
+	}
 }
 
 // TestNoGrantWhileWriteToIsBehind: bytes WriteTo took and can't write yet
