@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -103,5 +104,39 @@ func TestBasePath(t *testing.T) {
 	h.Close()
 	if code, _ := get(t, h.url+"/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz of a closed hub = %d, want 503", code)
+	}
+}
+
+// TestPathWithoutACluster: a Kubernetes API path that names no cluster, as
+// kubectl 1.33 and older send for `get --raw` with the hub's kubeconfig,
+// answers a Status that says what to send instead; the hub's own paths and
+// the clusters' are as before.
+func TestPathWithoutACluster(t *testing.T) {
+	h, _ := proxyHub(t, newFakeCluster(t), "", func(c *Config) { c.BasePath = "/tether/" })
+	for path, want := range map[string]string{
+		"/version":                  "--raw /tether/clusters/<name>/version",
+		"/tether/version":           "--raw /tether/clusters/<name>/version",
+		"/api":                      "--raw /tether/clusters/<name>/api",
+		"/tether/api/v1/namespaces": "--raw /tether/clusters/<name>/api/v1/namespaces",
+		"/apis/apps/v1":             "--raw /tether/clusters/<name>/apis/apps/v1",
+		"/tether/openapi/v3":        "--raw /tether/clusters/<name>/openapi/v3",
+		"/tether/apis":              "--raw /tether/clusters/<name>/apis",
+	} {
+		code, body, hdr := call(t, "GET", h.url+path, aliceToken, nil)
+		var status struct{ Kind, Reason, Message string }
+		json.Unmarshal([]byte(body), &status)
+		if code != http.StatusNotFound || hdr.Get("Content-Type") != "application/json" || status.Kind != "Status" || status.Reason != "NotFound" ||
+			!strings.Contains(status.Message, "kubectl 1.34 or later") || !strings.HasSuffix(status.Message, want) {
+			t.Errorf("GET %s = %d %s, want a 404 Status ending %q", path, code, body, want)
+		}
+	}
+	if code, body, _ := call(t, "GET", h.url+"/tether/clusters/open/version", aliceToken, nil); code != http.StatusOK {
+		t.Errorf("GET /tether/clusters/open/version = %d %.200s", code, body)
+	}
+	if code, body, _ := call(t, "GET", h.url+"/tether/api/clusters", aliceToken, nil); code != http.StatusOK || !strings.Contains(body, `"open"`) {
+		t.Errorf("GET /tether/api/clusters = %d %.200s", code, body)
+	}
+	if code, body, _ := call(t, "GET", h.url+"/tether/api/nothing", aliceToken, nil); code != http.StatusNotFound || strings.Contains(body, "Status") {
+		t.Errorf("GET /tether/api/nothing = %d %.200s, want net/http's 404: it isn't a Kubernetes path", code, body)
 	}
 }

@@ -235,6 +235,14 @@ func (h *Hub) Handler() http.Handler {
 			mux.HandleFunc("GET "+base+"/login/oidc/callback", h.serveOIDCCallback)
 		}
 		mux.Handle("GET "+base+"/static/", http.StripPrefix(base+"/static/", staticFiles()))
+		// kubectl 1.33 and older drop the whole path of the server, base
+		// path included, from --raw requests.
+		for _, p := range []string{"/api", "/api/v1", "/api/v1/", "/apis", "/apis/", "/version", "/openapi/"} {
+			mux.HandleFunc(base+p, h.serveNoCluster)
+			if base != "" {
+				mux.HandleFunc(p, h.serveNoCluster)
+			}
+		}
 	}
 	ok := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) }
 	mux.HandleFunc("GET /healthz", ok)
@@ -244,6 +252,20 @@ func (h *Hub) Handler() http.Handler {
 		mux.HandleFunc("GET "+base+"/readyz", h.serveReady)
 	}
 	return mux
+}
+
+// serveNoCluster answers a Kubernetes API path that names no cluster.
+// kubectl 1.33 and older send `get --raw` paths from the server's root,
+// leaving out the kubeconfig's /clusters/<name>
+// (kubernetes/kubernetes#131165): the answer says so, as a Status kubectl
+// shows, instead of net/http's bare 404.
+func (h *Hub) serveNoCluster(w http.ResponseWriter, r *http.Request) {
+	base := strings.TrimSuffix(h.cfg.BasePath, "/")
+	writeStatus(w, http.StatusNotFound, "NotFound", fmt.Sprintf(
+		"Tether serves each cluster's Kubernetes API under %s/clusters/<name>, and %s names no cluster. "+
+			"kubectl 1.33 and older leave the kubeconfig's /clusters/<name> out of --raw paths: "+
+			"use kubectl 1.34 or later, or give the whole path, like --raw %s/clusters/<name>%s",
+		base, r.URL.Path, base, strings.TrimPrefix(r.URL.Path, base)))
 }
 
 func (h *Hub) serveReady(w http.ResponseWriter, r *http.Request) {

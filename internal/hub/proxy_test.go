@@ -61,7 +61,7 @@ func proxyHub(t *testing.T, fc *fakeCluster, groupPrefix string, mods ...func(*C
 	h := startHub(t, cfg)
 	h.agents = map[string]*runningAgent{}
 	for _, n := range []string{"open", "ops"} {
-		a := startAgent(t, h.url, n, fc)
+		a := startAgent(t, h.url+strings.TrimSuffix(cfg.BasePath, "/"), n, fc)
 		eventually(t, 5*time.Second, n+" connects", a.Connected)
 		h.agents[n] = a
 	}

@@ -116,6 +116,16 @@ func TestKubectlThroughTheHub(t *testing.T) {
 	if out, err := exec.Command("kubectl", "--kubeconfig", alice, "get", "configmaps", "-n", "team-a").CombinedOutput(); err != nil || !strings.Contains(string(out), "greeting") {
 		t.Errorf("the machine's kubectl: %v\n%s", err, out)
 	}
+	// kubectl 1.34 and later send --raw paths below the kubeconfig's
+	// /clusters/<name>; older ones, like the machine's, from the hub's root,
+	// where the hub answers what to send instead.
+	if out, err := kubectl(t, alice, "get", "--raw", "/version"); err != nil || !strings.Contains(out, `"gitVersion"`) {
+		t.Errorf("get --raw /version: %v\n%s", err, out)
+	}
+	if out, _ := exec.Command("kubectl", "--kubeconfig", alice, "get", "--raw", "/version").CombinedOutput(); !strings.Contains(string(out), `"gitVersion"`) &&
+		!strings.Contains(string(out), "use kubectl 1.34 or later, or give the whole path, like --raw /clusters/<name>/version") {
+		t.Errorf("the machine's kubectl, get --raw /version: neither the version nor what to do instead\n%s", out)
+	}
 	// ... and is refused elsewhere, by the API server, by her name.
 	want := `User "alice" cannot list resource "configmaps" in API group "" in the namespace "team-b"`
 	if out, err := kubectl(t, alice, "get", "configmaps", "-n", "team-b"); err == nil || !strings.Contains(out, want) {
