@@ -230,9 +230,9 @@ func (s *Session) track(st *stream) {
 	s.streams[st.id] = st
 }
 
-// forget drops st once both sides are done with it.
-// Its window's growth goes back to the session: a stream is forgotten only
-// once it is over, when its window can grow no more.
+// forget drops st once both sides are done with it, and gives its window's
+// growth back to the session: by then the stream is over, and its window
+// grows no more.
 func (s *Session) forget(st *stream) {
 	s.mu.Lock()
 	forgotten := s.streams[st.id] == st

@@ -56,7 +56,7 @@ func DefaultConfig() Config {
 	return Config{
 		StreamWindow:       1 << 20,
 		MaxStreamWindow:    8 << 20,
-		MaxWindowGrowth:    16 << 20, // two streams at MaxStreamWindow
+		MaxWindowGrowth:    16 << 20, // room for two streams at MaxStreamWindow
 		WriteTimeout:       15 * time.Second,
 		StreamCloseTimeout: 2 * time.Minute,
 		AcceptBacklog:      256,
