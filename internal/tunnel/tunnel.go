@@ -37,7 +37,8 @@ type Config struct {
 	// have grown their windows by, past what each started with. A reader
 	// that kept up and then stops leaves its stream's whole window to
 	// buffer here; this bounds what grown windows add to that, however many
-	// streams grew. A stream gives its growth back when it ends.
+	// streams grew. A stream gives its growth back when it ends. 0: no
+	// growth.
 	MaxWindowGrowth uint32
 	// WriteTimeout ends the session when one write to the WebSocket takes
 	// longer: the peer has stopped reading altogether.
