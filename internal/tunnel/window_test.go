@@ -149,6 +149,18 @@ func TestWindowGrowthIsTheSessions(t *testing.T) {
 	waitsFor(t, peer, frames, 4, 2<<20) // and stops at MaxStreamWindow
 }
 
+// TestNoWindowGrowthAllowed: with MaxWindowGrowth 0, no window grows.
+func TestNoWindowGrowthAllowed(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxWindowGrowth = 0
+	s, peer := rawPeerWith(t, cfg)
+	frames := framesFrom(peer)
+	peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: 2}))
+	go io.Copy(io.Discard, accept(t, s))
+	next(t, frames) // the ACK
+	waitsFor(t, peer, frames, 2, 0)
+}
+
 // waitsFor has the peer say it waits for window on stream id, and fails
 // unless the session grants it want more at once. For want 0, the session
 // must grant nothing: the peer sends a ping after saying it waits, and its
