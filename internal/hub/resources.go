@@ -1,12 +1,14 @@
 package hub
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/internal/auth"
@@ -83,14 +85,21 @@ func (h *Hub) serveResources(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("Cluster %q has sent no inventory yet.", name), http.StatusServiceUnavailable)
 		return
 	}
-	if items == nil {
-		items = []inventory.Item{}
+	out := startArray(w)
+	for _, it := range items {
+		out.add(it)
 	}
-	writeJSON(w, items)
+	out.end()
 }
 
 // serveFleetResources answers /api/resources: the same query over every
-// cluster the person may see.
+// cluster the person may see, in the order of their names.
+//
+// Clusters are asked fleetQueryWorkers at a time (each may send access
+// reviews), and each cluster's items are written as soon as those of the
+// clusters before it are: a fleet of thousands, or a reader slower than
+// the hub, never has the hub hold more than fleetQueryAhead clusters'
+// items, nor the whole answer as JSON.
 func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 	p, ok := h.person(w, r)
 	if !ok {
@@ -101,32 +110,113 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	var names []string
-	for _, c := range h.visibleClusters(p) {
-		names = append(names, c.Name)
-	}
-	results := make([][]inventory.Item, len(names))
-	var wg sync.WaitGroup
-	next := make(chan int)
-	for range min(fleetQueryWorkers, len(names)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				results[i], _ = h.inventory.Select(names[i], q, h.allowList(r.Context(), names[i], p))
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	// pending holds each cluster's answer-to-be, in the clusters' order;
+	// its room is how far the queries run ahead of the writing.
+	pending := make(chan chan []inventory.Item, fleetQueryAhead)
+	go func() {
+		defer close(pending)
+		workers := make(chan struct{}, fleetQueryWorkers)
+		for _, c := range h.visibleClusters(p) {
+			if ctx.Err() != nil {
+				return
 			}
-		}()
+			answer := make(chan []inventory.Item, 1)
+			select {
+			case pending <- answer:
+			case <-ctx.Done():
+				return
+			}
+			workers <- struct{}{}
+			go func() {
+				items, _ := h.inventory.Select(c.Name, q, h.allowList(ctx, c.Name, p))
+				<-workers
+				answer <- items
+			}()
+		}
+	}()
+	out := startArray(w)
+	for answer := range pending {
+		var items []inventory.Item
+		select {
+		case items = <-answer:
+		default:
+			// The next cluster isn't done: send what is written so far
+			// rather than keep the reader waiting for it.
+			out.flush()
+			items = <-answer
+		}
+		for _, it := range items {
+			out.add(it)
+		}
+		if out.err != nil {
+			cancel() // the reader is gone; the rest only drains
+		}
 	}
-	for i := range names {
-		next <- i
+	out.end()
+}
+
+// fleetQueryAhead bounds the clusters whose items a fleet-wide query holds,
+// asked about and not yet written.
+const fleetQueryAhead = 2 * fleetQueryWorkers
+
+// jsonArray writes a JSON array an element at a time, so that an answer of
+// many items is never held whole as JSON. After the first failed write it
+// writes nothing more, and err says why.
+type jsonArray struct {
+	w   http.ResponseWriter
+	n   int
+	err error
+}
+
+// startArray starts a 200 answer that is a JSON array.
+func startArray(w http.ResponseWriter) *jsonArray {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	return &jsonArray{w: w}
+}
+
+func (a *jsonArray) add(v any) {
+	if a.err != nil {
+		return
 	}
-	close(next)
-	wg.Wait()
-	all := []inventory.Item{}
-	for _, items := range results {
-		all = append(all, items...) // names are sorted, and each cluster's items too
+	b, err := json.Marshal(v)
+	if err != nil {
+		a.err = err
+		return
 	}
-	writeJSON(w, all)
+	sep := ","
+	if a.n == 0 {
+		sep = "["
+	}
+	a.n++
+	if _, err := io.WriteString(a.w, sep); err != nil {
+		a.err = err
+		return
+	}
+	_, a.err = a.w.Write(b)
+}
+
+func (a *jsonArray) flush() {
+	if a.err != nil {
+		return
+	}
+	if err := http.NewResponseController(a.w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		a.err = err
+	}
+}
+
+func (a *jsonArray) end() {
+	if a.err != nil {
+		return
+	}
+	closing := "]\n"
+	if a.n == 0 {
+		closing = "[]\n"
+	}
+	_, a.err = io.WriteString(a.w, closing)
 }
 
 // GatewayJSON answers /api/clusters/<name>/gateways?host=.

@@ -1,0 +1,95 @@
+package hub
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/protocol"
+)
+
+// TestFleetResourcesComeClusterByCluster: a fleet-wide query writes each
+// cluster's items as soon as the clusters before it are done, in the
+// clusters' order, instead of holding the whole answer until the last
+// cluster has answered. Here the access review for cluster ops waits until
+// the reader has seen cluster open's pod.
+func TestFleetResourcesComeClusterByCluster(t *testing.T) {
+	fc := newFakeCluster(t)
+	gate := make(chan struct{})
+	answerAccessReviews(t, fc, func(_, _, namespace string) bool {
+		if namespace == "late" {
+			<-gate
+		}
+		return namespace != "" // per namespace, never cluster-wide
+	})
+	// The hub waits for the review as long as the test may.
+	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeTimeout = time.Minute })
+	var open sync.Once
+	release := func() { open.Do(func() { close(gate) }) }
+	t.Cleanup(release) // before the servers close, which waits for the review
+	for _, c := range []struct{ cluster, namespace, pod string }{{"open", "early", "web"}, {"ops", "late", "db"}} {
+		feed(t, h, h.inventory.Receiver(c.cluster), c.cluster, &protocol.Update{Snapshot: true, Complete: true,
+			Kinds: []protocol.KindState{{Kind: "pods"}}, Upserts: []protocol.Resource{res("pods", c.namespace, c.pod, true)}})
+	}
+
+	type begun struct {
+		resp  *http.Response
+		br    *bufio.Reader
+		first string // open's item, whole
+		err   error
+	}
+	first := make(chan begun, 1)
+	go func() {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", h.url+"/api/resources?kind=pods", nil)
+		req.Header.Set("Authorization", "Bearer "+bobToken) // bob sees open and ops
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- begun{err: err}
+			return
+		}
+		// An item's closing brace and what follows it come only with the
+		// next item or the end.
+		br := bufio.NewReader(resp.Body)
+		s, err := br.ReadString('}')
+		first <- begun{resp, br, s, err}
+	}()
+	select {
+	case b := <-first:
+		if b.err != nil {
+			t.Fatal(b.err)
+		}
+		defer b.resp.Body.Close()
+		s := b.first
+		if b.resp.StatusCode != 200 || b.resp.Header.Get("Content-Type") != "application/json" {
+			t.Fatalf("%d %s", b.resp.StatusCode, b.resp.Header.Get("Content-Type"))
+		}
+		if !strings.Contains(s, `"cluster":"open"`) || !strings.Contains(s, `"name":"web"`) {
+			t.Fatalf("the answer began with %q, want open's pod web", s)
+		}
+		release()
+		rest, err := io.ReadAll(b.br)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var items []inventory.Item
+		if err := json.Unmarshal([]byte(s+string(rest)), &items); err != nil {
+			t.Fatalf("not a JSON array: %v\n%s%s", err, s, rest)
+		}
+		var got []string
+		for _, it := range items {
+			got = append(got, it.Cluster+"/"+it.Namespace+"/"+it.Name)
+		}
+		if strings.Join(got, " ") != "open/early/web ops/late/db" {
+			t.Errorf("items %v, want open's pod, then ops's", got)
+		}
+	case <-time.After(10 * time.Second):
+		release()
+		t.Fatal("nothing of the answer came while cluster ops's access review waited")
+	}
+}
