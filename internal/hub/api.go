@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -110,6 +111,18 @@ func (h *Hub) visibleClusters(p auth.Person) []ClusterJSON {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
+}
+
+// visibleNames returns the names of the clusters p may see, sorted.
+func (h *Hub) visibleNames(p auth.Person) []string {
+	var names []string
+	for _, st := range h.Clusters() {
+		if _, ok := h.visible(st.Name, p); ok {
+			names = append(names, st.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }
 
 func (h *Hub) serveClusters(w http.ResponseWriter, r *http.Request) {

@@ -98,8 +98,8 @@ func (h *Hub) serveResources(w http.ResponseWriter, r *http.Request) {
 // Clusters are asked fleetQueryWorkers at a time (each may send access
 // reviews), and each cluster's items are written as soon as those of the
 // clusters before it are: a fleet of thousands, or a reader slower than
-// the hub, never has the hub hold more than fleetQueryAhead clusters'
-// items, nor the whole answer as JSON.
+// the hub, never has the hub hold the items of more than fleetQueryAhead
+// clusters beyond the one it writes, nor the whole answer as JSON.
 func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 	p, ok := h.person(w, r)
 	if !ok {
@@ -118,7 +118,7 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 	go func() {
 		defer close(pending)
 		workers := make(chan struct{}, fleetQueryWorkers)
-		for _, c := range h.visibleClusters(p) {
+		for _, name := range h.visibleNames(p) {
 			if ctx.Err() != nil {
 				return
 			}
@@ -130,7 +130,7 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 			}
 			workers <- struct{}{}
 			go func() {
-				items, _ := h.inventory.Select(c.Name, q, h.allowList(ctx, c.Name, p))
+				items, _ := h.inventory.Select(name, q, h.allowList(ctx, name, p))
 				<-workers
 				answer <- items
 			}()
@@ -157,8 +157,8 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 	out.end()
 }
 
-// fleetQueryAhead bounds the clusters whose items a fleet-wide query holds,
-// asked about and not yet written.
+// fleetQueryAhead is how many clusters a fleet-wide query may ask about
+// ahead of the one whose items it writes.
 const fleetQueryAhead = 2 * fleetQueryWorkers
 
 // jsonArray writes a JSON array an element at a time, so that an answer of
