@@ -105,7 +105,7 @@ func (s *Session) Open(ctx context.Context) (net.Conn, error) {
 		return nil, errors.New("tunnel: stream IDs used up")
 	}
 	s.nextID += 2
-	st := newStream(s, id, initialWindow)
+	st := newStream(s, id)
 	s.track(st)
 	s.mu.Unlock()
 	// Open the stream and enlarge its window in one frame, as yamux does.
@@ -450,7 +450,7 @@ func (s *Session) streamFor(h header) (*stream, error) {
 	if (h.stream%2 == 1) == s.client {
 		return nil, fmt.Errorf("%w: the peer opened stream %d, which is ours to number", errProtocol, h.stream)
 	}
-	st = newStream(s, h.stream, initialWindow)
+	st = newStream(s, h.stream)
 	if s.handle == nil && len(s.backlog) >= s.cfg.AcceptBacklog {
 		s.queueLocked(header{typ: typeWindow, flags: flagRST, stream: h.stream})
 		return nil, nil

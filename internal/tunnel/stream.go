@@ -102,13 +102,15 @@ func (st *stream) readableLocked() {
 	}
 }
 
-func newStream(s *Session, id uint32, window uint32) *stream {
+// newStream makes stream id of s, with the window every stream starts
+// with on both sides (the peer learns of a larger one from sendWindow).
+func newStream(s *Session, id uint32) *stream {
 	return &stream{
 		s:        s,
 		id:       id,
-		recvWin:  window,
-		sendWin:  window,
-		window:   max(s.cfg.StreamWindow, window),
+		recvWin:  initialWindow,
+		sendWin:  initialWindow,
+		window:   max(s.cfg.StreamWindow, initialWindow),
 		readable: make(chan struct{}, 1),
 		writable: make(chan struct{}, 1),
 	}
