@@ -181,3 +181,27 @@ func TestProbesLeaveALargeAnswersConnection(t *testing.T) {
 	open := h.connected("open")
 	eventually(t, 5*time.Second, "the large answer's connection expired", func() bool { return open.apiStreams() == 1 })
 }
+
+// TestConnectedBeforeTheFirstProbe: between an agent's connecting and the
+// first probe's answer, the cluster is Unreachable, as the hub can't say
+// more yet, but not "Its agent isn't connected.": it is.
+func TestConnectedBeforeTheFirstProbe(t *testing.T) {
+	fc := newFakeCluster(t)
+	fc.readyzDelay.Store(int64(time.Hour)) // the first probe waits on /readyz
+	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeTimeout: time.Minute})
+	if st, _ := h.Cluster("eu-1"); st.Message != MessageNotConnected {
+		t.Fatalf("before the agent: %+v", st)
+	}
+	a := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "connected", a.Connected)
+	eventually(t, 5*time.Second, "the first probe waits on /readyz", func() bool { return fc.count("/readyz") >= 1 })
+	if st, _ := h.Cluster("eu-1"); st.Status != Unreachable || st.Message != MessageChecking || st.ConnectedSince.IsZero() {
+		t.Errorf("connected, first probe waiting: %+v, want Unreachable: %s", st, MessageChecking)
+	}
+	fc.readyzDelay.Store(0)
+	a.stop(t)
+	eventually(t, 5*time.Second, "the agent gone", func() bool {
+		st, _ := h.Cluster("eu-1")
+		return st.Message == MessageNotConnected && st.ConnectedSince.IsZero()
+	})
+}

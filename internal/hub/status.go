@@ -21,6 +21,11 @@ const (
 // connected.
 const MessageNotConnected = "Its agent isn't connected."
 
+// MessageChecking is the status message of a cluster whose agent has
+// connected before the hub's first probe of its API server through it has
+// answered: until then the hub can't say it is Ready.
+const MessageChecking = "Its agent is connected; the hub is checking its API server."
+
 // ClusterStatus is what the hub knows of one cluster's health.
 type ClusterStatus struct {
 	Name              string
@@ -116,6 +121,9 @@ func (h *Hub) clusterLocked(name string) ClusterStatus {
 		st = s.ClusterStatus
 	}
 	if c, ok := h.agents[name]; ok {
+		if st.Message == MessageNotConnected {
+			st.Message = MessageChecking
+		}
 		st.ConnectedSince = c.since
 		st.LastSeen = time.Unix(0, c.lastHeard.Load())
 		st.AgentVersion = c.agentVersion
