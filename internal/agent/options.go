@@ -223,7 +223,7 @@ func orDefault(v, def string) string {
 }
 
 func positiveSeconds(name, v string, def int) (time.Duration, error) {
-	if v == "" {
+	if strings.TrimSpace(v) == "" {
 		return time.Duration(def) * time.Second, nil
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(v))

@@ -63,6 +63,11 @@ func TestOptionsFromEnv(t *testing.T) {
 		t.Errorf("overrides: %+v", o)
 	}
 
+	// Blank counts as unset, as for every setting (docs/SETTINGS.md).
+	if o, err := OptionsFromEnv(env(map[string]string{"TETHER_TOKEN_REREAD_SECONDS": " "})); err != nil || o.TokenReread != time.Minute {
+		t.Errorf("a blank TETHER_TOKEN_REREAD_SECONDS: %v, %v; want the default, a minute", o.TokenReread, err)
+	}
+
 	tests := []struct {
 		name string
 		over map[string]string
