@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/protocol"
 )
 
 func TestAgentConnectsAndClusterTurnsReady(t *testing.T) {
@@ -308,6 +309,43 @@ func TestShutdownSendsAgentsAwayWithSpread(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAgentWhoseHelloComesAsTheHubCloses: an agent whose upgrade the hub
+// took before it began to close, and whose hello came after, is sent away
+// with its share of the spread too, like those already connected.
+func TestAgentWhoseHelloComesAsTheHubCloses(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), ReconnectSpread: 10 * time.Second, Random: func() float64 { return 0.25 }})
+	sess := rawAgent(t, h)
+	ctl, err := sess.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() { h.Close(); close(closed) }() // it waits for this connection
+	eventually(t, 5*time.Second, "the hub closing", func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.closed
+	})
+	hello := protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version, AgentVersion: "test", CACert: string(fc.ca.CertPEM),
+		ServiceAccountToken: "service-account-token-1", APIServer: fc.addr()}
+	if err := protocol.Write(ctl, hello); err != nil {
+		t.Fatal(err)
+	}
+	var got []protocol.Message
+	for {
+		m, err := protocol.Read(ctl)
+		if err != nil {
+			break
+		}
+		got = append(got, m)
+	}
+	if n := len(got); n == 0 || got[n-1].Type != protocol.TypeGoAway || got[n-1].Reason != protocol.ReasonShutdown || got[n-1].ReconnectAfterMillis != 2500 {
+		t.Errorf("the agent was told %+v; want a shutdown goaway with 2500 ms to wait", got)
+	}
+	<-closed
 }
 
 func TestHealthz(t *testing.T) {

@@ -104,7 +104,7 @@ func (h *Hub) serveConn(c *agentConn) bool {
 		h.mu.Unlock()
 		h.admission.giveBack()
 		c.welcome()
-		c.goAway(goAwayShutdown, 0)
+		c.goAway(goAwayShutdown, h.spreadDelay()) // it came as the hub closed
 		return false
 	}
 	prev := h.agents[c.name]

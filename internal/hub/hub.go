@@ -279,6 +279,13 @@ func (h *Hub) serveReady(w http.ResponseWriter, r *http.Request) {
 	w.Write([]byte("ok\n"))
 }
 
+// spreadDelay is how long an agent the hub sends away at shutdown waits
+// before it connects again: a random share of the reconnect spread, so a
+// restart under thousands of agents is no storm.
+func (h *Hub) spreadDelay() time.Duration {
+	return time.Duration(h.cfg.Random() * float64(h.cfg.ReconnectSpread))
+}
+
 // Close tells every connected agent the hub is going away, with a random
 // delay within the reconnect spread so they don't all come back in the same
 // second, closes their connections, and waits for them to be done. Run it
@@ -294,7 +301,7 @@ func (h *Hub) Close() error {
 	h.mu.Unlock()
 	gs := make([]goodbye, len(conns))
 	for i, c := range conns {
-		gs[i] = goodbye{c, goAwayShutdown, time.Duration(h.cfg.Random() * float64(h.cfg.ReconnectSpread))}
+		gs[i] = goodbye{c, goAwayShutdown, h.spreadDelay()}
 	}
 	sayGoodbye(gs)
 	h.conns.Wait()
