@@ -170,7 +170,7 @@ func (h *Hub) finish(c *agentConn, err error) {
 	h.mu.Unlock()
 	h.log.Info(fmt.Sprintf("The agent of %q disconnected", c.name), "agent", c.name, "remote", c.remote, "why", c.why)
 	if current {
-		h.setStatus(c.name, c.agentVersion, notConnected())
+		h.setStatus(c.name, c.agentVersion, notConnected(time.Unix(0, c.lastHeard.Load())))
 	}
 }
 

@@ -184,7 +184,8 @@ func TestProbesLeaveALargeAnswersConnection(t *testing.T) {
 
 // TestConnectedBeforeTheFirstProbe: between an agent's connecting and the
 // first probe's answer, the cluster is Unreachable, as the hub can't say
-// more yet, but not "Its agent isn't connected.": it is.
+// more yet, but not "Its agent isn't connected.": it is. Once the agent has
+// gone, the cluster still says when it was last heard from.
 func TestConnectedBeforeTheFirstProbe(t *testing.T) {
 	fc := newFakeCluster(t)
 	fc.readyzDelay.Store(int64(time.Hour)) // the first probe waits on /readyz
@@ -192,6 +193,7 @@ func TestConnectedBeforeTheFirstProbe(t *testing.T) {
 	if st, _ := h.Cluster("eu-1"); st.Message != MessageNotConnected {
 		t.Fatalf("before the agent: %+v", st)
 	}
+	before := time.Now()
 	a := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected", a.Connected)
 	eventually(t, 5*time.Second, "the first probe waits on /readyz", func() bool { return fc.count("/readyz") >= 1 })
@@ -204,4 +206,10 @@ func TestConnectedBeforeTheFirstProbe(t *testing.T) {
 		st, _ := h.Cluster("eu-1")
 		return st.Message == MessageNotConnected && st.ConnectedSince.IsZero()
 	})
+	if st, _ := h.Cluster("eu-1"); st.LastSeen.Before(before) || st.LastSeen.After(time.Now()) {
+		t.Errorf("after the agent left, last seen %s; want when it was connected", st.LastSeen)
+	}
+	if c := h.Clusters()[0]; c.LastSeen.IsZero() {
+		t.Errorf("the fleet's list lost the last seen time: %+v", c)
+	}
 }

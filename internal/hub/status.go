@@ -76,12 +76,17 @@ func (h *Hub) History(name string) []StatusChange {
 }
 
 type probeResult struct {
-	ready   bool
-	version string
-	message string
+	ready    bool
+	version  string
+	message  string
+	lastSeen time.Time // set when the agent has gone
 }
 
-func notConnected() probeResult { return probeResult{message: MessageNotConnected} }
+// notConnected is the status of a cluster whose agent has gone; lastSeen is
+// when the hub last heard from it, which the cluster keeps showing.
+func notConnected(lastSeen time.Time) probeResult {
+	return probeResult{message: MessageNotConnected, lastSeen: lastSeen}
+}
 
 // Clusters returns the status of every cluster in the agents list, and of
 // any connected agent's cluster, sorted by name.
@@ -151,6 +156,10 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 		return
 	}
 	prev, had := h.status[name]
+	next.LastSeen = r.lastSeen
+	if next.LastSeen.IsZero() && had {
+		next.LastSeen = prev.LastSeen
+	}
 	cur := &clusterStatus{ClusterStatus: next}
 	if had {
 		cur.history = prev.history
