@@ -28,6 +28,7 @@ FUZZ_TARGETS = \
 	./internal/inventory:FuzzParseDiscovery \
 	./internal/hub:FuzzAgentUpgradeHeaders \
 	./internal/hub:FuzzRewrite \
+	./internal/hub:FuzzRewritePath \
 	./internal/hub:FuzzCheckHello \
 	./internal/hub:FuzzParseCA \
 	./internal/hub:FuzzParseQuery \

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -213,6 +214,56 @@ func FuzzParseCA(f *testing.F) {
 		}
 		if !pool.Equal(want) {
 			t.Fatal("parseCA trusts other certificates than AppendCertsFromPEM")
+		}
+	})
+}
+
+// FuzzRewritePath: whatever path a client sends, the API server is sent the
+// part below the cluster's prefix, starting with a slash, and escaped as the
+// client escaped it (an escaped slash stays one).
+func FuzzRewritePath(f *testing.F) {
+	f.Add("/api/v1/namespaces/a/services/https:web:443/proxy/a%2Fb/c%20d")
+	f.Add("")
+	f.Add("%2Fx")
+	f.Add("/%63")
+	people, err := auth.New(auth.Config{Users: testUsers})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { people.Close() })
+	h, err := New(Config{Agents: testAgents("c"), Auth: people})
+	if err != nil {
+		f.Fatal(err)
+	}
+	conn := &agentConn{hub: h, name: "c", saToken: "service-account-token"}
+	const prefix = "/clusters/c"
+	f.Fuzz(func(t *testing.T, path string) {
+		u, err := url.ParseRequestURI(prefix + path)
+		if err != nil {
+			t.Skip()
+		}
+		in := httptest.NewRequest("GET", "/", nil)
+		in.URL = u
+		in = in.WithContext(context.WithValue(in.Context(), clusterKey{}, route{conn: conn, user: "alice", id: "id-1"}))
+		pr := &httputil.ProxyRequest{In: in, Out: in.Clone(in.Context())}
+		h.rewrite(pr)
+		out := pr.Out.URL
+		want := strings.TrimPrefix(u.Path, prefix)
+		if !strings.HasPrefix(want, "/") {
+			want = "/" + want
+		}
+		if out.Path != want {
+			t.Fatalf("%q: the API server is sent path %q, want %q", u, out.Path, want)
+		}
+		sent := out.EscapedPath()
+		if !strings.HasPrefix(sent, "/") {
+			t.Fatalf("%q: the request line's path %q doesn't start with /", u, sent)
+		}
+		if un, err := url.PathUnescape(sent); err != nil || un != out.Path {
+			t.Fatalf("%q: the request line's path %q doesn't decode to %q", u, sent, out.Path)
+		}
+		if escaped := u.EscapedPath(); strings.HasPrefix(escaped, prefix+"/") && sent != strings.TrimPrefix(escaped, prefix) {
+			t.Fatalf("%q: the request line's path is %q, want %q as the client escaped it", u, sent, strings.TrimPrefix(escaped, prefix))
 		}
 	})
 }

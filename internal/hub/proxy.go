@@ -141,11 +141,20 @@ func (p *copyBuffers) Put(b []byte) { p.pool.Put(&b) }
 func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 	rt := pr.In.Context().Value(clusterKey{}).(route)
 	out := pr.Out
-	rest := strings.TrimPrefix(pr.In.URL.Path, h.clusterPrefix(rt.conn.name))
+	prefix := h.clusterPrefix(rt.conn.name)
+	rest := strings.TrimPrefix(pr.In.URL.Path, prefix)
 	if !strings.HasPrefix(rest, "/") {
 		rest = "/" + rest
 	}
-	out.URL = &url.URL{Scheme: "https", Host: APIServerName, Path: rest, RawQuery: pr.In.URL.RawQuery}
+	// The path as the client escaped it, when that differs from the
+	// decoded one: an escaped slash (a%2Fb in a service proxy's path) must
+	// reach the API server escaped. url.URL uses RawPath only while it
+	// decodes to Path, and escapes Path itself otherwise.
+	rawRest := strings.TrimPrefix(pr.In.URL.RawPath, prefix)
+	if !strings.HasPrefix(rawRest, "/") {
+		rawRest = ""
+	}
+	out.URL = &url.URL{Scheme: "https", Host: APIServerName, Path: rest, RawPath: rawRest, RawQuery: pr.In.URL.RawQuery}
 	out.Host = APIServerName
 
 	// Nothing that could speak for someone else gets through, whatever its

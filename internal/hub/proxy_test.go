@@ -151,6 +151,45 @@ func TestProxyImpersonatesAndStripsCredentials(t *testing.T) {
 	}
 }
 
+// TestProxyKeepsThePathAsWritten: the API server gets the path as the
+// client escaped it. An escaped slash in a service proxy's path stays one
+// (a%2Fb is one segment to the service, a/b two), whichever way the hub
+// sends the request: its own client (GET) or net/http's transport (POST).
+func TestProxyKeepsThePathAsWritten(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	const path = "/api/v1/namespaces/a/services/https:web:443/proxy/a%2Fb/c%20d?q=x%2Fy"
+	for _, method := range []string{"GET", "POST"} {
+		code, body, _ := call(t, method, h.url+"/clusters/open"+path, aliceToken, nil)
+		var got struct{ Path string }
+		if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil {
+			t.Fatalf("%s: %d %s", method, code, body)
+		}
+		if got.Path != path {
+			t.Errorf("%s: the API server saw %q, want %q", method, got.Path, path)
+		}
+	}
+}
+
+// TestProxyHeadersSurviveConnection: a client that names the hub's own
+// headers in Connection, as hop-by-hop, can't strip them: the API server
+// still gets the service account's token and the person to impersonate.
+func TestProxyHeadersSurviveConnection(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	hdr := http.Header{"Connection": {"Authorization, Impersonate-User, Impersonate-Group, " + RequestIDHeader}}
+	code, body, _ := call(t, "GET", h.url+"/clusters/open/api", aliceToken, hdr)
+	var got struct{ Header http.Header }
+	if err := json.Unmarshal([]byte(body), &got); code != 200 || err != nil {
+		t.Fatalf("%d %s", code, body)
+	}
+	hd := got.Header
+	if hd.Get("Authorization") != "Bearer service-account-token-1" || hd.Get("Impersonate-User") != "alice" ||
+		hd.Get("Impersonate-Group") != "dev" || hd.Get(RequestIDHeader) == "" {
+		t.Errorf("the API server saw %v", hd)
+	}
+}
+
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
