@@ -98,7 +98,13 @@ func (h *Hub) sameOrigin(r *http.Request) bool {
 	if err != nil || pub.Host == "" {
 		return false
 	}
-	return strings.EqualFold(origin, pub.Scheme+"://"+pub.Host)
+	// Browsers leave a scheme's default port out of Origin, whether or not
+	// the address they opened named it.
+	host := pub.Host
+	if port := pub.Port(); port == "443" && pub.Scheme == "https" || port == "80" && pub.Scheme == "http" {
+		host = strings.TrimSuffix(host, ":"+port)
+	}
+	return strings.EqualFold(origin, pub.Scheme+"://"+host)
 }
 
 // visibleClusters returns the clusters p may see, sorted by name.

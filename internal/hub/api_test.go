@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -373,4 +374,35 @@ func callBriefly(t *testing.T, method, url, token string, header http.Header) (i
 	defer cancel()
 	code, body, _ := callWithin(t, ctx, method, url, token, header)
 	return code, body
+}
+
+// TestSameOriginWithADefaultPort: a public URL that names its scheme's
+// default port is the same origin as the one browsers send, which leaves
+// the port out; any other port, scheme or host is another site.
+func TestSameOriginWithADefaultPort(t *testing.T) {
+	for _, tc := range []struct {
+		public, origin string
+		same           bool
+	}{
+		{"https://hub.example.com:443/tether", "https://hub.example.com", true},
+		{"https://hub.example.com", "https://hub.example.com", true},
+		{"https://HUB.example.com", "https://hub.example.com", true},
+		{"http://hub.example.com:80", "http://hub.example.com", true},
+		{"https://[fd00::1]:443", "https://[fd00::1]", true},
+		{"https://hub.example.com:8443", "https://hub.example.com:8443", true},
+		{"https://hub.example.com:8443", "https://hub.example.com", false},
+		{"https://hub.example.com:443", "http://hub.example.com", false},
+		{"http://hub.example.com:443", "http://hub.example.com", false},
+		{"https://hub.example.com", "https://hub.example.com.evil.example", false},
+		{"https://hub.example.com", "", true}, // no Origin: not a browser's cross-site request
+	} {
+		h := &Hub{cfg: Config{PublicURL: tc.public}}
+		r := httptest.NewRequest("POST", "/login", nil)
+		if tc.origin != "" {
+			r.Header.Set("Origin", tc.origin)
+		}
+		if got := h.sameOrigin(r); got != tc.same {
+			t.Errorf("public URL %s, Origin %q: same origin %v, want %v", tc.public, tc.origin, got, tc.same)
+		}
+	}
 }
