@@ -26,6 +26,7 @@ FUZZ_TARGETS = \
 	./internal/agent:FuzzOptionsFromEnv \
 	./internal/agent:FuzzRetryAfter \
 	./internal/inventory:FuzzParseDiscovery \
+	./internal/inventory:FuzzSummarize \
 	./internal/hub:FuzzAgentUpgradeHeaders \
 	./internal/hub:FuzzRewrite \
 	./internal/hub:FuzzRewritePath \

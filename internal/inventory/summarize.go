@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"fmt"
+	"math"
 	"strings"
 
 	"github.com/tetherhq/tether/internal/protocol"
@@ -101,8 +102,9 @@ func summarizePod(o map[string]any, r *protocol.Resource) {
 		if !ok {
 			continue
 		}
-		n, _, _ := unstructured.NestedInt64(m, "restartCount")
-		r.Restarts += int32(n)
+		if n, _ := integer(m, "restartCount"); n > 0 {
+			r.Restarts = int32(min(int64(r.Restarts)+n, math.MaxInt32))
+		}
 		// A container waiting (CrashLoopBackOff, ImagePullBackOff) says
 		// more than the pod's phase.
 		if why := str(m, "state", "waiting", "reason"); why != "" && !r.Ready {
@@ -116,15 +118,15 @@ func summarizeWorkload(kind string, o map[string]any, r *protocol.Resource) {
 	r.Conditions = conditions(o, "status", "conditions")
 	var desired, ready int64
 	if kind == "daemonsets" {
-		desired, _, _ = unstructured.NestedInt64(o, "status", "desiredNumberScheduled")
-		ready, _, _ = unstructured.NestedInt64(o, "status", "numberReady")
+		desired, _ = integer(o, "status", "desiredNumberScheduled")
+		ready, _ = integer(o, "status", "numberReady")
 	} else {
 		var found bool
-		desired, found, _ = unstructured.NestedInt64(o, "spec", "replicas")
+		desired, found = integer(o, "spec", "replicas")
 		if !found {
 			desired = 1
 		}
-		ready, _, _ = unstructured.NestedInt64(o, "status", "readyReplicas")
+		ready, _ = integer(o, "status", "readyReplicas")
 	}
 	r.Replicas = fmt.Sprintf("%d/%d", ready, desired)
 	r.Ready = ready >= desired
@@ -207,6 +209,26 @@ func appendNew(list []string, s string) []string {
 func str(o map[string]any, path ...string) string {
 	s, _, _ := unstructured.NestedString(o, path...)
 	return s
+}
+
+// integer reads the whole number at path. The reflector decodes objects with
+// encoding/json, which gives numbers as float64; the API machinery's decoder
+// gives int64. Both are read; anything else, or nothing, is 0 and false.
+func integer(o map[string]any, path ...string) (int64, bool) {
+	v, found, err := unstructured.NestedFieldNoCopy(o, path...)
+	if !found || err != nil {
+		return 0, false
+	}
+	switch n := v.(type) {
+	case int64:
+		return n, true
+	case float64:
+		if n != math.Trunc(n) || math.Abs(n) > 1<<53 {
+			return 0, false
+		}
+		return int64(n), true
+	}
+	return 0, false
 }
 
 func slice(o map[string]any, path ...string) []any {

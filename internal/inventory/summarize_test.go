@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
 
@@ -69,17 +70,24 @@ metadata: {name: old}
 status: {phase: Terminating}
 `, protocol.Resource{ResourceRef: protocol.ResourceRef{Kind: "namespaces", Name: "old"}, Phase: "Terminating", Ready: false}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var obj map[string]any
-			if err := yaml.Unmarshal([]byte(tc.yaml), &obj); err != nil {
-				t.Fatal(err)
-			}
-			k, _ := LookupKind(tc.kind)
-			got := Summarize(k, &unstructured.Unstructured{Object: normalize(obj).(map[string]any)})
-			if !reflect.DeepEqual(got, tc.want) {
-				t.Errorf("got  %+v\nwant %+v", got, tc.want)
-			}
-		})
+		// Numbers as the reflector's encoding/json gives them (float64),
+		// and as the API machinery's decoder does (int64).
+		for _, decoding := range []string{"float64", "int64"} {
+			t.Run(tc.name+", "+decoding, func(t *testing.T) {
+				var obj map[string]any
+				if err := yaml.Unmarshal([]byte(tc.yaml), &obj); err != nil {
+					t.Fatal(err)
+				}
+				if decoding == "int64" {
+					obj = normalize(obj).(map[string]any)
+				}
+				k, _ := LookupKind(tc.kind)
+				got := Summarize(k, &unstructured.Unstructured{Object: obj})
+				if !reflect.DeepEqual(got, tc.want) {
+					t.Errorf("got  %+v\nwant %+v", got, tc.want)
+				}
+			})
+		}
 	}
 }
 
@@ -99,4 +107,29 @@ func normalize(v any) any {
 		return int64(v)
 	}
 	return v
+}
+
+// FuzzSummarize feeds objects, decoded as the reflector decodes what the API
+// server sends (untrusted: an aggregated API's server, or a CRD's, writes
+// them), to the summary of every kind: it never panics, and its counts are
+// never negative.
+func FuzzSummarize(f *testing.F) {
+	f.Add([]byte(`{"metadata":{"name":"web","namespace":"shop"},"spec":{"replicas":3},"status":{"readyReplicas":2}}`))
+	f.Add([]byte(`{"metadata":{"name":"p"},"status":{"phase":"Running","containerStatuses":[{"restartCount":1e300},{"restartCount":-4},{"restartCount":2147483647}]}}`))
+	f.Add([]byte(`{"status":{"conditions":[{"type":"Ready"},7,null],"sync":{"status":1},"health":"x"},"spec":{"servers":[{"hosts":["a/b","*"]}]}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var obj map[string]any
+		if json.Unmarshal(b, &obj) != nil || obj == nil {
+			return
+		}
+		for _, k := range Kinds {
+			r := Summarize(k, &unstructured.Unstructured{Object: obj})
+			if r.Kind != k.Name {
+				t.Fatalf("%s: summarized as kind %q", k.Name, r.Kind)
+			}
+			if r.Restarts < 0 {
+				t.Fatalf("%s: %d restarts", k.Name, r.Restarts)
+			}
+		}
+	})
 }

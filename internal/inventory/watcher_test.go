@@ -470,3 +470,53 @@ func TestInventoryGoesOutInSmallWrites(t *testing.T) {
 	}
 	t.Logf("%d bytes written, the largest write %d", f.written.Load(), f.largestWrite.Load())
 }
+
+// TestNumbersFromARealServer: the counts in a summary (ready replicas,
+// restarts) are read from objects as the reflector decodes a real API
+// server's answers, where JSON numbers arrive as float64. There is no
+// controller here, so the test writes the status itself.
+func TestNumbersFromARealServer(t *testing.T) {
+	ctx := t.Context()
+	if err := cluster.GrantInventory(ctx, localkube.Namespace, localkube.ServiceAccount); err != nil {
+		t.Fatal(err)
+	}
+	ns := unique("inv-numbers")
+	mustNamespace(t, ns)
+	deployments := "/apis/apps/v1/namespaces/" + ns + "/deployments"
+	mustDo(t, "POST", deployments, map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment", "metadata": map[string]any{"name": "web"},
+		"spec": map[string]any{"replicas": 2, "selector": map[string]any{"matchLabels": map[string]string{"app": "web"}},
+			"template": map[string]any{"metadata": map[string]any{"labels": map[string]string{"app": "web"}},
+				"spec": map[string]any{"containers": []any{map[string]any{"name": "main", "image": "registry.example/app:1"}}}}},
+	})
+	mustDo(t, "PATCH", deployments+"/web/status", map[string]any{"status": map[string]any{"replicas": 2, "readyReplicas": 2}})
+	pods := "/api/v1/namespaces/" + ns + "/pods"
+	mustDo(t, "POST", pods, pod(ns, "web-1", nil))
+	mustDo(t, "PATCH", pods+"/web-1/status", map[string]any{"status": map[string]any{"phase": "Running",
+		"conditions":        []any{map[string]any{"type": "Ready", "status": "True"}},
+		"containerStatuses": []any{map[string]any{"name": "main", "image": "registry.example/app:1", "imageID": "", "ready": true, "restartCount": 3, "state": map[string]any{"running": map[string]any{}}}},
+	}})
+
+	w := newTestWatcher(t, cluster.ServiceAccountDir, ns)
+	runWatcher(t, w)
+	store := inventory.NewStore()
+	stream(t, w, store, "c1", "")
+	item := func(kind string) (inventory.Item, bool) {
+		items, _ := store.Select("c1", inventory.Query{Kind: kind, Namespace: ns}, allow)
+		if len(items) != 1 {
+			return inventory.Item{}, false
+		}
+		return items[0], true
+	}
+	eventually(t, 10*time.Second, "the deployment and the pod", func() bool {
+		_, d := item("deployments")
+		_, p := item("pods")
+		return d && p
+	})
+	if d, _ := item("deployments"); d.Replicas != "2/2" || !d.Ready {
+		t.Errorf("deployment: replicas %q, ready %v; want 2/2, ready", d.Replicas, d.Ready)
+	}
+	if p, _ := item("pods"); p.Restarts != 3 || !p.Ready {
+		t.Errorf("pod: %d restarts, ready %v; want 3, ready", p.Restarts, p.Ready)
+	}
+}
