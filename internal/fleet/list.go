@@ -381,8 +381,7 @@ func (e *Entry) StringMap(field string) (map[string]string, bool, error) {
 	return out, true, nil
 }
 
-// SHA256 reads a field of 64 hex characters, like caSha256; how says how to make one. Hashes are
-// not secrets, so a malformed one is quoted.
+// SHA256 reads a field of 64 hex characters, like caSha256; how says how to make one.
 func (e *Entry) SHA256(field, how string) (Hash, bool, error) {
 	s, ok, err := e.String(field)
 	if !ok {
@@ -390,9 +389,26 @@ func (e *Entry) SHA256(field, how string) (Hash, bool, error) {
 	}
 	h, err := ParseHash(s)
 	if err != nil {
-		return Hash{}, false, e.Errorf("has a %s of %q, which is not 64 hex characters; %s", field, s, how)
+		return Hash{}, false, e.badHash(field, s, how)
 	}
 	return h, true, nil
+}
+
+// badHash says what is wrong with s, a malformed hash in field. Hashes are not secrets, so one
+// is quoted, except in a tokenSha256: what is there may be the token itself, pasted into the
+// wrong field, and no token is ever quoted.
+func (e *Entry) badHash(field, s, how string) error {
+	if !strings.HasPrefix(field, "tokenSha256") {
+		return e.Errorf("has a %s of %q, which is not 64 hex characters; %s", field, s, how)
+	}
+	notHex := 0
+	for _, r := range s {
+		if !strings.ContainsRune("0123456789abcdefABCDEF", r) {
+			notHex++
+		}
+	}
+	return e.Errorf("has a %s that is not 64 hex characters: it has %d, %d of them not hex digits (not quoted, as it may be the token itself: that goes in token); %s",
+		field, utf8.RuneCountInString(s), notHex, how)
 }
 
 const howTokenSHA256 = `make it with: printf %s "$TOKEN" | sha256sum`
@@ -440,7 +456,7 @@ func (e *Entry) TokenHashes() ([]Hash, error) {
 		}
 		h, err := ParseHash(s)
 		if err != nil {
-			return nil, e.Errorf("has a tokenSha256 of %q, which is not 64 hex characters; %s", s, howTokenSHA256)
+			return nil, e.badHash("tokenSha256", s, howTokenSHA256)
 		}
 		if !slices.Contains(hashes, h) {
 			hashes = append(hashes, h)
