@@ -71,6 +71,7 @@ var errAlreadyLogged = errors.New("")
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tether dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "where the hub listens (loopback only)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -82,8 +83,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return dev.Run(ctx, dev.Config{Addr: *addr, Logger: log, Out: stdout})
 }
 
-func runToken(args []string, stdout io.Writer) error {
+func runToken(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tether token", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	name := fs.String("name", "in-cluster", "the cluster's name in the hub's agents list (TETHER_AGENT_NAME)")
 	if err := fs.Parse(args); err != nil {
 		return err

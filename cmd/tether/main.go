@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,11 +16,14 @@ import (
 const usage = `Tether reaches private Kubernetes clusters from one hub.
 
 Usage:
-  tether hub       run the hub (settings: TETHER_… environment variables)
-  tether agent     run the agent in a cluster
-  tether dev       run a local API server, a hub and an agent on this machine
-  tether token     make a new agent token and its agents-list entry
-  tether version   print the version
+  tether hub                run the hub
+  tether agent              run the agent in a cluster
+  tether dev [--addr A]     run a local API server, a hub and an agent on this machine
+  tether token [--name N]   make a new agent token and its agents-list entry
+  tether version            print the version
+
+The hub and the agent take their settings from TETHER_… environment
+variables; docs/SETTINGS.md lists each, with its default.
 `
 
 func main() {
@@ -29,6 +34,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
+	}
+	if len(args) == 2 && (args[0] == "hub" || args[0] == "agent") && isHelp(args[1]) {
+		fmt.Fprint(stdout, usage)
+		return 0
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -41,15 +50,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "dev":
 		err = runDev(ctx, args[1:], stdout, stderr)
 	case "token":
-		err = runToken(args[1:], stdout)
+		err = runToken(args[1:], stdout, stderr)
 	case "version", "--version":
 		err = runVersion(stdout)
-	case "help", "-h", "--help":
+	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
 		fmt.Fprintf(stderr, "tether: unknown command %q\n\n%s", args[0], usage)
 		return 2
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		return 0 // the flags' usage is printed
 	}
 	if err != nil {
 		if msg := err.Error(); msg != "" {
@@ -58,4 +70,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// isHelp says whether arg asks for help rather than being a mistake.
+func isHelp(arg string) bool {
+	switch arg {
+	case "help", "-h", "-help", "--help":
+		return true
+	}
+	return false
 }

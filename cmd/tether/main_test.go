@@ -56,4 +56,17 @@ func TestUsage(t *testing.T) {
 	if code := run([]string{"hub", "extra"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "takes no arguments") {
 		t.Errorf("hub with an argument: exit %d, %q", code, errOut.String())
 	}
+	// Asking for help is no mistake: exit 0, with the usage.
+	for _, args := range [][]string{{"--help"}, {"hub", "--help"}, {"agent", "-h"}} {
+		out.Reset()
+		if code := run(args, &out, &errOut); code != 0 || !strings.Contains(out.String(), "docs/SETTINGS.md") {
+			t.Errorf("%v: exit %d, %q", args, code, out.String())
+		}
+	}
+	for _, args := range [][]string{{"token", "-h", "-name"}, {"dev", "--help", "-addr"}} {
+		errOut.Reset()
+		if code := run(args[:2], &out, &errOut); code != 0 || !strings.Contains(errOut.String(), args[2]) {
+			t.Errorf("%v: exit %d, %q", args, code, errOut.String())
+		}
+	}
 }
