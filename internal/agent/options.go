@@ -162,6 +162,9 @@ func (o Options) ReadServiceAccount() (ServiceAccount, error) {
 	caPath := o.caPath()
 	ca, err := os.ReadFile(caPath)
 	if err != nil {
+		if o.CAFile != "" {
+			return ServiceAccount{}, fmt.Errorf("No CA certificate at %s: Tether needs it to check the API server (%v)", caPath, errors.Unwrap(err))
+		}
 		return ServiceAccount{}, fmt.Errorf("No CA certificate at %s: the agent needs its pod's ca.crt to check the API server (%v)", caPath, errors.Unwrap(err))
 	}
 	if !x509.NewCertPool().AppendCertsFromPEM(ca) {

@@ -153,21 +153,26 @@ func TestClustersAloneTakeNoAgents(t *testing.T) {
 	}
 }
 
-// TestClusterTheHubCantRead: a cluster whose token file is missing stops
-// the hub at start with a line that names it.
+// TestClusterTheHubCantRead: a cluster whose token or CA file is missing
+// stops the hub at start with a line that names it and the file, and
+// speaks of no pod: there is no agent.
 func TestClusterTheHubCantRead(t *testing.T) {
 	fc := newFakeCluster(t)
-	missing := filepath.Join(t.TempDir(), "token")
-	settings := map[string]string{
-		"TETHER_PUBLIC_URL":     "http://hub.example.com",
-		"TETHER_FLEET_CLUSTERS": fmt.Sprintf("- {name: staging, server: %q, caFile: %q, tokenFile: %q}\n", fc.srv.URL, filepath.Join(fc.saDir, "ca.crt"), missing),
-		"TETHER_METRICS_ADDR":   "0",
-		"TETHER_USERS":          "- {name: ann, token: " + strings.Repeat("a", 32) + "}\n",
-	}
-	opts := optionsOn(t, settings)
-	err := Serve(context.Background(), opts, slog.New(slog.DiscardHandler), nil)
-	if err == nil || err.Error() != fmt.Sprintf(`TETHER_FLEET_CLUSTERS ("staging"): No token in %s: Tether needs it to speak to the API server`, missing) {
-		t.Errorf("Serve: %v", err)
+	missing := filepath.Join(t.TempDir(), "missing")
+	for _, tc := range []struct{ ca, token, want string }{
+		{filepath.Join(fc.saDir, "ca.crt"), missing, fmt.Sprintf(`TETHER_FLEET_CLUSTERS ("staging"): No token in %s: Tether needs it to speak to the API server`, missing)},
+		{missing, filepath.Join(fc.saDir, "token"), fmt.Sprintf(`TETHER_FLEET_CLUSTERS ("staging"): No CA certificate at %s: Tether needs it to check the API server (no such file or directory)`, missing)},
+	} {
+		settings := map[string]string{
+			"TETHER_PUBLIC_URL":     "http://hub.example.com",
+			"TETHER_FLEET_CLUSTERS": fmt.Sprintf("- {name: staging, server: %q, caFile: %q, tokenFile: %q}\n", fc.srv.URL, tc.ca, tc.token),
+			"TETHER_METRICS_ADDR":   "0",
+			"TETHER_USERS":          "- {name: ann, token: " + strings.Repeat("a", 32) + "}\n",
+		}
+		opts := optionsOn(t, settings)
+		if err := Serve(context.Background(), opts, slog.New(slog.DiscardHandler), nil); err == nil || err.Error() != tc.want {
+			t.Errorf("Serve: %v\nwant: %s", err, tc.want)
+		}
 	}
 }
 
