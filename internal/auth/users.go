@@ -142,7 +142,10 @@ func (u *users) named(name string) (User, bool) {
 // watch follows the users file until ctx is done. A list that doesn't parse, or a file that
 // can't be read, leaves the last good list in force, and the reason is logged.
 func (u *users) watch(ctx context.Context, cfg Config, log *slog.Logger) {
-	opts := fleet.WatchOptions{Debounce: cfg.Debounce, PollInterval: cfg.PollInterval, Initial: u.loaded}
+	opts := fleet.WatchOptions{Debounce: cfg.Debounce, PollInterval: cfg.PollInterval, Initial: u.loaded,
+		Unwatched: func(err error) {
+			log.Warn("Can't watch the users list's directory; reading the file every minute instead", "file", u.path, "error", err)
+		}}
 	err := fleet.WatchFile(ctx, u.path, opts, func(data []byte, err error) {
 		if err != nil {
 			log.Warn("Can't read the users list; keeping the last good one", "file", u.path, "error", err)

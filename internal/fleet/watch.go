@@ -24,6 +24,9 @@ type WatchOptions struct {
 	PollInterval time.Duration
 	// Initial is the content the caller already has, so an unchanged file is not reported.
 	Initial []byte
+	// Unwatched, when set, is told why the directory can't be watched (no inotify watches
+	// left, say); WatchFile then goes on reading the file every PollInterval alone.
+	Unwatched func(error)
 }
 
 // WatchFile calls changed with the content of the file at path whenever it differs from the last
@@ -41,14 +44,28 @@ func WatchFile(ctx context.Context, path string, opts WatchOptions, changed func
 	if opts.PollInterval == 0 {
 		opts.PollInterval = time.Minute
 	}
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watch %s: %w", path, err)
-	}
-	defer w.Close() // waits for fsnotify's own goroutine
 	dir := filepath.Dir(path)
-	if err := w.Add(dir); err != nil {
-		return fmt.Errorf("watch %s: %w", dir, err)
+	w, err := fsnotify.NewWatcher()
+	if err == nil {
+		if err = w.Add(dir); err != nil {
+			w.Close()
+		}
+	}
+	// Nil channels never deliver: without a watch, polling alone finds changes.
+	var events <-chan fsnotify.Event
+	var watchErrs <-chan error
+	if err != nil {
+		err = fmt.Errorf("watch %s: %w", dir, err)
+		if opts.PollInterval < 0 {
+			return err
+		}
+		if opts.Unwatched != nil {
+			opts.Unwatched(err)
+		}
+		w = nil
+	} else {
+		defer w.Close() // waits for fsnotify's own goroutine
+		events, watchErrs = w.Events, w.Errors
 	}
 
 	last := sha256.Sum256(opts.Initial)
@@ -83,14 +100,14 @@ func WatchFile(ctx context.Context, path string, opts WatchOptions, changed func
 		select {
 		case <-ctx.Done():
 			return nil
-		case _, ok := <-w.Events:
+		case _, ok := <-events:
 			if !ok {
 				return nil
 			}
 			// Any name in the directory may be the one path resolves through (..data, a
 			// temporary symlink renamed over it), so every event counts.
 			debounce.Reset(opts.Debounce)
-		case _, ok := <-w.Errors:
+		case _, ok := <-watchErrs:
 			if !ok {
 				return nil
 			}
@@ -100,7 +117,7 @@ func WatchFile(ctx context.Context, path string, opts WatchOptions, changed func
 			check()
 		case <-poll:
 			// A directory that was removed and made again lost its watch; take it again.
-			if !slices.Contains(w.WatchList(), dir) {
+			if w != nil && !slices.Contains(w.WatchList(), dir) {
 				_ = w.Add(dir)
 			}
 			check()
@@ -121,7 +138,10 @@ func (a *Agents) Watch(ctx context.Context) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	opts := WatchOptions{Debounce: a.cfg.Debounce, PollInterval: a.cfg.PollInterval, Initial: a.loaded}
+	opts := WatchOptions{Debounce: a.cfg.Debounce, PollInterval: a.cfg.PollInterval, Initial: a.loaded,
+		Unwatched: func(err error) {
+			log.Warn("Can't watch the agents list's directory; reading the file every minute instead", "file", a.path, "error", err)
+		}}
 	return WatchFile(ctx, a.path, opts, func(data []byte, err error) {
 		if err != nil {
 			log.Warn("Can't read the agents list; keeping the last good one", "file", a.path, "error", err)

@@ -172,6 +172,50 @@ func TestWatchFilePolls(t *testing.T) {
 	}
 }
 
+// TestWatchFileWithoutAWatch: a directory that can't be watched (here, one
+// that doesn't exist yet; on a node, one past the inotify limit) is said
+// once, and the file is still read every poll: changes are found late, not
+// never. With polling off, it is an error.
+func TestWatchFileWithoutAWatch(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secret")
+	path := filepath.Join(dir, "agents.yaml")
+	got := make(chan string, 16)
+	unwatched := make(chan error, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- WatchFile(ctx, path, WatchOptions{Debounce: 5 * time.Millisecond, PollInterval: 20 * time.Millisecond,
+			Unwatched: func(err error) { unwatched <- err }},
+			func(data []byte, err error) {
+				if err != nil {
+					got <- "error"
+					return
+				}
+				got <- string(data)
+			})
+	}()
+	defer func() { cancel(); mustDo(t, <-done) }()
+	if err := <-unwatched; err == nil || !strings.Contains(err.Error(), dir) {
+		t.Errorf("told %v, want why %s can't be watched", err, dir)
+	}
+	if s := next(t, got); s != "error" {
+		t.Fatalf("got %q, want the read error", s)
+	}
+	mustDo(t, os.Mkdir(dir, 0o755))
+	writeFile(t, dir, "agents.yaml", "one")
+	if s := next(t, got); s != "one" {
+		t.Fatalf("got %q, want one, read by polling", s)
+	}
+	if len(unwatched) != 0 {
+		t.Errorf("told again: %v", <-unwatched)
+	}
+
+	err := WatchFile(context.Background(), path+"-nowhere/x", WatchOptions{PollInterval: -1}, func([]byte, error) {})
+	if err == nil {
+		t.Error("no watch and no polling: nil error")
+	}
+}
+
 func TestWatchFileIgnoresUnchanged(t *testing.T) {
 	path := writeFile(t, t.TempDir(), "agents.yaml", "one")
 	got := make(chan string, 16)

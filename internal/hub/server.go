@@ -167,7 +167,9 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			agents.Watch(watchCtx)
+			if err := agents.Watch(watchCtx); err != nil {
+				log.Warn("Can't follow the agents list; changes to it need a hub restart", "file", opts.Fleet.AgentsFile, "error", err)
+			}
 		}()
 	}
 
