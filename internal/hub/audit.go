@@ -3,6 +3,7 @@ package hub
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -67,12 +68,19 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 		RequestID: rt.id,
 		Remote:    r.RemoteAddr,
 	})
-	if err != nil {
-		return
+	if err == nil {
+		h.auditMu.Lock()
+		_, err = h.cfg.Audit.Write(append(line, '\n'))
+		h.auditMu.Unlock()
 	}
-	h.auditMu.Lock()
-	defer h.auditMu.Unlock()
-	h.cfg.Audit.Write(append(line, '\n'))
+	if err != nil {
+		// A full disk, say: the line is lost, so say so, where operators
+		// look (the log, rate-limited, and a metric to alert on).
+		h.metrics.auditErrors.Inc()
+		if suppressed, ok := h.refusals.allow("audit"); ok {
+			h.log.Error(fmt.Sprintf("Can't write an audit line: %v", err), "request", rt.id, "suppressed", suppressed)
+		}
+	}
 }
 
 // verb names what a request does in Kubernetes' words, from its method and

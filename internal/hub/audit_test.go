@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestAuditLineHasEveryField: SPEC section 3 names the fields of each audit
@@ -83,5 +86,28 @@ func TestAnswerGoesOutBeforeTheAuditLine(t *testing.T) {
 	code, body, _ := callWithin(t, ctx, "GET", h.url+"/clusters/open/api/v1/namespaces/a/pods", "", http.Header{"X-Remote-User": {"carol"}})
 	if code != http.StatusOK || !strings.Contains(body, `"path":"/api/v1/namespaces/a/pods"`) {
 		t.Fatalf("status %d, body %q", code, body)
+	}
+}
+
+// fullDisk is an audit sink whose every write fails, as a file on a full
+// disk's does.
+type fullDisk struct{}
+
+func (fullDisk) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
+
+// TestAuditLineThatCantBeWritten: a lost audit line doesn't fail the
+// request, but it isn't lost silently: the hub logs it, rate-limited, and
+// counts it for operators to alert on.
+func TestAuditLineThatCantBeWritten(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "", func(c *Config) { c.Audit = fullDisk{} })
+	for range 3 {
+		if code, body, _ := call(t, "GET", h.url+"/clusters/open/api", aliceToken, nil); code != http.StatusOK {
+			t.Fatalf("%d %s", code, body)
+		}
+	}
+	eventually(t, 5*time.Second, "three lost lines counted", func() bool { return testutil.ToFloat64(h.metrics.auditErrors) == 3 })
+	if n := strings.Count(h.logs.String(), "Can't write an audit line: no space left on device"); n != 1 {
+		t.Errorf("logged %d times, want once (rate-limited):\n%s", n, h.logs)
 	}
 }

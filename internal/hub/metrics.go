@@ -19,6 +19,8 @@ type metrics struct {
 	// streamsOpened and streamsClosed count the streams to API servers the
 	// hub opened and closed: equal once the hub is idle, or a stream leaked.
 	streamsOpened, streamsClosed prometheus.Counter
+
+	auditErrors prometheus.Counter // audit lines that couldn't be written
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -57,7 +59,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.streamsClosed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tether_streams_closed_total", Help: "Streams to API servers the hub closed; equals tether_streams_opened_total when none are open.",
 	})
-	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, m.requests, m.requestDuration, relayed, m.streamsOpened, m.streamsClosed} {
+	m.auditErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tether_audit_write_errors_total", Help: "Audit lines the hub couldn't write to TETHER_AUDIT_FILE, and so lost.",
+	})
+	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, m.requests, m.requestDuration, relayed, m.streamsOpened, m.streamsClosed, m.auditErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
