@@ -37,6 +37,9 @@ func (w *Watcher) NewReflector(kind, namespace string, watchTimeout time.Duratio
 	return &Reflector{r}
 }
 
+// SetPageTimeout changes how long one page of a list may take.
+func (r *Reflector) SetPageTimeout(d time.Duration) { r.r.pageTimeout = d }
+
 // Run runs the reflector until ctx ends.
 func (r *Reflector) Run(ctx context.Context) { r.r.run(ctx) }
 

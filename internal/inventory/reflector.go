@@ -37,7 +37,8 @@ type reflector struct {
 	// watchTimeout is the shortest a watch lasts before the API server
 	// ends it; each asks for a random time between it and twice it.
 	watchTimeout time.Duration
-	page         int // objects per page of a list
+	page         int           // objects per page of a list
+	pageTimeout  time.Duration // how long one page of a list may take
 
 	synced chan struct{} // closed after the first complete list
 
@@ -49,6 +50,7 @@ type reflector struct {
 // has them.
 const (
 	listPage        = 500
+	listPageTimeout = time.Minute     // an API server that stops answering a list
 	watchMinTimeout = 5 * time.Minute // a watch ends after 5 to 10 minutes
 	backoffMin      = 800 * time.Millisecond
 	backoffMax      = 30 * time.Second
@@ -64,7 +66,7 @@ func newReflector(api apiServer, k Kind, version, namespace string, noteErr func
 	}
 	path += "/" + k.Name
 	return &reflector{api: api, kind: k, path: path, noteErr: noteErr, changed: changed,
-		watchTimeout: watchMinTimeout, page: listPage, synced: make(chan struct{}), items: map[string]protocol.Resource{}}
+		watchTimeout: watchMinTimeout, page: listPage, pageTimeout: listPageTimeout, synced: make(chan struct{}), items: map[string]protocol.Resource{}}
 }
 
 // run lists and watches until ctx ends.
@@ -136,7 +138,13 @@ func (r *reflector) list(ctx context.Context) (string, error) {
 			q.Set("continue", cont)
 		}
 		var page listPageJSON
-		if err := r.api.do(ctx, "GET", r.path+"?"+q.Encode(), "application/json", nil, &page); err != nil {
+		// A page is bounded, so a page that takes this long is an API
+		// server that stopped answering: give up, and list again later,
+		// rather than wait on it for ever.
+		pctx, cancel := context.WithTimeout(ctx, r.pageTimeout)
+		err := r.api.do(pctx, "GET", r.path+"?"+q.Encode(), "application/json", nil, &page)
+		cancel()
+		if err != nil {
 			return "", err
 		}
 		for _, o := range page.Items {

@@ -2,12 +2,19 @@ package inventory_test
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/protocol"
 )
 
@@ -137,4 +144,38 @@ func reflectorScope(t *testing.T, account, ns string) (saDir, namespace string) 
 		t.Fatal(err)
 	}
 	return saDir, namespace
+}
+
+// TestListGivesUpOnASilentAPIServer: an API server that takes a list and
+// never answers doesn't hold the kind for ever: the page times out, and the
+// reflector lists again after its backoff.
+func TestListGivesUpOnASilentAPIServer(t *testing.T) {
+	var lists atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		lists.Add(1)
+		<-r.Context().Done() // never answers
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	mustWrite(t, filepath.Join(dir, "ca.crt"), ca)
+	mustWrite(t, filepath.Join(dir, "token"), []byte("service-account-token"))
+	w, err := inventory.NewWatcher(inventory.WatcherConfig{Host: srv.URL, CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := w.NewReflector("pods", "", time.Minute, 10, func(protocol.ResourceRef) {})
+	r.SetPageTimeout(200 * time.Millisecond)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, 10*time.Second, "a second list after the first one's page timed out", func() bool { return lists.Load() >= 2 })
+}
+
+func mustWrite(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

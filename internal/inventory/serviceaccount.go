@@ -118,6 +118,11 @@ func (t *serviceAccountTransport) readCALocked() error {
 		IdleConnTimeout:     90 * time.Second,
 		MaxIdleConnsPerHost: 4,
 		ForceAttemptHTTP2:   true,
+		// Watches can be quiet for minutes: a connection silent for 30 s
+		// is pinged, and closed if the ping isn't answered in 15 (as
+		// client-go does), so a network that drops everything ends the
+		// watch instead of leaving it open on nothing.
+		HTTP2: &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second},
 	}
 	if old != nil {
 		old.CloseIdleConnections()
