@@ -1,9 +1,13 @@
 package agent
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/internal/pki"
 )
 
 // FuzzParseHubURL: whatever TETHER_HUB_URL holds, an accepted URL is an
@@ -43,21 +47,48 @@ func FuzzParseHubURL(f *testing.F) {
 }
 
 // FuzzOptionsFromEnv: bad settings give one line naming the setting, and
-// never show the token.
+// never show the token. The service account directory is a real one, so
+// good settings parse, and what they parse to holds.
 func FuzzOptionsFromEnv(f *testing.F) {
-	f.Add("https://h", "eu-1", "0123456789abcdef0123456789abcdef", "60", "h", "443", ":8081")
-	f.Add("h", "", " secret-token\n", "0", "", "x", "0")
-	f.Add("https://h", "UPPER", "", "-1", "10.0.0.1", "65536", "")
-	f.Fuzz(func(t *testing.T, hubURL, name, token, reread, host, port, health string) {
+	f.Add("https://h", "eu-1", "0123456789abcdef0123456789abcdef", "60", "h", "443", ":8081", "team-a, team-b", "istio-system/public")
+	f.Add("h", "", " secret-token\n", "0", "", "x", "0", ",,", "x")
+	f.Add("https://h", "UPPER", "", "-1", "10.0.0.1", "65536", "", "B", "a/b/c")
+	ca, err := pki.NewCA("fuzz", time.Hour)
+	if err != nil {
+		f.Fatal(err)
+	}
+	sa := f.TempDir()
+	for name, content := range map[string]string{"token": "service-account-token", "ca.crt": string(ca.CertPEM)} {
+		if err := os.WriteFile(filepath.Join(sa, name), []byte(content), 0o600); err != nil {
+			f.Fatal(err)
+		}
+	}
+	good := map[string]string{"TETHER_HUB_URL": "https://h", "TETHER_AGENT_TOKEN": "0123456789abcdef", "KUBERNETES_SERVICE_HOST": "h", "TETHER_SERVICEACCOUNT_DIR": sa}
+	if _, err := OptionsFromEnv(func(k string) string { return good[k] }); err != nil {
+		f.Fatalf("good settings don't parse, so the fuzzing would never pass them: %v", err)
+	}
+	f.Fuzz(func(t *testing.T, hubURL, name, token, reread, host, port, health, namespaces, tieBreaker string) {
 		env := map[string]string{
 			"TETHER_HUB_URL": hubURL, "TETHER_AGENT_NAME": name, "TETHER_AGENT_TOKEN": token,
 			"TETHER_TOKEN_REREAD_SECONDS": reread, "KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port,
-			"TETHER_HEALTH_ADDR": health,
+			"TETHER_HEALTH_ADDR": health, "TETHER_SERVICEACCOUNT_DIR": sa,
+			"TETHER_ALLOWED_NAMESPACES": namespaces, "TETHER_ISTIO_GATEWAY_TIE_BREAKER": tieBreaker,
 		}
 		o, err := OptionsFromEnv(func(k string) string { return env[k] })
 		if err == nil {
 			if o.Token != strings.TrimSpace(token) || o.Token == "" {
 				t.Fatalf("token %q became %q", token, o.Token)
+			}
+			if o.TokenReread < time.Second || o.HubURL == nil || o.APIServer == "" {
+				t.Fatalf("parsed to %+v", o)
+			}
+			for _, ns := range o.AllowedNamespaces {
+				if ns == "" || ns != strings.TrimSpace(ns) || !strings.Contains(namespaces, ns) {
+					t.Fatalf("namespaces %q parsed to %q", namespaces, o.AllowedNamespaces)
+				}
+			}
+			if o.GatewayTieBreaker != "" && strings.Count(o.GatewayTieBreaker, "/") != 1 {
+				t.Fatalf("tie breaker %q parsed to %q", tieBreaker, o.GatewayTieBreaker)
 			}
 			return
 		}
@@ -65,7 +96,7 @@ func FuzzOptionsFromEnv(f *testing.F) {
 		if strings.Contains(msg, "\n") {
 			t.Fatalf("error on more than one line: %q", msg)
 		}
-		if tok := strings.TrimSpace(token); len(tok) >= 8 && strings.Contains(msg, tok) && !strings.Contains(hubURL+name+host+port+reread+health, tok) {
+		if tok := strings.TrimSpace(token); len(tok) >= 8 && strings.Contains(msg, tok) && !strings.Contains(hubURL+name+host+port+reread+health+namespaces+tieBreaker, tok) {
 			t.Fatalf("error shows the token: %s", msg)
 		}
 	})
