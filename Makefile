@@ -22,6 +22,7 @@ FUZZ_TARGETS = \
 	./internal/auth:FuzzParseUsers \
 	./internal/auth:FuzzAuthenticate \
 	./internal/auth:FuzzCheckIdentity \
+	./internal/auth:FuzzOptionsFromEnv \
 	./internal/agent:FuzzParseHubURL \
 	./internal/agent:FuzzOptionsFromEnv \
 	./internal/agent:FuzzRetryAfter \

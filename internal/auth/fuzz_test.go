@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/testutil/oidctest"
@@ -176,6 +177,46 @@ func FuzzAuthenticate(f *testing.F) {
 		}
 		if len(cred) >= 16 && !strings.ContainsAny(cred, " _") && !strings.Contains(iss.URL, cred) && strings.Contains(msg, cred) {
 			t.Fatalf("error shows the credential %q: %s", cred, msg)
+		}
+	})
+}
+
+// FuzzOptionsFromEnv: the authentication settings either parse to what the
+// hub can trust, or give one line naming the setting. Above all, the trusted
+// proxy addresses: each is a masked prefix of one address family (an
+// IPv4-mapped one is unmapped, as peers are compared), and never everyone.
+func FuzzOptionsFromEnv(f *testing.F) {
+	f.Add("10.0.0.0/8, fd00::/8", "X-Remote-User", "X-Remote-Group", "12h", "https://accounts.example.com", "tether", "email", "oidc:")
+	f.Add("::ffff:10.0.0.0/104,127.0.0.1", "X-Remote-User", "", "30m", "", "", "", "")
+	f.Add("0.0.0.0/0", "X-Remote-User", "", "10s", "http://x", "", "a b", "system:")
+	f.Add("fe80::1%eth0,::ffff:0.0.0.0/95", "Authorization", "authorization", "", "https://x?q", "c", "", "")
+	good := map[string]string{SettingProxyTrustedCIDRs: "::ffff:10.0.0.0/104,127.0.0.1", SettingProxyUserHeader: "X-Remote-User"}
+	if c, err := OptionsFromEnv(func(k string) string { return good[k] }); err != nil || len(c.ProxyTrusted) != 2 {
+		f.Fatalf("good settings: %v, %v", c.ProxyTrusted, err)
+	}
+	f.Fuzz(func(t *testing.T, cidrs, userHeader, groupsHeader, ttl, issuer, clientID, claim, prefix string) {
+		env := map[string]string{
+			SettingProxyTrustedCIDRs: cidrs, SettingProxyUserHeader: userHeader, SettingProxyGroupsHeader: groupsHeader,
+			SettingKubeconfigTTL: ttl, SettingOIDCIssuer: issuer, SettingOIDCClientID: clientID,
+			SettingOIDCUsernameClaim: claim, SettingUserPrefix: prefix,
+		}
+		c, err := OptionsFromEnv(func(k string) string { return env[k] })
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error on more than one line: %q", err)
+			}
+			return
+		}
+		for _, p := range c.ProxyTrusted {
+			if !p.IsValid() || p != p.Masked() || p.Addr().Is4In6() || p.Addr().Zone() != "" || p.Bits() == 0 {
+				t.Fatalf("%q: trusted prefix %v", cidrs, p)
+			}
+		}
+		if len(c.ProxyTrusted) > 0 && c.ProxyUserHeader == "" {
+			t.Fatalf("%q: trusted proxies with no user header", cidrs)
+		}
+		if c.TTL != 0 && c.TTL < time.Minute {
+			t.Fatalf("%q: a TTL of %s", ttl, c.TTL)
 		}
 	})
 }
