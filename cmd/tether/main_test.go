@@ -9,7 +9,12 @@ import (
 	"testing"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"go.uber.org/goleak"
 )
+
+// TestMain checks that no test leaves a goroutine behind: run starts one
+// to wait for signals.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestToken(t *testing.T) {
 	var out, errOut bytes.Buffer
