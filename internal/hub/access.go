@@ -63,17 +63,25 @@ func (a *accessCache) put(k accessKey, allowed bool, now time.Time) {
 // asks the cluster, as p, whether p may list a kind in a namespace, first
 // in every namespace (one answer then covers them all), then in the one
 // asked about. What can't be asked (the cluster is unreachable, the answer
-// is an error) is not allowed.
-func (h *Hub) allowList(ctx context.Context, name string, p auth.Person) inventory.Allow {
+// is an error) is not allowed, and failed returns the first such error, so
+// an answer with things left out for that reason can say so.
+func (h *Hub) allowList(ctx context.Context, name string, p auth.Person) (allow inventory.Allow, failed func() error) {
+	var mu sync.Mutex
+	var firstErr error
+	failed = func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstErr
+	}
 	entry, ok := h.visible(name, p)
 	if !ok {
-		return func(string, string) bool { return false }
+		return func(string, string) bool { return false }, failed
 	}
 	user, groups := p.Name, p.Groups
 	if !entry.ForwardToken {
 		user, groups = h.cfg.AuthConfig.Impersonated(p)
 		if auth.CheckIdentity(user, groups) != nil {
-			return func(string, string) bool { return false }
+			return func(string, string) bool { return false }, failed
 		}
 	}
 	base := accessKey{cluster: name, user: user, groups: strings.Join(groups, "\n")}
@@ -93,6 +101,11 @@ func (h *Hub) allowList(ctx context.Context, name string, p auth.Person) invento
 		allowed, err := h.reviewAccess(ctx, name, entry.ForwardToken, p.Bearer, user, groups, kind, namespace)
 		if err != nil {
 			h.log.Debug("Can't ask the cluster what a person may list", "cluster", name, "user", user, "kind", kind, "err", err)
+			mu.Lock()
+			if firstErr == nil {
+				firstErr = err
+			}
+			mu.Unlock()
 			return false // not cached: ask again next time
 		}
 		h.access.put(k, allowed, now)
@@ -103,7 +116,7 @@ func (h *Hub) allowList(ctx context.Context, name string, p auth.Person) invento
 			return true
 		}
 		return namespace != "" && ask(kind, namespace)
-	}
+	}, failed
 }
 
 // reviewAccess sends a SelfSubjectAccessReview through the cluster's tunnel

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -64,5 +65,29 @@ func TestAccessReviewsExpire(t *testing.T) {
 	listPods(t, h, aliceToken)
 	if n := fc.count(reviewsPath); n != 2 {
 		t.Errorf("a query after the cache's lifetime sent %d access reviews in all, want 2", n)
+	}
+}
+
+// TestResourcesWhenAccessCantBeChecked: with the cluster out of reach, the
+// hub can't ask what a person may list, so it shows nothing of the
+// inventory it still holds; the cluster's own endpoints say why (503)
+// rather than answer with a list that looks whole. The fleet-wide query
+// leaves the cluster out, as the fleet page shows it Unreachable.
+func TestResourcesWhenAccessCantBeChecked(t *testing.T) {
+	h, _ := accessHub(t)
+	gw := res("gateways", "istio-system", "public", true)
+	gw.Hosts = []string{"shop.example.com"}
+	feed(t, h, h.inventory.Receiver("open"), "open", &protocol.Update{Snapshot: true, Complete: true,
+		Kinds: []protocol.KindState{{Kind: "pods"}, {Kind: "gateways"}}, Upserts: []protocol.Resource{res("pods", "team-a", "web", true), gw}})
+	h.agents["open"].stop(t)
+	eventually(t, 5*time.Second, "open's agent gone", func() bool { return h.connected("open") == nil })
+	for _, path := range []string{"/api/clusters/open/resources?kind=pods", "/api/clusters/open/gateways?host=shop.example.com"} {
+		code, body, _ := call(t, "GET", h.url+path, aliceToken, nil)
+		if code != http.StatusServiceUnavailable || !strings.Contains(strings.ReplaceAll(body, `\"`, `"`), `can't ask cluster "open" what you may list`) {
+			t.Errorf("%s: %d %s; want 503 saying the cluster can't be asked", path, code, body)
+		}
+	}
+	if code, body, _ := call(t, "GET", h.url+"/api/resources?kind=pods", aliceToken, nil); code != 200 || strings.TrimSpace(body) != "[]" {
+		t.Errorf("fleet-wide: %d %s; want 200 without open's pod", code, body)
 	}
 }

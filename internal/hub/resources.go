@@ -80,9 +80,16 @@ func (h *Hub) serveResources(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	items, known := h.inventory.Select(name, q, h.allowList(r.Context(), name, p))
+	allow, failed := h.allowList(r.Context(), name, p)
+	items, known := h.inventory.Select(name, q, allow)
 	if !known {
 		http.Error(w, fmt.Sprintf("Cluster %q has sent no inventory yet.", name), http.StatusServiceUnavailable)
+		return
+	}
+	if err := failed(); err != nil {
+		// Some of it is left out only because the cluster couldn't be
+		// asked: say so, rather than answer with a list that looks whole.
+		http.Error(w, fmt.Sprintf("Tether can't ask cluster %q what you may list, so it shows you nothing: %v", name, err), http.StatusServiceUnavailable)
 		return
 	}
 	out := startArray(w)
@@ -130,7 +137,11 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 			}
 			workers <- struct{}{}
 			go func() {
-				items, _ := h.inventory.Select(name, q, h.allowList(ctx, name, p))
+				// A cluster that can't be asked what p may list is left
+				// out, as one with no inventory yet is: the fleet's page
+				// shows it Unreachable.
+				allow, _ := h.allowList(ctx, name, p)
+				items, _ := h.inventory.Select(name, q, allow)
 				<-workers
 				answer <- items
 			}()
@@ -242,7 +253,14 @@ func (h *Hub) serveGateways(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("Cluster %q has sent no inventory yet.", name), http.StatusServiceUnavailable)
 		return
 	}
-	gw, candidates, err := h.inventory.Gateway(name, host, h.allowList(r.Context(), name, p))
+	allow, failed := h.allowList(r.Context(), name, p)
+	gw, candidates, err := h.inventory.Gateway(name, host, allow)
+	if ferr := failed(); ferr != nil {
+		// The answer would be among what could be checked only.
+		writeJSONStatus(w, http.StatusServiceUnavailable, GatewayJSON{Host: host,
+			Error: fmt.Sprintf("Tether can't ask cluster %q what you may list: %v", name, ferr)})
+		return
+	}
 	out := GatewayJSON{Host: host, Gateway: gw, Candidates: candidates}
 	var ambiguous *inventory.AmbiguousError
 	switch {
