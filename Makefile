@@ -31,6 +31,7 @@ FUZZ_TARGETS = \
 	./internal/hub:FuzzAgentUpgradeHeaders \
 	./internal/hub:FuzzRewrite \
 	./internal/hub:FuzzRewritePath \
+	./internal/hub:FuzzBasePath \
 	./internal/hub:FuzzCheckHello \
 	./internal/hub:FuzzParseCA \
 	./internal/hub:FuzzParseQuery \

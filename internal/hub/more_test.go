@@ -159,7 +159,12 @@ func TestOptionsFromEnv(t *testing.T) {
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t.example.com?"}, "TETHER_PUBLIC_URL must be the hub's address without a user, query or fragment"},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_ADDR": "8080"}, `TETHER_ADDR must be an address like :8080, not "8080"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_TLS_CERT_FILE": "c.pem"}, "TETHER_TLS_CERT_FILE and TETHER_TLS_KEY_FILE must be set together"},
-		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_BASE_PATH": "tether"}, `TETHER_BASE_PATH must be a path starting with /, like /tether, not "tether"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_BASE_PATH": "tether"}, `TETHER_BASE_PATH must be a path starting with /, like /tether or /k8s/hub: segments of letters, digits, '-', '.', '_' and '~', not "tether"`},
+		// Each of these made the router panic at start.
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_BASE_PATH": "/a b"}, `TETHER_BASE_PATH must be a path starting with /, like /tether or /k8s/hub: segments of letters, digits, '-', '.', '_' and '~', not "/a b"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_BASE_PATH": "/{x}"}, `TETHER_BASE_PATH must be a path starting with /, like /tether or /k8s/hub: segments of letters, digits, '-', '.', '_' and '~', not "/{x}"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_BASE_PATH": "/x//y"}, `TETHER_BASE_PATH must be a path starting with /, like /tether or /k8s/hub: segments of letters, digits, '-', '.', '_' and '~', not "/x//y"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_BASE_PATH": "//"}, `TETHER_BASE_PATH must be a path starting with /, like /tether or /k8s/hub: segments of letters, digits, '-', '.', '_' and '~', not "//"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_HEARTBEAT_SECONDS": "0"}, `TETHER_HEARTBEAT_SECONDS must be a whole number of seconds, at least 1, not "0"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_RECONNECT_SPREAD_SECONDS": "-1"}, "TETHER_RECONNECT_SPREAD_SECONDS must be a whole number of seconds, at least 0"},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_SHUTDOWN_GRACE_SECONDS": "soon"}, "TETHER_SHUTDOWN_GRACE_SECONDS must be a whole number"},
