@@ -36,7 +36,8 @@ FUZZ_TARGETS = \
 	./internal/hub:FuzzParseCA \
 	./internal/hub:FuzzParseQuery \
 	./internal/tunnel:FuzzSession \
-	./internal/tunnel:FuzzWebSocket
+	./internal/tunnel:FuzzWebSocket \
+	./internal/tunnel:FuzzHandshake
 
 # The helm the chart tests run (test/chart, test/e2e), installed once into
 # the user's cache directory, where internal/testutil/helmtest looks for it.

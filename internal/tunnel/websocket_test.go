@@ -1,8 +1,10 @@
 package tunnel
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -574,4 +576,39 @@ func TestServerReadWaitingOverTCPEndsOnClose(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiting read went on after Close")
 	}
+}
+
+// FuzzHandshake feeds both ends of the WebSocket handshake what the other
+// end, or anything between, might send: the hub any request to /api/agent,
+// and the agent any answer to its upgrade. The hub answers every request it
+// won't upgrade with a 4xx, and upgrades only a GET with the WebSocket
+// headers and a 16-byte key; the agent takes only a 101 that upgrades to a
+// WebSocket with the accept its key asks for.
+func FuzzHandshake(f *testing.F) {
+	const key = "dGhlIHNhbXBsZSBub25jZQ=="
+	f.Add([]byte("GET /api/agent HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: "+key+"\r\n\r\n"),
+		[]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: "+acceptKey(key)+"\r\n\r\n"))
+	f.Add([]byte("POST /api/agent HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, upgrade\r\nUpgrade: WebSocket\r\nSec-WebSocket-Version: 8\r\n\r\n"),
+		[]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: x\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n"))
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: h\r\nConnection: upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: AAAA\r\n\r\n"),
+		[]byte("HTTP/1.1 503 Service Unavailable\r\nRetry-After: 5\r\nContent-Length: 0\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, request, answer []byte) {
+		if r, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(request))); err == nil {
+			rec := httptest.NewRecorder() // can't be taken over: a good upgrade fails there, with 500
+			if _, err := upgrade(rec, r); err == nil {
+				t.Fatal("upgraded a connection that can't be taken over")
+			}
+			k, kerr := base64.StdEncoding.DecodeString(r.Header.Get("Sec-WebSocket-Key"))
+			good := r.Method == http.MethodGet && headerHas(r.Header, "Connection", "upgrade") && headerHas(r.Header, "Upgrade", "websocket") &&
+				r.Header.Get("Sec-WebSocket-Version") == "13" && kerr == nil && len(k) == 16
+			if code := rec.Code; good != (code == http.StatusInternalServerError) || !good && (code < 400 || code >= 500) {
+				t.Fatalf("answered %d to a request that is good: %v\n%q", code, good, request)
+			}
+		}
+		if resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(answer)), nil); err == nil {
+			if checkUpgrade(resp, key) == nil && (resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Sec-WebSocket-Accept") != acceptKey(key)) {
+				t.Fatalf("took an answer that doesn't accept the key:\n%q", answer)
+			}
+		}
+	})
 }
