@@ -23,6 +23,7 @@ FUZZ_TARGETS = \
 	./internal/auth:FuzzAuthenticate \
 	./internal/auth:FuzzCheckIdentity \
 	./internal/auth:FuzzOptionsFromEnv \
+	./internal/auth:FuzzOIDCClaims \
 	./internal/agent:FuzzParseHubURL \
 	./internal/agent:FuzzOptionsFromEnv \
 	./internal/agent:FuzzRetryAfter \

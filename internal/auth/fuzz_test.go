@@ -2,6 +2,8 @@ package auth
 
 import (
 	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -217,6 +219,66 @@ func FuzzOptionsFromEnv(f *testing.F) {
 		}
 		if c.TTL != 0 && c.TTL < time.Minute {
 			t.Fatalf("%q: a TTL of %s", ttl, c.TTL)
+		}
+	})
+}
+
+// FuzzOIDCClaims feeds the claims of a signed ID token (the issuer's to
+// write, so untrusted in shape) to what reads the person from them: a name
+// is text and never empty, an email counts only with email_verified true,
+// and groups are text or a list of texts, anything else refused.
+func FuzzOIDCClaims(f *testing.F) {
+	f.Add([]byte(`{"email":"ann@example.com","email_verified":true,"groups":["dev","ops"]}`), false)
+	f.Add([]byte(`{"email":"ann@example.com","email_verified":"true","groups":"dev"}`), false)
+	f.Add([]byte(`{"sub":"1234","groups":null}`), true)
+	f.Add([]byte(`{"sub":"","groups":[1,2]}`), true)
+	f.Add([]byte(`{"email":["a"],"groups":{"a":"b"}}`), false)
+	f.Fuzz(func(t *testing.T, data []byte, bySub bool) {
+		var claims map[string]json.RawMessage
+		if json.Unmarshal(data, &claims) != nil {
+			return
+		}
+		o := &oidcSource{cfg: OIDCConfig{UsernameClaim: "email", GroupsClaim: "groups"}}
+		if bySub {
+			o.cfg.UsernameClaim = "sub"
+		}
+		if name, err := o.username(claims); err == nil {
+			var want string
+			if name == "" || json.Unmarshal(claims[o.cfg.UsernameClaim], &want) != nil || want != name {
+				t.Fatalf("name %q from %s", name, data)
+			}
+			var verified bool
+			if !bySub && (json.Unmarshal(claims["email_verified"], &verified) != nil || !verified) {
+				t.Fatalf("an unverified email %q taken from %s", name, data)
+			}
+		} else if !errors.Is(err, ErrInvalidToken) {
+			t.Fatalf("error %v is no ErrInvalidToken", err)
+		}
+		groups, err := o.groups(claims)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidToken) {
+				t.Fatalf("error %v is no ErrInvalidToken", err)
+			}
+			return
+		}
+		raw, ok := claims["groups"]
+		var one string
+		var list []string
+		switch {
+		case !ok || string(raw) == "null":
+			if groups != nil {
+				t.Fatalf("groups %q from no claim", groups)
+			}
+		case json.Unmarshal(raw, &one) == nil:
+			if len(groups) != 1 || groups[0] != one {
+				t.Fatalf("groups %q from %s", groups, raw)
+			}
+		case json.Unmarshal(raw, &list) == nil:
+			if !slices.Equal(groups, list) {
+				t.Fatalf("groups %q from %s", groups, raw)
+			}
+		default:
+			t.Fatalf("groups %q from %s, which is neither text nor a list of texts", groups, raw)
 		}
 	})
 }
