@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/tetherhq/tether/internal/localkube"
 	"github.com/tetherhq/tether/internal/pki"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
+	"go.uber.org/goleak"
 )
 
 var (
@@ -67,8 +69,18 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "start the test API server:", err)
 		return 1
 	}
-	defer cluster.Close()
-	return m.Run()
+	code := m.Run()
+	cluster.Close()
+	if code == 0 {
+		// The tests' own HTTP clients keep connections, and so goroutines,
+		// for reuse; none is a leak.
+		http.DefaultClient.CloseIdleConnections()
+		if err := goleak.Find(goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1")); err != nil {
+			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 // proc is a tether process whose output the test reads.
