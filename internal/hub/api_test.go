@@ -153,6 +153,22 @@ func TestSessionCookie(t *testing.T) {
 	if strings.Contains(cookie, "Secure") {
 		t.Errorf("a plain-http hub set a Secure cookie the browser would drop: %q", cookie)
 	}
+	// Behind an ingress that ends TLS, the hub sees plain requests but
+	// people open it at https: the cookie, a hub token, must never go out
+	// over plain http.
+	h.cfg.PublicURL = "https://hub.example.com"
+	if c := post("https://hub.example.com", aliceToken).Header.Get("Set-Cookie"); !strings.Contains(c, "; Secure") {
+		t.Errorf("a hub people open at https set a cookie without Secure: %q", c)
+	}
+	h.cfg.PublicURL = h.url
+	// The form that asks for a token is never framed by another site, and
+	// a form of megabytes isn't read.
+	if resp := post(h.url, "wrong-token-0123456789abcdef0123456789"); !strings.Contains(resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+		t.Errorf("the sign-in form's CSP: %q", resp.Header.Get("Content-Security-Policy"))
+	}
+	if resp := post(h.url, aliceToken+"&pad="+strings.Repeat("a", 100<<10)); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a sign-in form of 100 KiB, a good token in it: %d, want 401 (not read past 64 KiB)", resp.StatusCode)
+	}
 	if resp := post("https://evil.example.com", aliceToken); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("a sign-in posted from another site: %d, want 403", resp.StatusCode)
 	}

@@ -114,6 +114,8 @@ func (h *Hub) servePage(w http.ResponseWriter, r *http.Request) {
 func (h *Hub) renderLogin(w http.ResponseWriter, r *http.Request, message string, code int) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
+	// Never in another site's frame, where the form could be overlaid.
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
 	w.WriteHeader(code)
 	pages.ExecuteTemplate(w, "login.html", struct {
 		Base, Error string

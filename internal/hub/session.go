@@ -39,6 +39,9 @@ func (h *Hub) serveLogin(w http.ResponseWriter, r *http.Request) {
 	if h.refuseOtherSites(w, r) {
 		return
 	}
+	// A token, even an OIDC ID token, is a few KiB: no one signed in yet
+	// gets the hub to read megabytes.
+	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	r2 := r.Clone(r.Context())
 	r2.Header = http.Header{"Authorization": {"Bearer " + token}}
@@ -52,6 +55,9 @@ func (h *Hub) serveLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	h.startSession(w, r, p, token)
 }
+
+// maxLoginForm bounds the sign-in form's body.
+const maxLoginForm = 64 << 10
 
 // startSession gives the browser a session cookie holding a hub-issued
 // token for p, and sends it to the fleet page. A person who signed in with
@@ -68,7 +74,7 @@ func (h *Hub) startSession(w http.ResponseWriter, r *http.Request, p auth.Person
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: session, Path: h.pageBase(), Expires: expires,
-		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r),
 	})
 	http.Redirect(w, r, h.pageBase(), http.StatusSeeOther)
 }
@@ -77,7 +83,7 @@ func (h *Hub) serveLogout(w http.ResponseWriter, r *http.Request) {
 	if h.refuseOtherSites(w, r) {
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: h.pageBase(), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: h.pageBase(), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r)})
 	http.Redirect(w, r, h.pageBase(), http.StatusSeeOther)
 }
 
@@ -101,7 +107,7 @@ func (h *Hub) serveOIDCLogin(w http.ResponseWriter, r *http.Request) {
 	}
 	http.SetCookie(w, &http.Cookie{
 		Name: oidcCookie, Value: state + "." + nonce + "." + verifier, Path: h.pageBase(), MaxAge: 600,
-		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r),
 	})
 	http.Redirect(w, r, target, http.StatusFound)
 }
@@ -114,7 +120,7 @@ func (h *Hub) serveOIDCCallback(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		parts = strings.Split(c.Value, ".")
 	}
-	http.SetCookie(w, &http.Cookie{Name: oidcCookie, Value: "", Path: h.pageBase(), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
+	http.SetCookie(w, &http.Cookie{Name: oidcCookie, Value: "", Path: h.pageBase(), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r)})
 	if len(parts) != 3 || r.URL.Query().Get("state") != parts[0] {
 		h.renderLogin(w, r, "That sign-in didn't start here, or took too long; try again.", http.StatusBadRequest)
 		return
@@ -130,4 +136,14 @@ func (h *Hub) serveOIDCCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.startSession(w, r, p, "")
+}
+
+// secureCookies says whether the hub's cookies must go over HTTPS only:
+// when the hub serves HTTPS itself, and when people open it at an https
+// address with TLS ended in front of it (an ingress), where the request the
+// hub sees is plain but the browser's is not. A cookie without Secure there
+// would also go out over plain http to the same host, where anyone on the
+// way could read it: it is a hub token, good for TETHER_KUBECONFIG_TTL.
+func (h *Hub) secureCookies(r *http.Request) bool {
+	return r.TLS != nil || strings.HasPrefix(h.cfg.PublicURL, "https://")
 }
