@@ -173,6 +173,9 @@ func New(cfg Config) (*Hub, error) {
 		// to finish its side before the stream is reset, and an API server
 		// still sending into a closed stream can't hold it open.
 		cfg.Tunnel.StreamCloseTimeout = 10 * time.Second
+		// An agent opens its control stream and the inventory's; room for
+		// a reconnecting inventory beside them, and no more.
+		cfg.Tunnel.MaxPeerStreams = maxAgentStreams
 	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
@@ -282,6 +285,9 @@ func (h *Hub) serveReady(w http.ResponseWriter, r *http.Request) {
 // spreadDelay is how long an agent the hub sends away at shutdown waits
 // before it connects again: a random share of the reconnect spread, so a
 // restart under thousands of agents is no storm.
+// maxAgentStreams is how many streams an agent may have open that it opened.
+const maxAgentStreams = 4
+
 func (h *Hub) spreadDelay() time.Duration {
 	return time.Duration(h.cfg.Random() * float64(h.cfg.ReconnectSpread))
 }

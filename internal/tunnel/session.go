@@ -52,6 +52,7 @@ type Session struct {
 	streams  map[uint32]*stream
 	nextID   uint32
 	backlog  []*stream // opened by the peer, waiting for Accept
+	peerOpen int       // streams the peer opened that are in streams
 	handle   func(net.Conn)
 	goAway   bool     // the peer takes no new streams
 	err      error    // why the session ended; nil while it runs
@@ -238,6 +239,9 @@ func (s *Session) forget(st *stream) {
 	forgotten := s.streams[st.id] == st
 	if forgotten {
 		delete(s.streams, st.id)
+		if s.openedByPeer(st.id) {
+			s.peerOpen--
+		}
 	}
 	s.mu.Unlock()
 	if forgotten {
@@ -247,6 +251,10 @@ func (s *Session) forget(st *stream) {
 		st.mu.Unlock()
 	}
 }
+
+// openedByPeer says whether stream id is one the peer opened: a client's
+// streams have odd numbers, a server's even.
+func (s *Session) openedByPeer(id uint32) bool { return (id%2 == 1) != s.client }
 
 // growBy takes up to want of the session's room for growth, and returns
 // what it took.
@@ -447,15 +455,17 @@ func (s *Session) streamFor(h header) (*stream, error) {
 	if st != nil {
 		return nil, fmt.Errorf("%w: stream %d opened twice", errProtocol, h.stream)
 	}
-	if (h.stream%2 == 1) == s.client {
+	if !s.openedByPeer(h.stream) {
 		return nil, fmt.Errorf("%w: the peer opened stream %d, which is ours to number", errProtocol, h.stream)
 	}
-	st = newStream(s, h.stream)
-	if s.handle == nil && len(s.backlog) >= s.cfg.AcceptBacklog {
+	if s.handle == nil && len(s.backlog) >= s.cfg.AcceptBacklog ||
+		s.cfg.MaxPeerStreams > 0 && s.peerOpen >= s.cfg.MaxPeerStreams {
 		s.queueLocked(header{typ: typeWindow, flags: flagRST, stream: h.stream})
 		return nil, nil
 	}
+	st = newStream(s, h.stream)
 	s.track(st)
+	s.peerOpen++
 	if s.handle != nil {
 		s.startHandler(st)
 		return st, nil

@@ -262,6 +262,45 @@ func TestBacklogFullResets(t *testing.T) {
 	noStreams(t, c, s)
 }
 
+// TestPeerStreamsAreBounded: past MaxPeerStreams that the peer opened and
+// are open, a new one from the peer is reset; one that ends makes room for
+// the next. A session's own streams don't count against the peer's.
+func TestPeerStreamsAreBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxPeerStreams = 2
+	c, s := pairWith(t, false, cfg)
+	var all []net.Conn
+	// s's own two: at c's bound, and nothing against s's.
+	for range 2 {
+		st := open(t, s)
+		st.Write([]byte("x"))
+		all = append(all, st, accept(t, c))
+	}
+	var sts []net.Conn
+	for range 3 {
+		st := open(t, c)
+		st.Write([]byte("x"))
+		sts = append(sts, st)
+	}
+	sts[2].SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := sts[2].Read(make([]byte, 1)); !errors.Is(err, ErrStreamReset) {
+		t.Fatalf("the peer's third stream read %v, want ErrStreamReset", err)
+	}
+	first, second := accept(t, s), accept(t, s)
+	all = append(all, sts[1], second)
+
+	sts[0].Close()
+	first.Close()
+	waitFor(t, "the ended stream forgotten", func() bool { return s.NumStreams() == 3 })
+	st := open(t, c)
+	st.Write([]byte("x"))
+	all = append(all, st, accept(t, s))
+	for _, st := range all {
+		st.Close()
+	}
+	noStreams(t, c, s)
+}
+
 // TestManyStreamsAreForgotten: a thousand short exchanges leave no stream
 // behind on either side.
 func TestManyStreamsAreForgotten(t *testing.T) {

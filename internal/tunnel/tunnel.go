@@ -50,6 +50,12 @@ type Config struct {
 	// AcceptBacklog is how many streams may wait for Accept; past it, new
 	// streams are reset.
 	AcceptBacklog int
+	// MaxPeerStreams is how many streams the peer may have open at once
+	// that it opened itself; past it, a new one is reset at once, and costs
+	// nothing. 0: no bound. An agent opens two streams to the hub (its
+	// control stream and the inventory), so the hub bounds its agents' to
+	// a few: a token holder can't make it keep streams without end.
+	MaxPeerStreams int
 }
 
 // DefaultConfig returns the settings both sides start from.
