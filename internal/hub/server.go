@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,7 +33,10 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	var h *Hub
 	fleetCfg := opts.Fleet
 	fleetCfg.Logger = log
-	fleetCfg.OnChange = func(c fleet.Change) { h.AgentsChanged(c) } // Watch starts after h is set
+	fleetCfg.OnChange = func(c fleet.Change) { // Watch starts after h is set
+		h.AgentsChanged(c)
+		warnUnpinnedForwardToken(log, h.cfg.Agents.List(), opts.Clusters)
+	}
 	own, ownEntries, serverNames, err := newOwnAgents(opts.Clusters, opts.BasePath, log)
 	if err != nil {
 		return err
@@ -42,6 +46,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	if err != nil {
 		return err
 	}
+	warnUnpinnedForwardToken(log, agents.List(), opts.Clusters)
 	// Entries of TETHER_FLEET_CLUSTERS alone don't make an agents list:
 	// the hub's own agents connect, and every other agent is refused.
 	listed := fleetCfg.HasList()
@@ -208,6 +213,22 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	wg.Wait()
 	log.Info("The hub has stopped")
 	return runErr
+}
+
+// warnUnpinnedForwardToken warns of each agent in list that gets people's
+// own tokens (forwardToken) and whose CA isn't pinned (caSha256): TLS to
+// its API server is checked against the CA its agent sends, so whoever
+// holds that agent's token can stand in for the API server and read the
+// people's tokens, which the hub itself takes too (an OIDC ID token is good
+// for every cluster they may see). The clusters the hub reaches itself
+// have their CA from the hub's settings.
+func warnUnpinnedForwardToken(log *slog.Logger, list []fleet.Agent, direct []fleet.Cluster) {
+	for _, a := range list {
+		if !a.ForwardToken || a.CASHA256 != "" || slices.ContainsFunc(direct, func(c fleet.Cluster) bool { return c.Name == a.Name }) {
+			continue
+		}
+		log.Warn(fmt.Sprintf("Cluster %q gets people's own tokens (forwardToken) but doesn't pin its CA (caSha256): whoever holds its agent's token could read them. Pin it with caSha256: the SHA-256 of the cluster's ca.crt", a.Name), "cluster", a.Name)
+	}
 }
 
 // readHeaderTimeout bounds how long a client may take to send its request's

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -56,5 +57,31 @@ func TestBadAgentsListStopsTheHub(t *testing.T) {
 				t.Errorf("Serve ran until its context ended instead of stopping at start")
 			}
 		})
+	}
+}
+
+// TestUnpinnedForwardTokenIsWarnedOf: a cluster that gets people's own
+// tokens and whose CA isn't pinned is one whose agent's token holder could
+// read those tokens: the hub says so at start, naming it; a pinned one is
+// not warned of.
+func TestUnpinnedForwardTokenIsWarnedOf(t *testing.T) {
+	ca := strings.Repeat("ab", 32)
+	opts := optionsOn(t, map[string]string{
+		"TETHER_PUBLIC_URL":   "http://hub.example.com",
+		"TETHER_METRICS_ADDR": "0",
+		"TETHER_USERS":        "- {name: ann, token: " + strings.Repeat("a", 32) + "}\n",
+		"TETHER_FLEET_AGENTS": "- {name: open, token: " + testToken + ", forwardToken: true}\n" +
+			"- {name: pinned, token: " + testToken + "-2, forwardToken: true, caSha256: " + ca + "}\n" +
+			"- {name: plain, token: " + testToken + "-3}\n",
+	})
+	logs := serve(t, opts)
+	eventually(t, 5*time.Second, "the hub listening", func() bool { return strings.Contains(logs.String(), "hub listening") })
+	if !strings.Contains(logs.String(), `Cluster "open" gets people's own tokens (forwardToken) but doesn't pin its CA (caSha256)`) {
+		t.Errorf("no warning for open:\n%s", logs)
+	}
+	for _, name := range []string{"pinned", "plain"} {
+		if strings.Contains(logs.String(), fmt.Sprintf("Cluster %q gets people's own tokens", name)) {
+			t.Errorf("a warning for %s:\n%s", name, logs)
+		}
 	}
 }
