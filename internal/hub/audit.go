@@ -49,6 +49,11 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 		return
 	}
 	path := strings.TrimPrefix(r.URL.Path, h.clusterPrefix(cluster))
+	if len(path) > maxAuditPath {
+		// Anyone, signed in or not, may send a path of up to a megabyte:
+		// an audit line keeps its start and says how long it was.
+		path = fmt.Sprintf("%s…(%d bytes)", strings.ToValidUTF8(path[:maxAuditPath], ""), len(path))
+	}
 	groups := rt.person.Groups
 	if groups == nil {
 		groups = []string{}
@@ -82,6 +87,9 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 		}
 	}
 }
+
+// maxAuditPath is the longest path an audit line holds whole.
+const maxAuditPath = 4 << 10
 
 // verb names what a request does in Kubernetes' words, from its method and
 // path alone: /api/v1/namespaces/a/pods is a list, /api/v1/namespaces/a/pods/p

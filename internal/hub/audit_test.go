@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"syscall"
@@ -109,5 +110,25 @@ func TestAuditLineThatCantBeWritten(t *testing.T) {
 	eventually(t, 5*time.Second, "three lost lines counted", func() bool { return testutil.ToFloat64(h.metrics.auditErrors) == 3 })
 	if n := strings.Count(h.logs.String(), "Can't write an audit line: no space left on device"); n != 1 {
 		t.Errorf("logged %d times, want once (rate-limited):\n%s", n, h.logs)
+	}
+}
+
+// TestAuditLineOfALongPath: anyone may send a path of up to a megabyte, even
+// without signing in; its audit line keeps the path's first 4 KiB and its
+// length, so no one fills the audit log a megabyte a request.
+func TestAuditLineOfALongPath(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, audit := proxyHub(t, fc, "")
+	long := "/api/v1/namespaces/" + strings.Repeat("a", 900<<10)
+	if code, _, _ := call(t, "GET", h.url+"/clusters/open"+long, "", nil); code != http.StatusUnauthorized {
+		t.Fatalf("%d, want 401", code)
+	}
+	eventually(t, 5*time.Second, "an audit line", func() bool { return audit.String() != "" })
+	var rec auditRecord
+	if err := json.Unmarshal([]byte(lastLine(audit.String())), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("…(%d bytes)", len(long)); len(rec.Path) > 5<<10 || !strings.HasPrefix(rec.Path, long[:4<<10]) || !strings.HasSuffix(rec.Path, want) {
+		t.Errorf("audit path of %d bytes, ending %q; want the first 4 KiB and %q", len(rec.Path), rec.Path[max(0, len(rec.Path)-30):], want)
 	}
 }
