@@ -222,13 +222,26 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if err := sendAll(); err != nil {
 		return
 	}
-	keepAlive := time.NewTicker(25 * time.Second)
+	keepAlive := time.NewTicker(h.cfg.EventsKeepAlive)
 	defer keepAlive.Stop()
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case <-keepAlive.C:
+			// Who the stream is for is asked again: a person taken off the
+			// users list, or whose token expired, stops getting events; one
+			// whose groups changed sees what they see now.
+			again, _, ok, err := h.cookiePerson(r)
+			if err != nil || !ok {
+				return
+			}
+			if !slices.Equal(again.Groups, p.Groups) {
+				p = again
+				if sendAll() != nil {
+					return
+				}
+			}
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil || rc.Flush() != nil {
 				return
 			}

@@ -5,13 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/protocol"
 )
 
@@ -420,5 +424,44 @@ func TestSameOriginWithADefaultPort(t *testing.T) {
 		if got := h.sameOrigin(r); got != tc.same {
 			t.Errorf("public URL %s, Origin %q: same origin %v, want %v", tc.public, tc.origin, got, tc.same)
 		}
+	}
+}
+
+// TestEventsStreamEndsWithItsPerson: an open event stream asks again, at
+// each keep-alive, who it is for: once its person is off the users list,
+// it ends, rather than go on telling them of clusters.
+func TestEventsStreamEndsWithItsPerson(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "users.yaml")
+	if err := os.WriteFile(file, []byte(testUsers), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	people, err := auth.New(auth.Config{UsersFile: file, Debounce: 10 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { people.Close() })
+	h := startHub(t, Config{Agents: testAgents("eu-1"), Auth: people, PublicURL: "https://hub.example.com", EventsKeepAlive: 100 * time.Millisecond})
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", h.url+"/api/events", nil)
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	ended := make(chan struct{})
+	go func() { io.Copy(io.Discard, resp.Body); close(ended) }()
+	select {
+	case <-ended:
+		t.Fatal("the stream ended at once")
+	case <-time.After(300 * time.Millisecond): // three keep-alives: alice is still listed
+	}
+	bobOnly := testUsers[strings.Index(testUsers, "- name: bob"):]
+	if err := os.WriteFile(file, []byte(bobOnly), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("alice's stream went on after she left the users list")
 	}
 }

@@ -56,6 +56,10 @@ type Config struct {
 	AccessTTL time.Duration
 	// Tunnel tunes the multiplexer; zero means tunnel.DefaultConfig.
 	Tunnel tunnel.Config
+	// EventsKeepAlive is how often an idle event stream (/api/events) gets
+	// a comment, which proxies need to keep it open, and how often it asks
+	// again who it is for; zero means 25 s.
+	EventsKeepAlive time.Duration
 	// Registerer takes the hub's metrics. Nil means a private registry.
 	Registerer prometheus.Registerer
 	// Random returns a number in [0, 1), for the reconnect spread and the
@@ -165,6 +169,9 @@ func New(cfg Config) (*Hub, error) {
 	}
 	if cfg.AccessTTL == 0 {
 		cfg.AccessTTL = 60 * time.Second
+	}
+	if cfg.EventsKeepAlive == 0 {
+		cfg.EventsKeepAlive = 25 * time.Second
 	}
 	if cfg.Tunnel == (tunnel.Config{}) {
 		cfg.Tunnel = tunnel.DefaultConfig()
