@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tetherhq/tether/internal/fleet"
 )
 
 // Errors Authenticate wraps, so the caller can tell them apart with errors.Is. Each error's text
@@ -53,7 +56,16 @@ type Person struct {
 	// listed is set for a hub-issued token made for someone on the users
 	// list: it holds only while they are on it (stillListed).
 	listed bool
+	// cred names the static token a person on the users list signed in
+	// with (credOf), or that a hub-issued token was made from: such a token
+	// holds only while the list still has that static token, so replacing
+	// a leaked one also ends the kubeconfigs and sessions made with it.
+	cred string
 }
+
+// credOf names a static token by the start of its SHA-256: the users list
+// holds the hashes, so naming one gives nothing away.
+func credOf(h fleet.Hash) string { return h.String()[:16] }
 
 // String names the person for logs: never the token.
 func (p Person) String() string { return fmt.Sprintf("%q (%s)", p.Name, p.Source) }
@@ -229,7 +241,7 @@ func schemeHint(v string) string {
 // fromBearer tries token as a static token, a hub-issued token, then an OIDC ID token.
 func (a *Authenticator) fromBearer(ctx context.Context, token string) (Person, error) {
 	if u, ok := a.users.lookup(token); ok {
-		return Person{Name: u.Name, Groups: u.Groups, Source: SourceToken}, nil
+		return Person{Name: u.Name, Groups: u.Groups, Source: SourceToken, cred: credOf(fleet.HashToken(token))}, nil
 	}
 	if p, ok := a.verified.recall(token, a.cfg.now()); ok {
 		return a.stillListed(p)
@@ -271,6 +283,9 @@ func (a *Authenticator) stillListed(p Person) (Person, error) {
 	u, ok := a.users.named(p.Name)
 	if !ok {
 		return Person{}, fmt.Errorf("%w: a hub-issued token for %q, who is no longer in the users list", ErrInvalidToken, p.Name)
+	}
+	if p.cred != "" && !slices.ContainsFunc(u.TokenHashes, func(h fleet.Hash) bool { return credOf(h) == p.cred }) {
+		return Person{}, fmt.Errorf("%w: a hub-issued token for %q, made with a token the users list no longer has for them; get a new kubeconfig", ErrInvalidToken, p.Name)
 	}
 	p.Groups = u.Groups
 	return p, nil

@@ -48,6 +48,9 @@ type hubClaims struct {
 	// SourceToken, SourceOIDC or SourceProxy. A token issued to someone on
 	// the users list holds only while they are on it.
 	From string `json:"from,omitempty"`
+	// Cred names the static token it was made with, for SourceToken
+	// (Person.cred).
+	Cred string `json:"cred,omitempty"`
 }
 
 func newHubTokens(cfg Config, log *slog.Logger) (*hubTokens, error) {
@@ -156,7 +159,7 @@ func (h *hubTokens) issue(p Person) (string, time.Time, error) {
 		NotBefore: jwt.NewNumericDate(now),
 		Expiry:    exp,
 	}
-	raw, err := jwt.Signed(h.signer).Claims(std).Claims(hubClaims{Groups: p.Groups, From: p.Source}).Serialize()
+	raw, err := jwt.Signed(h.signer).Claims(std).Claims(hubClaims{Groups: p.Groups, From: p.Source, Cred: p.cred}).Serialize()
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("issue token: %w", err)
 	}
@@ -205,7 +208,7 @@ func (h *hubTokens) check(raw string, now time.Time) (Person, time.Time, error) 
 	case err != nil:
 		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token for %q: %v", ErrInvalidToken, std.Subject, err)
 	}
-	return Person{Name: std.Subject, Groups: extra.Groups, Source: SourceHub, listed: extra.From == SourceToken}, std.Expiry.Time(), nil
+	return Person{Name: std.Subject, Groups: extra.Groups, Source: SourceHub, listed: extra.From == SourceToken, cred: extra.Cred}, std.Expiry.Time(), nil
 }
 
 // peekJWT reports whether token looks like a compact JWT (three base64url parts, the middle one

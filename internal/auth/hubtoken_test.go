@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/testutil/files"
 )
 
@@ -365,5 +366,49 @@ func TestHubTokenHoldsWhileListed(t *testing.T) {
 	// A token made for someone the auth proxy named has no list to leave.
 	if _, err := groups(fromProxy); err != nil {
 		t.Errorf("a hub token made through the auth proxy: %v", err)
+	}
+}
+
+// A hub-issued token made with a static token holds only while the users
+// list still has that static token for the person: replacing a leaked
+// token ends the kubeconfigs and sessions made with it, while both tokens
+// of a rotation in progress keep theirs.
+func TestHubTokenHoldsWhileItsTokenIsListed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "users.yaml")
+	write := func(s string) { files.Replace(t, path, s) }
+	newTok := strings.Repeat("n", 40)
+	hash := func(tok string) string { return fleet.HashToken(tok).String() }
+	write("- name: alice\n  token: " + tokAlice + "\n")
+	a := newAuth(t, Config{UsersFile: path, HubURL: "https://tether.example.com", SigningKeyFile: keyFile(t, ed25519PEM(t)),
+		Debounce: 10 * time.Millisecond, PollInterval: 50 * time.Millisecond})
+	p, ok, err := a.Authenticate(bearer(tokAlice))
+	if err != nil || !ok {
+		t.Fatalf("sign in: %v %v", ok, err)
+	}
+	minted, _, err := a.IssueToken(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	works := func() error {
+		_, ok, err := a.Authenticate(bearer(minted))
+		if err == nil && !ok {
+			err = errors.New("not authenticated")
+		}
+		return err
+	}
+	if err := works(); err != nil {
+		t.Fatalf("the minted token: %v", err)
+	}
+	// A rotation: both tokens listed, the minted token holds.
+	write("- name: alice\n  tokenSha256: [" + hash(tokAlice) + ", " + hash(newTok) + "]\n")
+	waitFor(t, "the new token listed", func() bool { _, ok, _ := a.Authenticate(bearer(newTok)); return ok })
+	if err := works(); err != nil {
+		t.Errorf("the minted token while both are listed: %v", err)
+	}
+	// The old token is gone: so is what was made with it.
+	write("- name: alice\n  tokenSha256: " + hash(newTok) + "\n")
+	waitFor(t, "the minted token refused", func() bool { return works() != nil })
+	if err := works(); !errors.Is(err, ErrInvalidToken) || !strings.Contains(err.Error(), "made with a token the users list no longer has") {
+		t.Errorf("refused with %v", err)
 	}
 }
