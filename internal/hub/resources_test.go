@@ -2,6 +2,7 @@ package hub
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -91,5 +92,47 @@ func TestFleetResourcesComeClusterByCluster(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		release()
 		t.Fatal("nothing of the answer came while cluster ops's access review waited")
+	}
+}
+
+// TestFleetResourcesReaderLeaves: a reader that leaves in the middle of a
+// fleet-wide answer stops it; the query it waited on finishes, and nothing
+// is left running (the package checks for leaked goroutines at its end).
+func TestFleetResourcesReaderLeaves(t *testing.T) {
+	fc := newFakeCluster(t)
+	gate := make(chan struct{})
+	asked := make(chan struct{}, 4)
+	answerAccessReviews(t, fc, func(_, _, namespace string) bool {
+		if namespace == "late" {
+			asked <- struct{}{}
+			<-gate
+		}
+		return namespace != ""
+	})
+	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeTimeout = time.Minute })
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	for _, c := range []struct{ cluster, namespace string }{{"open", "early"}, {"ops", "late"}} {
+		feed(t, h, h.inventory.Receiver(c.cluster), c.cluster, &protocol.Update{Snapshot: true, Complete: true,
+			Kinds: []protocol.KindState{{Kind: "pods"}}, Upserts: []protocol.Resource{res("pods", c.namespace, "p", true)}})
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	req, _ := http.NewRequestWithContext(ctx, "GET", h.url+"/api/resources?kind=pods", nil)
+	req.Header.Set("Authorization", "Bearer "+bobToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("ops's access review never came")
+	}
+	cancel() // the reader leaves while ops is asked about
+	resp.Body.Close()
+	release()
+	if code, body, _ := call(t, "GET", h.url+"/api/resources?kind=pods", bobToken, nil); code != 200 || !strings.Contains(body, `"cluster":"ops"`) {
+		t.Errorf("the next query: %d %s", code, body)
 	}
 }
