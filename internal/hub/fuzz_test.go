@@ -71,16 +71,8 @@ func FuzzRewrite(f *testing.F) {
 	f.Add("Cookie", "s=1", "IMPERSONATE-EXTRA-SCOPES", "x", "carol", "")
 	f.Add("X-Remote-User", "admin", "x-remote-group", "system:masters", "dave", "a")
 	f.Add("Tether-Request-Id", "forged", "Impersonate-Uid", "0", "erin", "b")
-	people, err := auth.New(auth.Config{Users: testUsers, ProxyUserHeader: "X-Remote-User", ProxyGroupsHeader: "X-Remote-Group",
+	h := fuzzHub(f, auth.Config{Users: testUsers, ProxyUserHeader: "X-Remote-User", ProxyGroupsHeader: "X-Remote-Group",
 		ProxyTrusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { people.Close() })
-	h, err := New(Config{Agents: testAgents("c"), Auth: people})
-	if err != nil {
-		f.Fatal(err)
-	}
 	conn := &agentConn{hub: h, name: "c", saToken: "service-account-token"}
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, user, group string) {
 		in := httptest.NewRequest("GET", "/clusters/c/api", nil)
@@ -226,15 +218,7 @@ func FuzzRewritePath(f *testing.F) {
 	f.Add("")
 	f.Add("%2Fx")
 	f.Add("/%63")
-	people, err := auth.New(auth.Config{Users: testUsers})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { people.Close() })
-	h, err := New(Config{Agents: testAgents("c"), Auth: people})
-	if err != nil {
-		f.Fatal(err)
-	}
+	h := fuzzHub(f, auth.Config{Users: testUsers})
 	conn := &agentConn{hub: h, name: "c", saToken: "service-account-token"}
 	const prefix = "/clusters/c"
 	f.Fuzz(func(t *testing.T, path string) {
@@ -275,15 +259,7 @@ func FuzzBasePath(f *testing.F) {
 	for _, p := range []string{"/", "/tether", "/tether/", "/k8s/hub", "/api", "/api/v1", "/version", "/healthz", "/clusters", "/static", "/a b", "/{x}", "/x//y", "/.."} {
 		f.Add(p)
 	}
-	people, err := auth.New(auth.Config{Users: testUsers})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { people.Close() })
-	h, err := New(Config{Agents: testAgents("c"), Auth: people})
-	if err != nil {
-		f.Fatal(err)
-	}
+	h := fuzzHub(f, auth.Config{Users: testUsers})
 	f.Fuzz(func(t *testing.T, p string) {
 		_, err := OptionsFromEnv(func(k string) string {
 			return map[string]string{"TETHER_BASE_PATH": p, "TETHER_USERS": testUsers}[k]
@@ -300,4 +276,19 @@ func FuzzBasePath(f *testing.F) {
 			t.Fatalf("base path %q: GET %s/api/clusters answered %d, want 401 (found, and asks who you are)", p, base, rec.Code)
 		}
 	})
+}
+
+// fuzzHub is a hub whose people are cfg's, with one cluster, c, and no
+// agent: enough for what runs on a request alone. It starts nothing.
+func fuzzHub(f *testing.F, cfg auth.Config) *Hub {
+	people, err := auth.New(cfg)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { people.Close() })
+	h, err := New(Config{Agents: testAgents("c"), Auth: people})
+	if err != nil {
+		f.Fatal(err)
+	}
+	return h
 }
