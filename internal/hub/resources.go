@@ -285,8 +285,9 @@ type InventoryJSON struct {
 	Updated           time.Time     `json:"updated"`
 	GatewayTieBreaker string        `json:"gatewayTieBreaker,omitempty"`
 	Problems          []KindProblem `json:"problems,omitempty"`
-	// Truncated says the cluster sent more objects than the hub keeps of
-	// one cluster (a million), and some are left out.
+	// Truncated says the cluster sent more than the hub keeps of one
+	// cluster (a million objects, or 256 MiB of them), and some are left
+	// out.
 	Truncated bool `json:"truncated,omitempty"`
 }
 

@@ -26,11 +26,22 @@ type Store struct {
 // cluster's state says so.
 const MaxObjects = 1_000_000
 
+// MaxBytes bounds the bytes of summaries the hub keeps of one cluster, as
+// Size counts them, for the same reason: a summary's names are bounded, but
+// its labels, conditions and hosts only by the message they come in (1
+// MiB), so a million objects could hold far more than any real cluster's.
+// A summary is a few hundred bytes; the largest clusters (150,000 pods)
+// need well under this. Past it, new objects and growing changes are left
+// out, as past MaxObjects.
+const MaxBytes = 256 << 20
+
 // state is one cluster's inventory.
 type state struct {
 	objects    map[string]map[string]*protocol.Resource // kind → "namespace/name" → summary
 	count      int                                      // objects in all kinds
-	truncated  bool                                     // some were left out: over MaxObjects
+	bytes      int                                      // their Size, together
+	maxBytes   int                                      // 0: MaxBytes (tests set less)
+	truncated  bool                                     // some were left out: over MaxObjects or MaxBytes
 	kinds      []protocol.KindState
 	tieBreaker string
 	updated    time.Time
@@ -99,22 +110,56 @@ func (st *state) apply(u *protocol.Update) {
 			st.objects[res.Kind] = byKey
 		}
 		k := key(res.Namespace, res.Name)
-		if _, ok := byKey[k]; !ok {
-			if st.count >= MaxObjects {
-				st.truncated = true
-				continue
-			}
+		size := Size(&res)
+		old, ok := byKey[k]
+		grows := size
+		if ok {
+			grows -= Size(old)
+		}
+		limit := st.maxBytes
+		if limit == 0 {
+			limit = MaxBytes
+		}
+		if !ok && st.count >= MaxObjects || grows > 0 && st.bytes+grows > limit {
+			st.truncated = true
+			continue // a kept object keeps its last summary
+		}
+		if !ok {
 			st.count++
 		}
+		st.bytes += grows
 		byKey[k] = &res
 	}
 	for _, ref := range u.Deletes {
 		k := key(ref.Namespace, ref.Name)
-		if _, ok := st.objects[ref.Kind][k]; ok {
+		if old, ok := st.objects[ref.Kind][k]; ok {
 			delete(st.objects[ref.Kind], k)
 			st.count--
+			st.bytes -= Size(old)
 		}
 	}
+}
+
+// Size is about what a summary costs the hub: its strings' bytes, and some
+// for each string, map entry and the object itself.
+func Size(r *protocol.Resource) int {
+	const perString, perObject = 16, 256
+	n := perObject
+	str := func(ss ...string) {
+		for _, s := range ss {
+			n += perString + len(s)
+		}
+	}
+	str(r.Kind, r.Namespace, r.Name, r.Owner, r.Phase, r.Replicas, r.Version, r.Sync, r.Health)
+	for k, v := range r.Labels {
+		str(k, v)
+	}
+	for _, c := range r.Conditions {
+		str(c.Type, c.Status, c.Reason, c.Message)
+	}
+	str(r.Images...)
+	str(r.Hosts...)
+	return n
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }
@@ -207,8 +252,8 @@ type Info struct {
 	Kinds             []protocol.KindState
 	GatewayTieBreaker string
 	Updated           time.Time
-	// Truncated is true when the cluster sent more than MaxObjects objects
-	// and the hub left some out.
+	// Truncated is true when the cluster sent more than MaxObjects objects,
+	// or MaxBytes of them, and the hub left some out.
 	Truncated bool
 }
 

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -231,5 +232,44 @@ func TestObjectsPerClusterAreBounded(t *testing.T) {
 	st.apply(&protocol.Update{Upserts: []protocol.Resource{res("pods", "a", "one", false, nil)}, Deletes: []protocol.ResourceRef{{Kind: "pods", Namespace: "a", Name: "one"}, {Kind: "pods", Namespace: "a", Name: "never"}}})
 	if st.count != MaxObjects-1 {
 		t.Errorf("count after a delete: %d", st.count)
+	}
+}
+
+// TestBytesPerClusterAreBounded: an agent can't make the hub hold more than
+// MaxBytes of one cluster's summaries, however large each one is made (a
+// label of nearly the message's 1 MiB): past it, new objects are left out,
+// a kept one keeps its last summary rather than grow, and the state says
+// so. Deletes make room; a change that shrinks an object always applies.
+func TestBytesPerClusterAreBounded(t *testing.T) {
+	const limit = 8 << 20 // MaxBytes, scaled down for the test's memory
+	st := &state{objects: map[string]map[string]*protocol.Resource{}, maxBytes: limit}
+	huge := func(name string) protocol.Resource {
+		return res("pods", "a", name, true, map[string]string{"x": strings.Repeat("x", 1000<<10)})
+	}
+	for i := range limit/(1000<<10) + 10 {
+		st.apply(&protocol.Update{Upserts: []protocol.Resource{huge(fmt.Sprint(i))}})
+	}
+	if st.bytes > limit || !st.truncated || st.count >= limit/(1000<<10)+10 {
+		t.Fatalf("%d bytes in %d objects, truncated %v; want at most %d", st.bytes, st.count, st.truncated, limit)
+	}
+	kept := st.count
+	small := res("pods", "a", "0", true, nil)
+	st.apply(&protocol.Update{Upserts: []protocol.Resource{small}, Deletes: []protocol.ResourceRef{{Kind: "pods", Namespace: "a", Name: "1"}}})
+	if st.objects["pods"][key("a", "0")].Labels != nil || st.count != kept-1 {
+		t.Errorf("a shrinking change and a delete: labels %v, %d objects", st.objects["pods"][key("a", "0")].Labels, st.count)
+	}
+	want := 0
+	for _, byKey := range st.objects {
+		for _, r := range byKey {
+			want += Size(r)
+		}
+	}
+	if st.bytes != want {
+		t.Errorf("counted %d bytes, the objects have %d", st.bytes, want)
+	}
+	// Room again: a new object fits.
+	st.apply(&protocol.Update{Upserts: []protocol.Resource{huge("new")}})
+	if st.objects["pods"][key("a", "new")] == nil {
+		t.Error("no room made by the delete and the shrink")
 	}
 }
