@@ -27,9 +27,10 @@ type Store struct {
 const MaxObjects = 1_000_000
 
 // MaxBytes bounds the bytes of summaries the hub keeps of one cluster, as
-// Size counts them, for the same reason: a summary's names are bounded, but
-// its labels, conditions and hosts only by the message they come in (1
-// MiB), so a million objects could hold far more than any real cluster's.
+// summarySize counts them, for the same reason: a summary's names are
+// bounded, but its labels, conditions and hosts only by the message they
+// come in (1 MiB), so a million objects could hold far more than any real
+// cluster's.
 // A summary is a few hundred bytes; the largest clusters (150,000 pods)
 // need well under this. Past it, new objects and growing changes are left
 // out, as past MaxObjects.
@@ -39,7 +40,7 @@ const MaxBytes = 256 << 20
 type state struct {
 	objects    map[string]map[string]*protocol.Resource // kind → "namespace/name" → summary
 	count      int                                      // objects in all kinds
-	bytes      int                                      // their Size, together
+	bytes      int                                      // their summarySize, together
 	maxBytes   int                                      // 0: MaxBytes (tests set less)
 	truncated  bool                                     // some were left out: over MaxObjects or MaxBytes
 	kinds      []protocol.KindState
@@ -110,11 +111,11 @@ func (st *state) apply(u *protocol.Update) {
 			st.objects[res.Kind] = byKey
 		}
 		k := key(res.Namespace, res.Name)
-		size := Size(&res)
+		size := summarySize(&res)
 		old, ok := byKey[k]
 		grows := size
 		if ok {
-			grows -= Size(old)
+			grows -= summarySize(old)
 		}
 		limit := st.maxBytes
 		if limit == 0 {
@@ -135,14 +136,14 @@ func (st *state) apply(u *protocol.Update) {
 		if old, ok := st.objects[ref.Kind][k]; ok {
 			delete(st.objects[ref.Kind], k)
 			st.count--
-			st.bytes -= Size(old)
+			st.bytes -= summarySize(old)
 		}
 	}
 }
 
-// Size is about what a summary costs the hub: its strings' bytes, and some
+// summarySize is about what a summary costs the hub: its strings' bytes, and some
 // for each string, map entry and the object itself.
-func Size(r *protocol.Resource) int {
+func summarySize(r *protocol.Resource) int {
 	const perString, perObject = 16, 256
 	n := perObject
 	str := func(ss ...string) {

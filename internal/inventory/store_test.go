@@ -261,7 +261,7 @@ func TestBytesPerClusterAreBounded(t *testing.T) {
 	want := 0
 	for _, byKey := range st.objects {
 		for _, r := range byKey {
-			want += Size(r)
+			want += summarySize(r)
 		}
 	}
 	if st.bytes != want {
