@@ -11,11 +11,13 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
+	"github.com/go-jose/go-jose/v4"
 	"golang.org/x/oauth2"
 )
 
@@ -100,7 +102,7 @@ func (o *oidcSource) startLocked() {
 }
 
 func (o *oidcSource) discover() {
-	p, err := oidc.NewProvider(oidc.ClientContext(o.life, o.client), o.cfg.Issuer)
+	v, endpoint, err := o.provider()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.inflight = nil
@@ -117,14 +119,43 @@ func (o *oidcSource) discover() {
 		}
 		return
 	}
-	o.verifier = p.Verifier(&oidc.Config{ClientID: o.cfg.ClientID, Now: o.now})
-	o.endpoint = p.Endpoint()
+	o.verifier, o.endpoint = v, endpoint
 	if o.failures > 0 {
 		o.log.Info("Reached the OIDC issuer", "issuer", o.cfg.Issuer, "after_failures", o.failures)
 	} else {
 		o.log.Info("Reached the OIDC issuer", "issuer", o.cfg.Issuer)
 	}
 	o.failures, o.lastErr = 0, nil
+}
+
+// provider discovers the issuer, and makes a verifier of its ID tokens
+// whose keys are issuerKeys.
+func (o *oidcSource) provider() (*oidc.IDTokenVerifier, oauth2.Endpoint, error) {
+	p, err := oidc.NewProvider(oidc.ClientContext(o.life, o.client), o.cfg.Issuer)
+	if err != nil {
+		return nil, oauth2.Endpoint{}, err
+	}
+	var meta struct {
+		KeysURL string   `json:"jwks_uri"`
+		Algs    []string `json:"id_token_signing_alg_values_supported"`
+	}
+	if err := p.Claims(&meta); err != nil {
+		return nil, oauth2.Endpoint{}, fmt.Errorf("the issuer's discovery document can't be read: %w", err)
+	}
+	if meta.KeysURL == "" {
+		return nil, oauth2.Endpoint{}, errors.New("the issuer's discovery document names no jwks_uri, where its keys are")
+	}
+	// As go-oidc's own verifier: the issuer's algorithms it knows, or
+	// RS256 if none.
+	var algs []string
+	for _, a := range meta.Algs {
+		if slices.Contains(signingAlgs, jose.SignatureAlgorithm(a)) {
+			algs = append(algs, a)
+		}
+	}
+	keys := &issuerKeys{url: meta.KeysURL, client: o.client, life: o.life, now: o.now}
+	cfg := &oidc.Config{ClientID: o.cfg.ClientID, Now: o.now, SupportedSigningAlgs: algs}
+	return oidc.NewVerifier(o.cfg.Issuer, keys, cfg), p.Endpoint(), nil
 }
 
 // getVerifier returns the verifier, discovering the issuer first if that is due, or waiting

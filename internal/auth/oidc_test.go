@@ -134,14 +134,90 @@ func TestOIDCClaims(t *testing.T) {
 	}
 }
 
+// TestOIDCKeyRotation: a token signed with a key the hub hasn't fetched
+// makes it fetch the issuer's keys again, if the last fetch started
+// keysCooldown ago or more.
 func TestOIDCKeyRotation(t *testing.T) {
-	iss, a := oidcAuth(t, oidctest.Options{}, Config{})
+	clock := newFakeClock()
+	iss, a := oidcAuth(t, oidctest.Options{Now: clock.Now}, Config{Now: clock.Now})
 	if _, ok, err := a.Authenticate(bearer(iss.IDToken(t, verified))); !ok {
 		t.Fatal(err)
 	}
 	iss.RotateKey(t)
-	if _, ok, err := a.Authenticate(bearer(iss.IDToken(t, verified))); !ok {
+	clock.Advance(keysCooldown - time.Second)
+	tok := iss.IDToken(t, verified)
+	_, ok, err := a.Authenticate(bearer(tok))
+	if ok || !errors.Is(err, ErrInvalidToken) {
+		t.Fatalf("a token signed with the issuer's new key within the cooldown: %v %v", ok, err)
+	}
+	if want := "none of the issuer's keys verifies it, as fetched 29s ago; the hub fetches them again 30s after that at the earliest"; !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("error:\n got %s\nwant it to end %s", err, want)
+	}
+	if n := iss.Requests("/keys"); n != 1 {
+		t.Errorf("%d fetches of the keys, want 1", n)
+	}
+	clock.Advance(time.Second)
+	if _, ok, err := a.Authenticate(bearer(tok)); !ok {
 		t.Fatalf("a token signed with the issuer's new key: %v", err)
+	}
+	if n := iss.Requests("/keys"); n != 2 {
+		t.Errorf("%d fetches of the keys, want 2", n)
+	}
+}
+
+// TestOIDCMadeUpTokens: tokens no key of the issuer's verifies, however
+// many and at once, make the hub fetch the keys once per keysCooldown.
+func TestOIDCMadeUpTokens(t *testing.T) {
+	clock := newFakeClock()
+	iss, a := oidcAuth(t, oidctest.Options{Now: clock.Now}, Config{Now: clock.Now})
+	other := oidctest.NewKey(t)
+	made := []string{
+		iss.Sign(t, oidctest.Token{Key: other, Claims: verified}),
+		iss.Sign(t, oidctest.Token{Key: other, KeyID: iss.SigningKey().ID, Claims: verified}),
+		iss.Sign(t, oidctest.Token{Key: other, KeyID: "made-up", Claims: verified}),
+	}
+	for round := 1; round <= 2; round++ {
+		var wg sync.WaitGroup
+		for i := range 30 {
+			wg.Go(func() {
+				if _, ok, err := a.Authenticate(bearer(made[i%len(made)])); ok || !errors.Is(err, ErrInvalidToken) {
+					t.Errorf("a made-up token: %v %v", ok, err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := iss.Requests("/keys"); n != round {
+			t.Errorf("after round %d: %d fetches of the keys, want %d", round, n, round)
+		}
+		// The issuer's own tokens still pass.
+		if _, ok, err := a.Authenticate(bearer(iss.IDToken(t, with(verified, "round", round)))); !ok {
+			t.Fatalf("the issuer's token: %v", err)
+		}
+		clock.Advance(keysCooldown)
+	}
+}
+
+// TestOIDCKeysUnavailable: while the issuer can't give its keys, ID tokens
+// are refused with its answer, and it is asked again after the cooldown.
+func TestOIDCKeysUnavailable(t *testing.T) {
+	clock := newFakeClock()
+	iss, a := oidcAuth(t, oidctest.Options{Now: clock.Now}, Config{Now: clock.Now})
+	if _, err := a.oidc.getVerifier(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	iss.SetDown(true)
+	tok := iss.IDToken(t, verified)
+	_, ok, err := a.Authenticate(bearer(tok))
+	if ok || !strings.Contains(err.Error(), "fetching the issuer's keys: 503 Service Unavailable: the issuer is down") {
+		t.Fatalf("while the keys can't be fetched: %v %v", ok, err)
+	}
+	iss.SetDown(false)
+	if _, ok, err := a.Authenticate(bearer(tok)); ok || !strings.Contains(err.Error(), "the hub fetches them again 30s after that") {
+		t.Fatalf("within the cooldown: %v %v", ok, err)
+	}
+	clock.Advance(keysCooldown)
+	if _, ok, err := a.Authenticate(bearer(tok)); !ok {
+		t.Fatalf("once the keys can be fetched: %v", err)
 	}
 }
 
