@@ -199,14 +199,18 @@ func (st *stream) take(p []byte) int {
 }
 
 // readErr says why a read with nothing buffered can't wait. st.mu is held.
+// A FIN that came before a reset still ends the reads with EOF: all the
+// peer sent has arrived. (A stream closed here is reset once
+// StreamCloseTimeout passes without the peer's FIN, and the peer may not
+// have read its own last bytes and FIN by then.)
 func (st *stream) readErr() error {
 	switch {
 	case st.closed:
 		return net.ErrClosed
-	case st.reset:
-		return ErrStreamReset
 	case st.finRecv:
 		return io.EOF
+	case st.reset:
+		return ErrStreamReset
 	case st.sessionEnded():
 		return st.s.ended()
 	case expired(st.rdl):
