@@ -70,11 +70,12 @@ func TestBlackholeEachDirection(t *testing.T) {
 }
 
 // TestIdleTimeoutProxyKeepsHeartbeatingTunnel: a proxy that closes
-// connections idle for 60 s (here 1 s) never closes a tunnel whose
-// heartbeats come every 30 s (here 0.5 s).
+// connections idle for 60 s (here 2 s) never closes a tunnel whose
+// heartbeats come every 30 s (here 1 s). At 0.5 s and 1 s, the longest
+// silence on a loaded machine was 747 ms: too close.
 func TestIdleTimeoutProxyKeepsHeartbeatingTunnel(t *testing.T) {
-	h, a, p := hubBehindProxy(t, 500*time.Millisecond)
-	const idle = time.Second
+	h, a, p := hubBehindProxy(t, time.Second)
+	const idle = 2 * time.Second
 	p.SetIdleTimeout(idle)
 	// The proxy does close idle connections: one that says nothing is cut.
 	raw, err := net.Dial("tcp", p.Addr())
@@ -90,7 +91,7 @@ func TestIdleTimeoutProxyKeepsHeartbeatingTunnel(t *testing.T) {
 	t.Logf("the proxy closed an idle connection after %s", time.Since(cutAt).Round(time.Millisecond))
 
 	conn := h.connected("eu-1")
-	time.Sleep(6 * idle)
+	time.Sleep(4 * idle)
 	if h.connected("eu-1") != conn || !a.Connected() {
 		t.Fatalf("the tunnel was dropped behind an idle-closing proxy:\n%s", h.logs)
 	}

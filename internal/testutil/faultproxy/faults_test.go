@@ -189,14 +189,16 @@ func TestIdleTimeoutClosesOnlyIdleConnections(t *testing.T) {
 	}
 	defer busy.Close()
 	roundTrip(t, idle, []byte("hi"))
-	const timeout = 200 * time.Millisecond
+	// Long enough that a loaded machine's late wakes (a 50 ms sleep took
+	// up to 316 ms) don't leave busy silent for a whole timeout.
+	const timeout = time.Second
 	p.SetIdleTimeout(timeout)
-	// busy talks every timeout/4 for 3 timeouts: it must stay open.
-	for range 12 {
+	// busy talks every timeout/10 for 3 timeouts: it must stay open.
+	for range 30 {
 		roundTrip(t, busy, []byte("ping"))
-		time.Sleep(timeout / 4)
+		time.Sleep(timeout / 10)
 	}
-	idle.SetReadDeadline(time.Now().Add(5 * time.Second))
+	idle.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := idle.Read(make([]byte, 1)); err == nil || isTimeout(err) {
 		t.Fatalf("the idle connection: %v, want it closed", err)
 	}
