@@ -77,7 +77,7 @@ func TestTokenRotation(t *testing.T) {
 	fc.writeToken(t, "service-account-token-2")
 	// One reread interval, plus a probe interval, plus slack for a loaded
 	// machine.
-	eventually(t, 2*time.Second, "the hub uses the new token", func() bool { return fc.lastToken() == "service-account-token-2" })
+	eventually(t, 5*time.Second, "the hub uses the new token", func() bool { return fc.lastToken() == "service-account-token-2" })
 	if !strings.Contains(a.logs.String(), "Sent the hub the service account's new token") {
 		t.Errorf("agent log:\n%s", a.logs)
 	}
