@@ -74,6 +74,9 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt.entry = entry
+	if sentImpersonation(r.Header) {
+		rw.Header().Add("Warning", impersonationWarning)
+	}
 	if !entry.ForwardToken {
 		rt.user, rt.groups = h.cfg.AuthConfig.Impersonated(p)
 		if err := auth.CheckIdentity(rt.user, rt.groups); err != nil {
@@ -90,6 +93,20 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.proxy.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), clusterKey{}, rt)))
+}
+
+// impersonationWarning answers a request that came with Impersonate-*
+// headers, which the hub removes (SPEC section 3): kubectl prints it, so
+// someone who tried --as learns that the request went as themselves.
+const impersonationWarning = `299 - "Tether removed the Impersonate-* headers you sent: requests go to the cluster as you, so --as, --as-group and --as-uid have no effect here"`
+
+func sentImpersonation(h http.Header) bool {
+	for k := range h {
+		if len(k) >= len("impersonate-") && strings.EqualFold(k[:len("impersonate-")], "impersonate-") {
+			return true
+		}
+	}
+	return false
 }
 
 // visible returns the list entry of cluster name if p may see it.

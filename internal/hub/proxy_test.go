@@ -110,9 +110,13 @@ func TestProxyImpersonatesAndStripsCredentials(t *testing.T) {
 		"X-Remote-User":          {"admin"},
 		"Connection":             {"X-Remote-User"},
 	}
-	code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/namespaces/a/pods?limit=5", aliceToken, smuggled)
+	code, body, answer := call(t, "GET", h.url+"/clusters/open/api/v1/namespaces/a/pods?limit=5", aliceToken, smuggled)
 	if code != 200 {
 		t.Fatalf("status %d: %s", code, body)
+	}
+	// The person is told, as kubectl prints a Warning: --as had no effect.
+	if got := answer.Values("Warning"); len(got) != 1 || got[0] != impersonationWarning {
+		t.Errorf("Warning: %q, want the hub's one", got)
 	}
 	var got struct {
 		Path   string
@@ -148,6 +152,9 @@ func TestProxyImpersonatesAndStripsCredentials(t *testing.T) {
 		if _, ok := keys[k]; !ok {
 			t.Errorf("the audit line has no %q: %s", k, lastLine(audit.String()))
 		}
+	}
+	if _, _, answer := call(t, "GET", h.url+"/clusters/open/api/v1/namespaces/a/pods", aliceToken, nil); answer.Get("Warning") != "" {
+		t.Errorf("a request without Impersonate-* headers got Warning: %q", answer.Values("Warning"))
 	}
 }
 
