@@ -234,7 +234,7 @@ func (h *Hub) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		name = rt.conn.name
 	}
 	h.log.Warn(fmt.Sprintf("A request to cluster %q failed: %v", name, err), "cluster", name, "request", rt.id)
-	writeStatus(w, http.StatusBadGateway, "ServiceUnavailable", fmt.Sprintf("Tether can't reach cluster %q's API server: %v", name, err))
+	writeStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Tether can't reach cluster %q's API server: %v", name, err))
 }
 
 // writeStatus answers with a Kubernetes Status object, which kubectl shows

@@ -487,3 +487,20 @@ func TestVisibilityIgnoresTheGroupPrefix(t *testing.T) {
 		})
 	}
 }
+
+// TestAPIServerDownAnswers503: a request the agent can't take to its API
+// server is answered 503 ServiceUnavailable, as the API server's own
+// aggregator answers for a backend it can't reach, with the agent's reason.
+func TestAPIServerDownAnswers503(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeInterval = time.Hour })
+	waitFirstProbe(t, h)
+	fc.srv.Close()
+	code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/pods", aliceToken, nil)
+	var st struct{ Code int32 }
+	json.Unmarshal([]byte(body), &st)
+	if code != http.StatusServiceUnavailable || st.Code != http.StatusServiceUnavailable ||
+		!strings.Contains(body, `"reason":"ServiceUnavailable"`) || !strings.Contains(body, "the agent can't reach its API server") {
+		t.Errorf("with the API server down: %d %s", code, body)
+	}
+}

@@ -202,8 +202,8 @@ func TestLyingAgentGetsNoRequestThrough(t *testing.T) {
 		{bobToken, "/clusters/ops/api/v1/namespaces/default/pods/x/exec?command=sh"},
 	} {
 		status, body, _ := call(t, "GET", h.url+who.path, who.token, nil)
-		if status != http.StatusBadGateway || !strings.Contains(body, "certificate") {
-			t.Errorf("%s through the liar: %d %s, want 502 naming the certificate", who.path, status, body)
+		if status != http.StatusServiceUnavailable || !strings.Contains(body, "certificate") {
+			t.Errorf("%s through the liar: %d %s, want 503 naming the certificate", who.path, status, body)
 		}
 	}
 	eventually(t, 5*time.Second, "probes fail too", func() bool { return strings.HasPrefix(statusOf(h, "ops"), "Unreachable") })
