@@ -73,7 +73,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("tether dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8080", "where the hub listens (loopback only)")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	log, err := logging.New(os.Getenv("TETHER_LOG_FORMAT"), stderr, slog.LevelInfo)
@@ -87,7 +87,7 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tether token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	name := fs.String("name", "in-cluster", "the cluster's name in the hub's agents list (TETHER_AGENT_NAME)")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if err := fleet.CheckName(*name); err != nil {
@@ -104,7 +104,10 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-func runVersion(stdout io.Writer) error {
+func runVersion(args []string, stdout io.Writer) error {
+	if err := noArgs("version", args); err != nil {
+		return err
+	}
 	_, err := fmt.Fprintf(stdout, "tether %s\n", version.Version)
 	return err
 }
@@ -112,6 +115,18 @@ func runVersion(stdout io.Writer) error {
 func noArgs(cmd string, args []string) error {
 	if len(args) > 0 {
 		return fmt.Errorf("tether %s takes no arguments (its settings are TETHER_… environment variables), not %q", cmd, args)
+	}
+	return nil
+}
+
+// parse parses a command's flags, and refuses anything after them: a
+// mistyped flag (addr=…, say) would otherwise be silently ignored.
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s takes only flags (see %s --help), not %q", fs.Name(), fs.Name(), fs.Args())
 	}
 	return nil
 }

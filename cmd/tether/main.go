@@ -52,7 +52,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "token":
 		err = runToken(args[1:], stdout, stderr)
 	case "version", "--version":
-		err = runVersion(stdout)
+		err = runVersion(args[1:], stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -57,9 +57,24 @@ func TestUsage(t *testing.T) {
 	if code := run([]string{"version"}, &out, &errOut); code != 0 || !strings.HasPrefix(out.String(), "tether v") {
 		t.Errorf("version: exit %d, %q", code, out.String())
 	}
-	errOut.Reset()
-	if code := run([]string{"hub", "extra"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "takes no arguments") {
-		t.Errorf("hub with an argument: exit %d, %q", code, errOut.String())
+	// Anything after a command or its flags is a mistake, said, not
+	// ignored: a dev hub started on the default address while the person
+	// meant another, say.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"hub", "extra"}, `tether hub takes no arguments (its settings are TETHER_… environment variables), not ["extra"]`},
+		{[]string{"version", "extra"}, `tether version takes no arguments`},
+		{[]string{"dev", "extra"}, `tether dev takes only flags (see tether dev --help), not ["extra"]`},
+		{[]string{"dev", "--addr", "127.0.0.1:18080", "addr=x"}, `not ["addr=x"]`},
+		{[]string{"token", "--name", "eu-1", "eu-2"}, `tether token takes only flags (see tether token --help), not ["eu-2"]`},
+	} {
+		errOut.Reset()
+		out.Reset()
+		if code := run(tc.args, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), tc.want) || out.Len() != 0 {
+			t.Errorf("%q: exit %d, %q, want exit 1 and %q, nothing on stdout", tc.args, code, errOut.String(), tc.want)
+		}
 	}
 	// Asking for help is no mistake: exit 0, with the usage.
 	for _, args := range [][]string{{"--help"}, {"hub", "--help"}, {"agent", "-h"}} {
