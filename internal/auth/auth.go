@@ -26,6 +26,10 @@ var (
 	ErrInvalidToken = errors.New("invalid bearer token")
 	// ErrExpired: a hub-issued token or OIDC ID token that has expired.
 	ErrExpired = errors.New("expired bearer token")
+	// ErrOtherKey is a hub-issued token signed with a key the hub doesn't
+	// have: it restarted with a new one, or its key was replaced. Also
+	// ErrInvalidToken.
+	ErrOtherKey = errors.New("a hub-issued token signed with a key this hub doesn't have")
 	// ErrOIDCUnavailable: an OIDC ID token that can't be checked because the issuer hasn't
 	// answered discovery yet. The hub may answer 503 rather than 401.
 	ErrOIDCUnavailable = errors.New("the OIDC issuer can't be reached")

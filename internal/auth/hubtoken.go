@@ -186,7 +186,7 @@ func (h *hubTokens) check(raw string, now time.Time) (Person, time.Time, error) 
 	}
 	pub, ok := h.keys[tok.Headers[0].KeyID]
 	if !ok {
-		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token signed with a key this hub doesn't have (did the hub restart without %s, or was its key replaced?); get a new kubeconfig", ErrInvalidToken, SettingSigningKeyFile)
+		return Person{}, time.Time{}, fmt.Errorf("%w: %w (did the hub restart without %s, or was its key replaced?); get a new kubeconfig", ErrInvalidToken, ErrOtherKey, SettingSigningKeyFile)
 	}
 	var std jwt.Claims
 	var extra hubClaims

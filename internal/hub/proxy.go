@@ -62,7 +62,7 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 			h.logAuthFailure(r, err)
 		}
 		rw.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
-		writeStatus(rw, http.StatusUnauthorized, "Unauthorized", "Tether doesn't know who you are: send a bearer token the hub accepts (GET /api/kubeconfig gives one).")
+		writeStatus(rw, http.StatusUnauthorized, "Unauthorized", unauthorized(err))
 		return
 	}
 	rt.person = p
@@ -107,6 +107,21 @@ func sentImpersonation(h http.Header) bool {
 		}
 	}
 	return false
+}
+
+// unauthorized says why a request to a cluster was refused, where the
+// person can do something about it and the answer tells nothing of anyone
+// else: their token's time is up, or the hub that signed it has another
+// key now (a dev hub restarted, say). kubectl prints it.
+func unauthorized(err error) string {
+	const who = "Tether doesn't know who you are: "
+	switch {
+	case errors.Is(err, auth.ErrExpired):
+		return who + "your token has expired. Sign in again, or get a new kubeconfig from the hub's fleet page."
+	case errors.Is(err, auth.ErrOtherKey):
+		return who + "your token was signed with a key this hub no longer has (it restarted without a lasting key, or its key was replaced). Get a new kubeconfig from the hub's fleet page."
+	}
+	return who + "send a bearer token the hub accepts (the kubeconfig from the hub's fleet page holds one)."
 }
 
 // visible returns the list entry of cluster name if p may see it.

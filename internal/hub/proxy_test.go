@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -502,5 +503,37 @@ func TestAPIServerDownAnswers503(t *testing.T) {
 	if code != http.StatusServiceUnavailable || st.Code != http.StatusServiceUnavailable ||
 		!strings.Contains(body, `"reason":"ServiceUnavailable"`) || !strings.Contains(body, "the agent can't reach its API server") {
 		t.Errorf("with the API server down: %d %s", code, body)
+	}
+}
+
+// TestUnauthorizedSaysWhatToDo: a token from before the hub's key changed
+// (a restarted dev hub, say) is refused with what to do about it, which
+// kubectl prints; an unknown token learns nothing more than that.
+func TestUnauthorizedSaysWhatToDo(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	before, err := auth.New(auth.Config{Users: testUsers}) // the hub before it restarted
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close()
+	old, _, err := before.IssueToken(auth.Person{Name: "carol", Groups: []string{"dev"}, Source: auth.SourceProxy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ token, want string }{
+		{old, "Tether doesn't know who you are: your token was signed with a key this hub no longer has (it restarted without a lasting key, or its key was replaced). Get a new kubeconfig from the hub's fleet page."},
+		{"not-a-token-anyone-has-0123456789abcdef", "Tether doesn't know who you are: send a bearer token the hub accepts (the kubeconfig from the hub's fleet page holds one)."},
+	} {
+		code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/pods", tc.token, nil)
+		var st struct{ Message string }
+		json.Unmarshal([]byte(body), &st)
+		if code != http.StatusUnauthorized || st.Message != tc.want {
+			t.Errorf("%d %q, want 401 %q", code, st.Message, tc.want)
+		}
+	}
+	expired := fmt.Errorf("%w: a hub-issued token that expired", auth.ErrExpired)
+	if got := unauthorized(expired); !strings.Contains(got, "your token has expired") {
+		t.Errorf("an expired token: %q", got)
 	}
 }
