@@ -4,30 +4,32 @@
 package dev
 
 import (
-	"crypto/tls"
-	"encoding/base64"
-	"os"
-	"path/filepath"
-
-	"github.com/tetherhq/tether/internal/pki"
-
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
-	"github.com/tetherhq/tether/internal/auth"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/localkube"
+	"github.com/tetherhq/tether/internal/pki"
 )
 
 // ClusterName is the local cluster's name in the hub.
@@ -62,11 +64,22 @@ func Run(ctx context.Context, cfg Config) error {
 		// addresses name.
 		host, cfg.Addr = "127.0.0.1", net.JoinHostPort("127.0.0.1", port)
 	}
-	if err != nil || net.ParseIP(host) == nil || !net.ParseIP(host).IsLoopback() {
+	if err != nil {
+		return fmt.Errorf("tether dev listens on loopback only, at an address with a port like 127.0.0.1:8080; --addr %q is not one (%v)", cfg.Addr, err)
+	}
+	if net.ParseIP(host) == nil || !net.ParseIP(host).IsLoopback() {
 		return fmt.Errorf("tether dev listens on loopback only: --addr must be like 127.0.0.1:8080, not %q", cfg.Addr)
 	}
+	// The hub's address first: taken, it is said at once, not after the
+	// API server has started and stopped again.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("the hub can't listen on %s: %w (is another tether dev running? choose another with --addr)", cfg.Addr, err)
+	}
+	defer ln.Close() // hub.Serve closes it too, once it has it
 	log := cfg.Logger
-	fmt.Fprintln(cfg.Out, "Starting a local Kubernetes API server (the first run builds it from source: several minutes)…")
+	// The first run builds it, and localkube logs that, with how long it takes.
+	fmt.Fprintln(cfg.Out, "Starting a local Kubernetes API server…")
 	cluster, err := localkube.Start(ctx, localkube.Config{Build: cfg.Build, Logger: log})
 	if err != nil {
 		return fmt.Errorf("start the local API server: %w", err)
@@ -89,10 +102,6 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cluster.GrantInventory(ctx, localkube.Namespace, localkube.ServiceAccount); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("the hub can't listen on %s: %w (is another tether dev running? choose another with --addr)", cfg.Addr, err)
-	}
 	// kubectl sends credentials over TLS only, so the hub serves HTTPS with
 	// a certificate from a CA made for this run.
 	ca, err := pki.NewCA("tether dev", 7*24*time.Hour)
@@ -101,6 +110,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	certFile, keyFile := filepath.Join(cluster.Dir, "hub.crt"), filepath.Join(cluster.Dir, "hub.key")
 	if err := writeHubCert(ca, certFile, keyFile); err != nil {
+		return err
+	}
+	// A key of the run's own, in a file as TETHER_TOKEN_SIGNING_KEY_FILE
+	// would give one: the hub would otherwise warn, with advice that a dev
+	// hub, which reads no settings, can't follow.
+	signingKeyFile := filepath.Join(cluster.Dir, "signing-key.pem")
+	if err := writeSigningKey(signingKeyFile); err != nil {
 		return err
 	}
 	hubURL := &url.URL{Scheme: "https", Host: cfg.Addr}
@@ -119,8 +135,9 @@ func Run(ctx context.Context, cfg Config) error {
 		TLSCertFile: certFile,
 		TLSKeyFile:  keyFile,
 		Auth: auth.Config{
-			Users:  fmt.Sprintf("- name: %s\n  tokenSha256: %s\n  groups: [%q]\n", AdminUser, fleet.TokenSHA256(adminToken), AdminGroup),
-			HubURL: hubURL.String(),
+			Users:          fmt.Sprintf("- name: %s\n  tokenSha256: %s\n  groups: [%q]\n", AdminUser, fleet.TokenSHA256(adminToken), AdminGroup),
+			HubURL:         hubURL.String(),
+			SigningKeyFile: signingKeyFile,
 		},
 	}
 	kubeconfig := filepath.Join(cluster.Dir, "tether.kubeconfig")
@@ -223,6 +240,20 @@ func bindAdmins(ctx context.Context, cluster *localkube.Cluster) error {
 
 // writeHubCert writes the hub's certificate, followed by its CA so the hub
 // hands the CA out in kubeconfigs, and its key.
+// writeSigningKey writes a new Ed25519 key for the hub's tokens, as
+// `openssl genpkey -algorithm ed25519` would.
+func writeSigningKey(file string) error {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
+}
+
 func writeHubCert(ca *pki.CA, certFile, keyFile string) error {
 	cert, key, err := ca.Issue(pki.Leaf{CommonName: "tether dev hub", Hosts: []string{"127.0.0.1", "localhost", "::1"}})
 	if err != nil {

@@ -3,6 +3,7 @@ package dev
 import (
 	"bytes"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,10 +32,11 @@ func TestRunListensOnLoopbackOnly(t *testing.T) {
 		{"10.0.0.5:8443", false},
 		{"tether.example.com:8080", false},
 		{"127.0.0.1", false}, // no port
-		{"127.0.0.1:8080", true},
+		{"18080", false},     // no host
+		// Port 0: past the check the hub's address is taken first.
 		{"127.0.0.1:0", true},
-		{"[::1]:8080", true},
-		{"localhost:8080", true}, // as 127.0.0.1:8080
+		{"[::1]:0", true},
+		{"localhost:0", true}, // as 127.0.0.1:0
 	} {
 		t.Run(tc.addr, func(t *testing.T) {
 			var out bytes.Buffer
@@ -64,5 +66,29 @@ func TestRunListensOnLoopbackOnly(t *testing.T) {
 				t.Errorf("--addr %s: Run didn't go on to start the API server (%v); it printed %q", tc.addr, err, out.String())
 			}
 		})
+	}
+}
+
+// TestRunSaysAtOnceTheAddressIsTaken: the hub's address is taken before
+// anything starts, so a second tether dev says so at once, not after
+// starting and stopping an API server.
+func TestRunSaysAtOnceTheAddressIsTaken(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var out bytes.Buffer
+	err = Run(t.Context(), Config{
+		Addr:   ln.Addr().String(),
+		Logger: slog.New(slog.DiscardHandler),
+		Out:    &out,
+		Build:  localkube.BuildOptions{SourceDir: t.TempDir(), CacheDir: t.TempDir()},
+	})
+	if err == nil || !strings.Contains(err.Error(), "the hub can't listen on "+ln.Addr().String()) || !strings.Contains(err.Error(), "choose another with --addr") {
+		t.Errorf("with the address taken: %v", err)
+	}
+	if out.Len() > 0 {
+		t.Errorf("it began before it found the address taken:\n%s", out.String())
 	}
 }
