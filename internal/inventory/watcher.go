@@ -2,10 +2,13 @@ package inventory
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"reflect"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -128,6 +131,21 @@ func (w *Watcher) reconcile(ctx context.Context) {
 	served, err := w.served(ctx)
 	if err != nil && len(served) == 0 {
 		w.log.Warn("Can't discover the cluster's APIs; the inventory waits", "err", err)
+		w.mu.Lock()
+		if len(w.scopes) == 0 {
+			// Nothing is watched yet: each kind says why, or the hub would
+			// show an empty inventory as a complete one.
+			states := map[scope]stateOf{}
+			for _, k := range Kinds {
+				states[scope{kind: k.Name}] = stateOf{err: "can't discover the cluster's APIs: " + describe(err)}
+			}
+			if !reflect.DeepEqual(states, w.states) {
+				w.states = states
+				w.epoch++
+				w.signalLocked()
+			}
+		}
+		w.mu.Unlock()
 		return
 	}
 	want := map[scope]bool{}
@@ -248,11 +266,25 @@ func (w *Watcher) start(ctx context.Context, sc scope, k Kind, version string) {
 	}()
 }
 
+// describe is err for people. A url.Error names the request's whole URL,
+// a watch's query and all, as long as the rest together; its path is
+// enough beside the kind.
+func describe(err error) string {
+	s := err.Error()
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		if u, perr := url.Parse(ue.URL); perr == nil {
+			s = strings.Replace(s, ue.Error(), fmt.Sprintf("%s %q: %v", ue.Op, u.Path, ue.Err), 1)
+		}
+	}
+	return s
+}
+
 // noteErr records the last list or watch error of sc, or clears it.
 func (w *Watcher) noteErr(sc scope, err error) {
 	st := stateOf{}
 	if err != nil {
-		st.err = err.Error()
+		st.err = describe(err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -518,5 +519,42 @@ func TestNumbersFromARealServer(t *testing.T) {
 	}
 	if p, _ := item("pods"); p.Restarts != 3 || !p.Ready {
 		t.Errorf("pod: %d restarts, ready %v; want 3, ready", p.Restarts, p.Ready)
+	}
+}
+
+// TestAnUnreachableClusterSaysSo: an API server that can't be reached from
+// the start leaves every kind with the reason, not an empty inventory that
+// looks complete; and the reason names the request's path, not its URL.
+func TestAnUnreachableClusterSaysSo(t *testing.T) {
+	saDir, err := cluster.NewServiceAccountDir(t.Context(), "inv-away", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	w, err := inventory.NewWatcher(inventory.WatcherConfig{
+		Host: "https://" + dead, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: filepath.Join(saDir, "token"),
+		Rediscover: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runWatcher(t, w)
+	store := inventory.NewStore()
+	stream(t, w, store, "away", "")
+	var kinds []protocol.KindState
+	eventually(t, 10*time.Second, "the kinds' states", func() bool {
+		info, ok := store.Info("away")
+		kinds = info.Kinds
+		return ok && len(kinds) == len(inventory.KindNames())
+	})
+	for _, k := range kinds {
+		if !strings.HasPrefix(k.Error, `can't discover the cluster's APIs: Get "/api": dial tcp `+dead) || !strings.Contains(k.Error, "connection refused") || k.Missing {
+			t.Errorf("%s: %q (missing %v), want why, with the path alone", k.Kind, k.Error, k.Missing)
+		}
 	}
 }

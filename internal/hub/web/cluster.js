@@ -137,7 +137,7 @@
     const problems = document.getElementById("problems");
     const items = [];
     if (inv && inv.truncated) {
-      items.push(warning("The cluster has more objects than the hub keeps of one cluster (a million): some are left out here."));
+      items.push(warning("The cluster has more than the hub keeps of one cluster (a million objects, or 256 MiB of them): some are left out here."));
     }
     missing = new Set();
     for (const p of (inv && inv.problems) || []) {
