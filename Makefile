@@ -36,6 +36,7 @@ FUZZ_TARGETS = \
 	./internal/hub:FuzzCheckHello \
 	./internal/hub:FuzzParseCA \
 	./internal/hub:FuzzParseQuery \
+	./internal/hub:FuzzWatchBody \
 	./internal/tunnel:FuzzSession \
 	./internal/tunnel:FuzzWebSocket \
 	./internal/tunnel:FuzzHandshake

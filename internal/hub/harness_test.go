@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -134,6 +135,35 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 			return
 		}
 		io.WriteString(w, "event 2\n")
+	})
+	// A watch: event 1, then nothing until the test says. With split, half
+	// of event 2 comes first, and the test's release sends its rest and
+	// event 3 in one write. Framed as the API server frames JSON or, with
+	// protobuf, protobuf.
+	mux.HandleFunc("/watch", func(w http.ResponseWriter, r *http.Request) {
+		fc.note(r)
+		event := func(n int) []byte { return fmt.Appendf(nil, `{"type":"ADDED","n":%d}`+"\n", n) }
+		if r.URL.Query().Has("protobuf") {
+			w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf;stream=watch")
+			event = func(n int) []byte { return append(binary.BigEndian.AppendUint32(nil, 3), 'e', 'v', byte('0'+n)) }
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+		}
+		w.Write(event(1))
+		if r.URL.Query().Has("split") {
+			w.Write(event(2)[:5])
+		}
+		w.(http.Flusher).Flush()
+		if r.URL.Query().Has("split") {
+			select {
+			case <-fc.gate:
+			case <-r.Context().Done():
+				return
+			}
+			w.Write(append(event(2)[5:], event(3)...))
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done()
 	})
 	mux.HandleFunc("/big", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)

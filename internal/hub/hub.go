@@ -102,6 +102,10 @@ type Hub struct {
 	conns    sync.WaitGroup // one per served agent connection
 	requests *inflight      // requests to clusters in progress, upgraded sessions included
 
+	watchMu       sync.Mutex              // guards the following
+	watches       map[*watchBody]struct{} // watch answers in flight (watchend.go)
+	endingWatches bool                    // EndWatches was called
+
 	auditMu sync.Mutex // serializes audit lines
 	events  broker     // tells /api/events streams what changed
 
@@ -207,6 +211,7 @@ func New(cfg Config) (*Hub, error) {
 		status:    map[string]*clusterStatus{},
 		lastCA:    map[string]string{},
 		requests:  newInflight(),
+		watches:   map[*watchBody]struct{}{},
 		inventory: inventory.NewStore(),
 		access:    accessCache{ttl: cfg.AccessTTL},
 	}

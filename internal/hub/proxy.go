@@ -148,8 +148,12 @@ func (h *Hub) newProxy() *httputil.ReverseProxy {
 		// in one write when they end. With -1 for all, every answer also
 		// started a timer's goroutine that flushed the head on its own,
 		// and contended with the answer's writes for their lock.
-		ModifyResponse: closeFailedUpgrades,
-		ErrorHandler:   h.proxyError,
+		ModifyResponse: func(resp *http.Response) error {
+			closeFailedUpgrades(resp)
+			h.trackWatch(resp)
+			return nil
+		},
+		ErrorHandler: h.proxyError,
 		// What ErrorHandler doesn't see: a response cut short because the
 		// tunnel or the API server stopped sending midway.
 		ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
@@ -231,12 +235,11 @@ func (clusterTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // closeFailedUpgrades closes the client's connection after an upgrade the
 // API server refused, so bytes the client sends next (SPDY frames, say)
 // never reach anything.
-func closeFailedUpgrades(resp *http.Response) error {
+func closeFailedUpgrades(resp *http.Response) {
 	if resp.Request.Header.Get("Upgrade") != "" && resp.StatusCode != http.StatusSwitchingProtocols {
 		resp.Close = true
 		resp.Header.Set("Connection", "close")
 	}
-	return nil
 }
 
 func (h *Hub) proxyError(w http.ResponseWriter, r *http.Request, err error) {

@@ -191,6 +191,9 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 
 	log.Info(fmt.Sprintf("Shutting down: open requests have up to %s to finish", opts.ShutdownGrace))
 	graceCtx, cancel := context.WithTimeout(context.Background(), opts.ShutdownGrace)
+	// Watches never finish: they end at their next event's end, as the API
+	// server ends its own when it stops.
+	h.EndWatches()
 	// Shutdown stops taking requests and waits for plain ones, not hijacked
 	// ones: upgraded sessions still running get the rest of the grace period.
 	srv.Shutdown(graceCtx)

@@ -111,3 +111,79 @@ func TestShutdownLetsOpenRequestsFinish(t *testing.T) {
 		t.Fatalf("Serve didn't return after the last request:\n%s", logs)
 	}
 }
+
+// TestShutdownEndsWatches: watches never finish, so a stopping hub ends
+// each at its next event's end, cleanly, as the API server ends its own:
+// at once when between events, and after the event when in one, with
+// what came after it left out. Serve then stops without waiting out the
+// grace.
+func TestShutdownEndsWatches(t *testing.T) {
+	fc := newFakeCluster(t)
+	annToken := strings.Repeat("a", 32)
+	opts := optionsOn(t, map[string]string{
+		"TETHER_PUBLIC_URL":             "http://hub.example.com",
+		"TETHER_METRICS_ADDR":           "0",
+		"TETHER_USERS":                  "- {name: ann, token: " + annToken + "}\n",
+		"TETHER_FLEET_AGENTS":           "- {name: eu-1, token: " + testToken + "}\n",
+		"TETHER_SHUTDOWN_GRACE_SECONDS": "60",
+	})
+	addr := opts.Listener.Addr().String()
+	logs := &syncbuf.Buffer{}
+	log, _ := logging.New("text", logs, slog.LevelInfo)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	served := make(chan error, 1)
+	go func() { served <- Serve(ctx, opts, log, nil) }()
+	a := startAgent(t, "http://"+addr, "eu-1", fc)
+	eventually(t, 5*time.Second, "connected", a.Connected)
+
+	// Without the ends, the reads below would wait out the grace: they
+	// give up sooner, and say so.
+	reads, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	watch := func(query string, first int) io.ReadCloser {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(reads, "GET", "http://"+addr+"/clusters/eu-1/watch?watch=1&"+query, nil)
+		req.Header.Set("Authorization", "Bearer "+annToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := make([]byte, first); resp.StatusCode != 200 {
+			t.Fatalf("%s: %d", query, resp.StatusCode)
+		} else if _, err := io.ReadFull(resp.Body, got); err != nil {
+			t.Fatalf("%s: the first event: %v", query, err)
+		}
+		return resp.Body
+	}
+	const json1 = `{"type":"ADDED","n":1}` + "\n"
+	idle := watch("json", len(json1))
+	defer idle.Close()
+	proto := watch("protobuf", 7)
+	defer proto.Close()
+	split := watch("json&split", len(json1))
+	defer split.Close()
+
+	stopped := time.Now()
+	stop() // as SIGTERM does
+	for name, body := range map[string]io.Reader{"a JSON watch": idle, "a protobuf watch": proto} {
+		if rest, err := io.ReadAll(body); err != nil || len(rest) != 0 {
+			t.Errorf("%s between events: %q, %v; want its clean end at once", name, rest, err)
+		}
+	}
+	fc.release() // the rest of event 2, and event 3
+	if rest, err := io.ReadAll(split); err != nil || string(rest) != `{"type":"ADDED",`+`"n":2}`+"\n" {
+		t.Errorf("a watch in an event: %q, %v; want the event's rest and a clean end", rest, err)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(30 * time.Second): // a third of the grace: it didn't wait it out
+		t.Fatalf("Serve didn't return once the watches ended:\n%s", logs)
+	}
+	if strings.Contains(logs.String(), "Requests still open") {
+		t.Errorf("the hub waited out the grace %s after it was told to stop:\n%s", time.Since(stopped), logs)
+	}
+}

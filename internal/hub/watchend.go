@@ -1,0 +1,182 @@
+package hub
+
+import (
+	"encoding/binary"
+	"io"
+	"mime"
+	"net/http"
+	"sync"
+)
+
+// A watch never finishes on its own, so a stopping hub would hold every
+// one for the whole shutdown grace and then cut it, and clients would see
+// an error. Instead, once the hub stops, each watch's answer ends at the
+// end of its next event (at once, between events), cleanly: a chunked
+// answer's last chunk, or an HTTP/2 stream's end. That is how the API
+// server ends its own watches when it stops, and clients watch again from
+// the last event they saw.
+//
+// Events are found by the answer's framing, for the two the API server
+// sends: JSON, where each event is a JSON text and a newline, a byte JSON
+// text has nowhere else (it escapes newlines in strings); and protobuf,
+// where each is a 4-byte big-endian length and that many bytes. Other
+// answers (compressed, or another type) run until the grace ends, as
+// before.
+
+// watchFraming says how a watch answer's events are framed, and whether
+// the hub can find their ends.
+func watchFraming(resp *http.Response) (framing, bool) {
+	req := resp.Request
+	if req == nil || req.Method != http.MethodGet || resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" {
+		return 0, false
+	}
+	if w := req.URL.Query().Get("watch"); w != "true" && w != "1" {
+		return 0, false
+	}
+	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	if err != nil {
+		return 0, false
+	}
+	switch mt {
+	case "application/json":
+		return jsonLines, true
+	case "application/vnd.kubernetes.protobuf":
+		return lengthPrefixed, true
+	}
+	return 0, false
+}
+
+type framing int
+
+const (
+	jsonLines      framing = iota // each event a JSON text and a newline
+	lengthPrefixed                // each event a 4-byte big-endian length, then that many bytes
+)
+
+// watchBody is a watch answer on its way to the client, which ends at an
+// event's end once the hub stops (end).
+type watchBody struct {
+	body   io.ReadCloser
+	frame  framing
+	forget func(*watchBody) // takes it off the hub's list, once closed
+
+	mu      sync.Mutex // guards the following
+	between bool       // at an event's end, or before the first
+	ending  bool       // the hub is stopping
+	cut     bool       // end closed body, to wake a Read waiting between events
+	hdr     [4]byte    // protobuf: the length read so far
+	nhdr    int
+	left    uint32 // protobuf: bytes of the event still to come
+}
+
+func (b *watchBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	if b.ending && b.between {
+		b.mu.Unlock()
+		return 0, io.EOF
+	}
+	b.mu.Unlock()
+	n, err := b.body.Read(p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n = b.advance(p[:n])
+	if b.ending && b.between {
+		return n, io.EOF // what came after the event's end is dropped
+	}
+	if err != nil && b.cut {
+		// Closed by end between events, yet a Read had part of an
+		// event: the answer can't end cleanly.
+		return n, io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+// advance follows the framing through data, which came next, and returns
+// how much of it to pass on: all of it, or once the hub is stopping, up to
+// the first event's end.
+func (b *watchBody) advance(data []byte) int {
+	for i := 0; i < len(data); {
+		switch b.frame {
+		case jsonLines:
+			b.between = data[i] == '\n'
+			i++
+		case lengthPrefixed:
+			if b.left == 0 {
+				// Reading the length.
+				b.hdr[b.nhdr] = data[i]
+				b.nhdr++
+				i++
+				if b.nhdr == len(b.hdr) {
+					b.left, b.nhdr = binary.BigEndian.Uint32(b.hdr[:]), 0
+				}
+				b.between = b.nhdr == 0 && b.left == 0 // an empty event
+			} else {
+				k := min(uint32(len(data)-i), b.left)
+				b.left -= k
+				i += int(k)
+				b.between = b.left == 0
+			}
+		}
+		if b.ending && b.between {
+			return i
+		}
+	}
+	return len(data)
+}
+
+// end makes the answer end at the next event's end, or now, between
+// events: a Read waiting for the next event is woken by closing the body.
+func (b *watchBody) end() {
+	b.mu.Lock()
+	b.ending = true
+	wake := b.between && !b.cut
+	b.cut = b.cut || wake
+	b.mu.Unlock()
+	if wake {
+		b.body.Close()
+	}
+}
+
+func (b *watchBody) Close() error {
+	b.forget(b)
+	return b.body.Close()
+}
+
+// trackWatch wraps a watch answer's body so that EndWatches ends it.
+func (h *Hub) trackWatch(resp *http.Response) {
+	f, ok := watchFraming(resp)
+	if !ok {
+		return
+	}
+	b := &watchBody{body: resp.Body, frame: f, between: true, forget: h.forgetWatch}
+	resp.Body = b
+	h.watchMu.Lock()
+	ending := h.endingWatches
+	h.watches[b] = struct{}{}
+	h.watchMu.Unlock()
+	if ending {
+		b.end()
+	}
+}
+
+func (h *Hub) forgetWatch(b *watchBody) {
+	h.watchMu.Lock()
+	delete(h.watches, b)
+	h.watchMu.Unlock()
+}
+
+// EndWatches ends every watch answer in flight at its next event's end,
+// and those that start from now on at once: a stopping hub calls it as it
+// stops taking requests.
+func (h *Hub) EndWatches() {
+	h.watchMu.Lock()
+	h.endingWatches = true
+	all := make([]*watchBody, 0, len(h.watches))
+	for b := range h.watches {
+		all = append(all, b)
+	}
+	h.watchMu.Unlock()
+	for _, b := range all {
+		b.end()
+	}
+}
