@@ -5,6 +5,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strings"
 	"sync"
 )
 
@@ -28,6 +29,10 @@ import (
 func watchFraming(resp *http.Response) (framing, bool) {
 	req := resp.Request
 	if req == nil || req.Method != http.MethodGet || resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" {
+		return 0, false
+	}
+	// Parsed only when it may say so: this runs for every answer.
+	if !strings.Contains(req.URL.RawQuery, "watch=") {
 		return 0, false
 	}
 	if w := req.URL.Query().Get("watch"); w != "true" && w != "1" {
