@@ -17,6 +17,35 @@ import (
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
+// annToken is ann's, the person serveForShutdown's hub knows.
+var annToken = strings.Repeat("a", 32)
+
+// serveForShutdown runs Serve as `tether hub` does, with a grace of 60 s
+// and settings more (name, value pairs), until stop is called (as SIGTERM
+// does) or the test ends; served gets what Serve returned.
+func serveForShutdown(t *testing.T, more ...string) (addr string, logs *syncbuf.Buffer, stop func(), served chan error) {
+	t.Helper()
+	env := map[string]string{
+		"TETHER_PUBLIC_URL":             "http://hub.example.com",
+		"TETHER_METRICS_ADDR":           "0",
+		"TETHER_USERS":                  "- {name: ann, token: " + annToken + "}\n",
+		"TETHER_FLEET_AGENTS":           "- {name: eu-1, token: " + testToken + "}\n",
+		"TETHER_SHUTDOWN_GRACE_SECONDS": "60",
+	}
+	for i := 0; i+1 < len(more); i += 2 {
+		env[more[i]] = more[i+1]
+	}
+	opts := optionsOn(t, env)
+	opts.AuditFile = filepath.Join(t.TempDir(), "audit")
+	logs = &syncbuf.Buffer{}
+	log, _ := logging.New("text", logs, slog.LevelInfo)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	served = make(chan error, 1)
+	go func() { served <- Serve(ctx, opts, log, nil) }()
+	return opts.Listener.Addr().String(), logs, cancel, served
+}
+
 // TestShutdownLetsOpenRequestsFinish: SPEC section 2's shutdown, through
 // Serve as `tether hub` runs it. A request open when the hub is told to
 // stop runs to its end within the grace period; meanwhile the hub takes no
@@ -24,23 +53,7 @@ import (
 // the agent away to wait its share of the spread, and stops.
 func TestShutdownLetsOpenRequestsFinish(t *testing.T) {
 	fc := newFakeCluster(t)
-	annToken := strings.Repeat("a", 32)
-	opts := optionsOn(t, map[string]string{
-		"TETHER_PUBLIC_URL":               "http://hub.example.com",
-		"TETHER_METRICS_ADDR":             "0",
-		"TETHER_USERS":                    "- {name: ann, token: " + annToken + "}\n",
-		"TETHER_FLEET_AGENTS":             "- {name: eu-1, token: " + testToken + "}\n",
-		"TETHER_SHUTDOWN_GRACE_SECONDS":   "60",
-		"TETHER_RECONNECT_SPREAD_SECONDS": "10",
-	})
-	opts.AuditFile = filepath.Join(t.TempDir(), "audit")
-	addr := opts.Listener.Addr().String()
-	logs := &syncbuf.Buffer{}
-	log, _ := logging.New("text", logs, slog.LevelInfo)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, opts, log, nil) }()
+	addr, logs, stop, served := serveForShutdown(t, "TETHER_RECONNECT_SPREAD_SECONDS", "10")
 
 	waits := make(chan time.Duration, 10)
 	a := startAgent(t, "http://"+addr, "eu-1", fc, func(c *agent.Config) {
@@ -119,21 +132,7 @@ func TestShutdownLetsOpenRequestsFinish(t *testing.T) {
 // grace.
 func TestShutdownEndsWatches(t *testing.T) {
 	fc := newFakeCluster(t)
-	annToken := strings.Repeat("a", 32)
-	opts := optionsOn(t, map[string]string{
-		"TETHER_PUBLIC_URL":             "http://hub.example.com",
-		"TETHER_METRICS_ADDR":           "0",
-		"TETHER_USERS":                  "- {name: ann, token: " + annToken + "}\n",
-		"TETHER_FLEET_AGENTS":           "- {name: eu-1, token: " + testToken + "}\n",
-		"TETHER_SHUTDOWN_GRACE_SECONDS": "60",
-	})
-	addr := opts.Listener.Addr().String()
-	logs := &syncbuf.Buffer{}
-	log, _ := logging.New("text", logs, slog.LevelInfo)
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, opts, log, nil) }()
+	addr, logs, stop, served := serveForShutdown(t)
 	a := startAgent(t, "http://"+addr, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected", a.Connected)
 
