@@ -222,6 +222,9 @@ func New(cfg Config) (*Hub, error) {
 	if err := cfg.Registerer.Register(streams); err != nil {
 		return nil, err
 	}
+	if err := cfg.Registerer.Register(clusterReadiness{h}); err != nil {
+		return nil, err
+	}
 	return h, nil
 }
 

@@ -69,3 +69,26 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	return m, nil
 }
+
+// clusterReadyDesc is tether_cluster_ready, one series per cluster, read
+// from the clusters' statuses when scraped: a cluster gone from the agents
+// list is gone from it too, and nothing is kept in step.
+var clusterReadyDesc = prometheus.NewDesc("tether_cluster_ready",
+	"1 for a cluster whose API server answers the hub's probe through its tunnel (Ready), 0 for one that is Unreachable; one series per cluster in the agents list.",
+	[]string{"cluster"}, nil)
+
+// clusterReadiness collects tether_cluster_ready, so operators can alert on
+// a cluster that is Unreachable.
+type clusterReadiness struct{ h *Hub }
+
+func (c clusterReadiness) Describe(ch chan<- *prometheus.Desc) { ch <- clusterReadyDesc }
+
+func (c clusterReadiness) Collect(ch chan<- prometheus.Metric) {
+	for _, st := range c.h.Clusters() {
+		ready := 0.0
+		if st.Status == Ready {
+			ready = 1
+		}
+		ch <- prometheus.MustNewConstMetric(clusterReadyDesc, prometheus.GaugeValue, ready, st.Name)
+	}
+}

@@ -72,3 +72,20 @@ func gathered(t *testing.T, h *testHub) string {
 	}
 	return b.String()
 }
+
+// TestClusterReadyMetric: tether_cluster_ready has one series per listed
+// cluster, 1 when Ready, 0 when not, for alerts on an Unreachable one.
+func TestClusterReadyMetric(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeInterval = time.Hour })
+	waitFirstProbe(t, h) // open and ops are Ready; far has no agent
+	want := `# HELP tether_cluster_ready 1 for a cluster whose API server answers the hub's probe through its tunnel (Ready), 0 for one that is Unreachable; one series per cluster in the agents list.
+# TYPE tether_cluster_ready gauge
+tether_cluster_ready{cluster="far"} 0
+tether_cluster_ready{cluster="open"} 1
+tether_cluster_ready{cluster="ops"} 1
+`
+	if err := testutil.GatherAndCompare(h.reg, strings.NewReader(want), "tether_cluster_ready"); err != nil {
+		t.Error(err)
+	}
+}
