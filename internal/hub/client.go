@@ -344,7 +344,7 @@ func (pc *apiConn) roundTrip(req *http.Request) (*http.Response, error) {
 		stop()
 		return nil, err
 	}
-	body := &apiBody{pc: pc, body: resp.Body, stop: stop, reuse: !resp.Close}
+	body := &apiBody{pc: pc, body: resp.Body, ctx: req.Context(), stop: stop, reuse: !resp.Close}
 	if resp.Body == http.NoBody {
 		body.finish(true) // nothing to read: the connection is free now
 		return resp, nil
@@ -397,7 +397,8 @@ var errTooManyInformational = errors.New("too many 1xx informational answers")
 type apiBody struct {
 	pc    *apiConn
 	body  io.ReadCloser
-	stop  func() bool // unregisters the close on the request's end
+	ctx   context.Context // the request's
+	stop  func() bool     // unregisters the close on the request's end
 	reuse bool
 	done  atomic.Bool
 }
@@ -406,6 +407,12 @@ func (b *apiBody) Read(p []byte) (int, error) {
 	n, err := b.body.Read(p)
 	if err != nil {
 		b.finish(err == io.EOF)
+		if err != io.EOF && b.ctx.Err() != nil {
+			// The request's end closed the connection (a client that left
+			// a watch): that is the reason, not the read's own error,
+			// which the proxy would log as a fault.
+			err = b.ctx.Err()
+		}
 	}
 	return n, err
 }
