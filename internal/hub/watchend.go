@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"bytes"
 	"encoding/binary"
 	"io"
 	"mime"
@@ -100,27 +101,37 @@ func (b *watchBody) Read(p []byte) (int, error) {
 // how much of it to pass on: all of it, or once the hub is stopping, up to
 // the first event's end.
 func (b *watchBody) advance(data []byte) int {
-	for i := 0; i < len(data); {
-		switch b.frame {
-		case jsonLines:
-			b.between = data[i] == '\n'
-			i++
-		case lengthPrefixed:
-			if b.left == 0 {
-				// Reading the length.
-				b.hdr[b.nhdr] = data[i]
-				b.nhdr++
-				i++
-				if b.nhdr == len(b.hdr) {
-					b.left, b.nhdr = binary.BigEndian.Uint32(b.hdr[:]), 0
-				}
-				b.between = b.nhdr == 0 && b.left == 0 // an empty event
-			} else {
-				k := min(uint32(len(data)-i), b.left)
-				b.left -= k
-				i += int(k)
-				b.between = b.left == 0
+	if len(data) == 0 {
+		return 0
+	}
+	if b.frame == jsonLines {
+		// Only newlines matter, and until the hub stops, only the last
+		// byte: no loop over every byte of every watch.
+		if b.ending {
+			if i := bytes.IndexByte(data, '\n'); i >= 0 {
+				b.between = true
+				return i + 1
 			}
+		}
+		b.between = data[len(data)-1] == '\n'
+		return len(data)
+	}
+	// Protobuf: a 4-byte length, then that many bytes.
+	for i := 0; i < len(data); {
+		if b.left == 0 {
+			// Reading the length.
+			b.hdr[b.nhdr] = data[i]
+			b.nhdr++
+			i++
+			if b.nhdr == len(b.hdr) {
+				b.left, b.nhdr = binary.BigEndian.Uint32(b.hdr[:]), 0
+			}
+			b.between = b.nhdr == 0 && b.left == 0 // an empty event
+		} else {
+			k := min(uint32(len(data)-i), b.left)
+			b.left -= k
+			i += int(k)
+			b.between = b.left == 0
 		}
 		if b.ending && b.between {
 			return i
