@@ -135,12 +135,12 @@ func TestReflectorListsAgainWhenItsHistoryIsCompacted(t *testing.T) {
 // and returns its pod directory and that namespace.
 func reflectorScope(t *testing.T, account, ns string) (saDir, namespace string) {
 	t.Helper()
-	saDir, err := cluster.NewServiceAccountDir(t.Context(), account, "agent")
+	saDir, err := apiServer(t).NewServiceAccountDir(t.Context(), account, "agent")
 	if err != nil {
 		t.Fatal(err)
 	}
 	namespace = unique(ns)
-	if err := cluster.GrantInventory(t.Context(), account, "agent", namespace); err != nil {
+	if err := apiServer(t).GrantInventory(t.Context(), account, "agent", namespace); err != nil {
 		t.Fatal(err)
 	}
 	return saDir, namespace

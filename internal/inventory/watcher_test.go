@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,7 +25,14 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-var cluster *localkube.Cluster // a real API server, shared: it takes seconds to start
+// The tests share one real API server: it takes seconds to start. It starts
+// on the first test's call to apiServer, not in TestMain: a fuzz target's
+// workers run TestMain too, and would each start one they never use.
+var (
+	clusterOnce sync.Once
+	cluster     *localkube.Cluster
+	clusterErr  error
+)
 
 // compactionInterval is how often the test API server compacts etcd.
 const compactionInterval = 2 * time.Second
@@ -34,23 +42,12 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	var err error
-	cluster, err = localkube.Start(ctx, localkube.Config{
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		// etcd's history is compacted every few seconds (a real cluster:
-		// every 5 minutes), and cronjobs are watched from etcd itself, not
-		// the API server's watch cache: a watch of cronjobs from an old
-		// resourceVersion meets 410 Gone within a test's time.
-		APIServerArgs: []string{"--etcd-compaction-interval=" + compactionInterval.String(), "--watch-cache-sizes=cronjobs.batch#0"},
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "start the test API server:", err)
-		return 1
-	}
 	code := m.Run()
-	cluster.Close()
+	if cluster != nil {
+		if err := cluster.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "stop the test API server:", err)
+		}
+	}
 	if code == 0 {
 		if err := goleak.Find(goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1")); err != nil {
 			fmt.Fprintln(os.Stderr, "leaked goroutines:", err)
@@ -60,12 +57,33 @@ func run(m *testing.M) int {
 	return code
 }
 
+// apiServer returns the shared API server, starting it the first time.
+func apiServer(t *testing.T) *localkube.Cluster {
+	t.Helper()
+	clusterOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+		defer cancel()
+		cluster, clusterErr = localkube.Start(ctx, localkube.Config{
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			// etcd's history is compacted every few seconds (a real cluster:
+			// every 5 minutes), and cronjobs are watched from etcd itself, not
+			// the API server's watch cache: a watch of cronjobs from an old
+			// resourceVersion meets 410 Gone within a test's time.
+			APIServerArgs: []string{"--etcd-compaction-interval=" + compactionInterval.String(), "--watch-cache-sizes=cronjobs.batch#0"},
+		})
+	})
+	if clusterErr != nil {
+		t.Fatalf("start the test API server: %v", clusterErr)
+	}
+	return cluster
+}
+
 // newTestWatcher returns a inventory.Watcher acting as the service account whose
 // pod directory is saDir.
 func newTestWatcher(t *testing.T, saDir string, namespaces ...string) *inventory.Watcher {
 	t.Helper()
 	w, err := inventory.NewWatcher(inventory.WatcherConfig{
-		Host: cluster.URL, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: filepath.Join(saDir, "token"),
+		Host: apiServer(t).URL, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: filepath.Join(saDir, "token"),
 		Namespaces: namespaces, Rediscover: time.Second,
 	})
 	if err != nil {
@@ -181,19 +199,19 @@ func mustNamespace(t *testing.T, name string) {
 
 func mustDo(t *testing.T, method, path string, in any) {
 	t.Helper()
-	if err := cluster.Do(t.Context(), method, path, in, nil); err != nil {
+	if err := apiServer(t).Do(t.Context(), method, path, in, nil); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestChangesArriveAndNoGhostsAfterReconnect(t *testing.T) {
 	ctx := t.Context()
-	if err := cluster.GrantInventory(ctx, localkube.Namespace, localkube.ServiceAccount); err != nil {
+	if err := apiServer(t).GrantInventory(ctx, localkube.Namespace, localkube.ServiceAccount); err != nil {
 		t.Fatal(err)
 	}
 	ns := unique("inv-changes")
 	mustNamespace(t, ns)
-	w := newTestWatcher(t, cluster.ServiceAccountDir)
+	w := newTestWatcher(t, apiServer(t).ServiceAccountDir)
 	runWatcher(t, w)
 	store := inventory.NewStore()
 	f := stream(t, w, store, "c1", "")
@@ -252,7 +270,7 @@ func apiServerPods(t *testing.T, ns string) []string {
 			Metadata struct{ Name, Namespace string }
 		}
 	}
-	if err := cluster.Do(t.Context(), "GET", "/api/v1/namespaces/"+ns+"/pods", nil, &list); err != nil {
+	if err := apiServer(t).Do(t.Context(), "GET", "/api/v1/namespaces/"+ns+"/pods", nil, &list); err != nil {
 		t.Fatal(err)
 	}
 	var out []string
@@ -277,12 +295,12 @@ func TestAllowedNamespacesLimitWhatIsSeen(t *testing.T) {
 	ctx := t.Context()
 	// A service account with Roles in team-a and team-b only: no
 	// cluster-wide list of anything.
-	saDir, err := cluster.NewServiceAccountDir(ctx, "inv-limited", "agent")
+	saDir, err := apiServer(t).NewServiceAccountDir(ctx, "inv-limited", "agent")
 	if err != nil {
 		t.Fatal(err)
 	}
 	limA, limB, limC := unique("lim-a"), unique("lim-b"), unique("lim-c")
-	if err := cluster.GrantInventory(ctx, "inv-limited", "agent", limA, limB); err != nil {
+	if err := apiServer(t).GrantInventory(ctx, "inv-limited", "agent", limA, limB); err != nil {
 		t.Fatal(err)
 	}
 	mustNamespace(t, limC)
@@ -330,11 +348,11 @@ func TestAllowedNamespacesLimitWhatIsSeen(t *testing.T) {
 // the Namespace objects included.
 func TestAllowedNamespacesWithClusterWideRights(t *testing.T) {
 	ctx := t.Context()
-	saDir, err := cluster.NewServiceAccountDir(ctx, "inv-wide", "agent")
+	saDir, err := apiServer(t).NewServiceAccountDir(ctx, "inv-wide", "agent")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.GrantInventory(ctx, "inv-wide", "agent"); err != nil {
+	if err := apiServer(t).GrantInventory(ctx, "inv-wide", "agent"); err != nil {
 		t.Fatal(err)
 	}
 	wideA, wideB, wideC := unique("wide-a"), unique("wide-b"), unique("wide-c")
@@ -366,12 +384,12 @@ func TestAllowedNamespacesWithClusterWideRights(t *testing.T) {
 // against the API server.
 func TestDiscoveryAndAccessOnARealServer(t *testing.T) {
 	ctx := t.Context()
-	saDir, err := cluster.NewServiceAccountDir(ctx, "inv-disc", "agent")
+	saDir, err := apiServer(t).NewServiceAccountDir(ctx, "inv-disc", "agent")
 	if err != nil {
 		t.Fatal(err)
 	}
 	discA, discB := unique("disc-a"), unique("disc-b")
-	if err := cluster.GrantInventory(ctx, "inv-disc", "agent", discA); err != nil {
+	if err := apiServer(t).GrantInventory(ctx, "inv-disc", "agent", discA); err != nil {
 		t.Fatal(err)
 	}
 	w := newTestWatcher(t, saDir)
@@ -428,7 +446,7 @@ func newTestWatcherToken(t *testing.T, saDir, token string) *inventory.Watcher {
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	w, err := inventory.NewWatcher(inventory.WatcherConfig{Host: cluster.URL, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: tokenFile})
+	w, err := inventory.NewWatcher(inventory.WatcherConfig{Host: apiServer(t).URL, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: tokenFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,7 +459,7 @@ func newTestWatcherToken(t *testing.T, saDir, token string) *inventory.Watcher {
 // long as it stays connected (decision 020).
 func TestInventoryGoesOutInSmallWrites(t *testing.T) {
 	ctx := t.Context()
-	if err := cluster.GrantInventory(ctx, localkube.Namespace, localkube.ServiceAccount); err != nil {
+	if err := apiServer(t).GrantInventory(ctx, localkube.Namespace, localkube.ServiceAccount); err != nil {
 		t.Fatal(err)
 	}
 	ns := unique("inv-small")
@@ -450,7 +468,7 @@ func TestInventoryGoesOutInSmallWrites(t *testing.T) {
 	for i := range pods {
 		mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, fmt.Sprintf("web-%03d", i), map[string]string{"app": "small-writes"}))
 	}
-	w := newTestWatcher(t, cluster.ServiceAccountDir)
+	w := newTestWatcher(t, apiServer(t).ServiceAccountDir)
 	runWatcher(t, w)
 	store := inventory.NewStore()
 	f := stream(t, w, store, "c1", "")
@@ -478,7 +496,7 @@ func TestInventoryGoesOutInSmallWrites(t *testing.T) {
 // controller here, so the test writes the status itself.
 func TestNumbersFromARealServer(t *testing.T) {
 	ctx := t.Context()
-	if err := cluster.GrantInventory(ctx, localkube.Namespace, localkube.ServiceAccount); err != nil {
+	if err := apiServer(t).GrantInventory(ctx, localkube.Namespace, localkube.ServiceAccount); err != nil {
 		t.Fatal(err)
 	}
 	ns := unique("inv-numbers")
@@ -498,7 +516,7 @@ func TestNumbersFromARealServer(t *testing.T) {
 		"containerStatuses": []any{map[string]any{"name": "main", "image": "registry.example/app:1", "imageID": "", "ready": true, "restartCount": 3, "state": map[string]any{"running": map[string]any{}}}},
 	}})
 
-	w := newTestWatcher(t, cluster.ServiceAccountDir, ns)
+	w := newTestWatcher(t, apiServer(t).ServiceAccountDir, ns)
 	runWatcher(t, w)
 	store := inventory.NewStore()
 	stream(t, w, store, "c1", "")
@@ -526,7 +544,7 @@ func TestNumbersFromARealServer(t *testing.T) {
 // the start leaves every kind with the reason, not an empty inventory that
 // looks complete; and the reason names the request's path, not its URL.
 func TestAnUnreachableClusterSaysSo(t *testing.T) {
-	saDir, err := cluster.NewServiceAccountDir(t.Context(), "inv-away", "agent")
+	saDir, err := apiServer(t).NewServiceAccountDir(t.Context(), "inv-away", "agent")
 	if err != nil {
 		t.Fatal(err)
 	}
