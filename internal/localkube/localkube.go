@@ -113,6 +113,7 @@ type Cluster struct {
 	Dir string
 
 	log     *slog.Logger
+	owner   *os.File // ownerFile in Dir, locked while the cluster runs
 	client  *http.Client
 	etcd    *process
 	apiserv *process
@@ -158,8 +159,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 
 func start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Cluster, err error) {
 	began := time.Now()
-	dir, err := os.MkdirTemp(cfg.TempDir, "localkube-")
+	sweep(cfg.TempDir, log)
+	dir, err := os.MkdirTemp(cfg.TempDir, dirPattern)
 	if err != nil {
+		return nil, fmt.Errorf("localkube: %w", err)
+	}
+	owner, err := own(dir)
+	if err != nil {
+		os.RemoveAll(dir)
 		return nil, fmt.Errorf("localkube: %w", err)
 	}
 	c := &Cluster{
@@ -172,6 +179,7 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Cluster, err e
 		ServiceAccountName: "system:serviceaccount:" + Namespace + ":" + ServiceAccount,
 		AuditLogPath:       filepath.Join(dir, "audit.log"),
 		log:                log,
+		owner:              owner,
 	}
 	defer func() {
 		if err != nil {
@@ -373,6 +381,7 @@ func (c *Cluster) Close() error {
 		if err := os.RemoveAll(c.Dir); err != nil {
 			c.closeErr = fmt.Errorf("localkube: %w", err)
 		}
+		c.owner.Close()
 		c.log.Info("Stopped the Kubernetes API server", "url", c.URL)
 	})
 	return c.closeErr
