@@ -15,6 +15,7 @@ import (
 	"unicode"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/pki"
@@ -146,7 +147,7 @@ func FuzzParseQuery(f *testing.F) {
 	for _, s := range []string{
 		"kind=pods", "kind=pods&namespace=a&labelSelector=app%3Dx,tier!%3Dweb&ready=false", "kind=nope", "",
 		"kind=pods&labelSelector=a+in+(x,y),!b", "kind=pods&labelSelector=%3D%3D%3D", "kind=pods&ready=TRUE",
-		"kind=pods&labelSelector=" + strings.Repeat("a", 300) + "%3Db", "kind=pods&kind=nodes", "%zz",
+		"kind=pods&labelSelector=" + strings.Repeat("a", 300) + "%3Db", "kind=pods&kind=nodes", "%zz", "kind=pods&namespace=Not_A_Name",
 	} {
 		f.Add(s)
 	}
@@ -162,6 +163,9 @@ func FuzzParseQuery(f *testing.F) {
 		}
 		if q.Kind == "" {
 			t.Fatalf("accepted %q without a kind", rawQuery)
+		}
+		if q.Namespace != "" && len(validation.IsDNS1123Label(q.Namespace)) > 0 {
+			t.Fatalf("accepted namespace %q, which no namespace can be named", q.Namespace)
 		}
 		if q.Selector != nil {
 			// What the selector prints parses back to the same selector.

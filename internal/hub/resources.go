@@ -14,6 +14,7 @@ import (
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/inventory"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // fleetQueryWorkers bounds the clusters a fleet-wide query asks about RBAC
@@ -30,6 +31,12 @@ func parseQuery(r *http.Request) (inventory.Query, error) {
 	}
 	if _, ok := inventory.LookupKind(q.Kind); !ok {
 		return q, fmt.Errorf("kind %q is not one Tether keeps: use one of %s", q.Kind, strings.Join(inventory.KindNames(), ", "))
+	}
+	if q.Namespace != "" {
+		// No namespace has such a name: say so, rather than answer [].
+		if errs := validation.IsDNS1123Label(q.Namespace); len(errs) > 0 {
+			return q, fmt.Errorf("namespace %q is not a Kubernetes namespace name: %s", q.Namespace, errs[0])
+		}
 	}
 	if s := v.Get("labelSelector"); s != "" {
 		sel, err := labels.Parse(s)
