@@ -62,6 +62,15 @@ func TestClustersAPI(t *testing.T) {
 	if code, _ := get("/api/clusters", "", nil); code != 401 {
 		t.Errorf("no credentials: %d", code)
 	}
+	// A path under /api/ that is none of the hub's says what there is.
+	for _, path := range []string{"/api/x", "/api/clusters/", "/api/clusters/open/nodes"} {
+		if code, body := get(path, aliceToken, nil); code != 404 || !strings.Contains(body, "Tether has no API at "+path+". Its API: /api/clusters,") {
+			t.Errorf("GET %s: %d %q, want a 404 listing the API", path, code, body)
+		}
+	}
+	if code, body, hdr := call(t, "POST", h.url+"/api/clusters", aliceToken, nil); code != 405 || hdr.Get("Allow") != "GET, HEAD" {
+		t.Errorf("POST /api/clusters: %d %q, Allow %q; want 405", code, body, hdr.Get("Allow"))
+	}
 	// Not even a signed-in person gets the metrics on the public port:
 	// they are on TETHER_METRICS_ADDR only (SPEC section 4).
 	if code, body := get("/metrics", aliceToken, nil); code != http.StatusNotFound {

@@ -253,6 +253,7 @@ func (h *Hub) Handler() http.Handler {
 			mux.HandleFunc("GET "+base+"/login/oidc/callback", h.serveOIDCCallback)
 		}
 		mux.Handle("GET "+base+"/static/", http.StripPrefix(base+"/static/", staticFiles()))
+		mux.HandleFunc(base+"/api/", h.serveNoAPI)
 		// kubectl 1.33 and older drop the whole path of the server, base
 		// path included, from --raw requests.
 		for _, p := range []string{"/api", "/api/v1", "/api/v1/", "/apis", "/apis/", "/version", "/openapi/"} {
@@ -284,6 +285,21 @@ func (h *Hub) serveNoCluster(w http.ResponseWriter, r *http.Request) {
 			"kubectl 1.33 and older leave the kubeconfig's /clusters/<name> out of --raw paths: "+
 			"use kubectl 1.34 or later, or give the whole path, like --raw %s/clusters/<name>%s",
 		base, r.URL.Path, base, strings.TrimPrefix(r.URL.Path, base)))
+}
+
+// serveNoAPI answers a request under /api/ that none of the hub's
+// endpoints takes: a mistyped path, a cluster's name left out
+// (/api/clusters/), or a method other than GET, the only one they take.
+func (h *Hub) serveNoAPI(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, fmt.Sprintf("Tether's API answers GET only, not %s.", r.Method), http.StatusMethodNotAllowed)
+		return
+	}
+	base := strings.TrimSuffix(h.cfg.BasePath, "/")
+	http.Error(w, fmt.Sprintf("Tether has no API at %s. Its API: %s/api/clusters, %s/api/clusters/<name>, "+
+		"%s/api/clusters/<name>/resources?kind=…, %s/api/clusters/<name>/gateways?host=…, %s/api/resources?kind=…, "+
+		"%s/api/events and %s/api/kubeconfig.", r.URL.Path, base, base, base, base, base, base, base), http.StatusNotFound)
 }
 
 func (h *Hub) serveReady(w http.ResponseWriter, r *http.Request) {
