@@ -223,6 +223,10 @@ func TestClusterInventoryPage(t *testing.T) {
 	node3.Version = "v1.36.3"
 	feed(t, h, rcv, "open", &protocol.Update{Upserts: []protocol.Resource{node3}})
 	d.poll("the card shows 3 / 3 nodes ready", `document.querySelector('.card[data-name="open"] dd.nodes').textContent.trim() === "✔ 3 / 3 ready"`, 5*time.Second)
+	// A cluster that watches nodes and has none can run nothing: a warning,
+	// not a green 0 / 0.
+	feed(t, h, h.inventory.Receiver("far"), "far", &protocol.Update{Snapshot: true, Complete: true, Kinds: []protocol.KindState{{Kind: "nodes"}, {Kind: "pods"}}})
+	d.poll("far's card says it has no nodes", `document.querySelector('.card[data-name="far"] dd.nodes').textContent.trim() === "⚠ no nodes"`, 5*time.Second)
 	node3.Ready = false
 	node3.Conditions = []protocol.Condition{{Type: "Ready", Status: "False", Reason: "KubeletNotReady"}}
 	feed(t, h, rcv, "open", &protocol.Update{Upserts: []protocol.Resource{node3}})

@@ -51,6 +51,9 @@ func nodesFact(s *inventory.Summary) fact {
 	if s == nil || s.NodesTotal == nil || s.NodesReady == nil {
 		return absent
 	}
+	if *s.NodesTotal == 0 {
+		return fact{Icon: "⚠", Text: "no nodes"} // nothing can run
+	}
 	f := fact{Icon: "✔", Text: fmt.Sprintf("%d / %d ready", *s.NodesReady, *s.NodesTotal)}
 	if *s.NodesReady < *s.NodesTotal {
 		f.Icon = "⚠"

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/internal/inventory"
+
 	"github.com/chromedp/chromedp"
 
 	"github.com/tetherhq/tether/internal/testutil/browser"
@@ -193,4 +195,23 @@ func apiFacts(t *testing.T, hubURL, name string) cardFacts {
 		f.Since = c.ConnectedSince.Format(time.RFC3339)
 	}
 	return f
+}
+
+// TestCardFacts: the numbers a card shows, as the hub renders them (fleet.js
+// mirrors them for live updates).
+func TestCardFacts(t *testing.T) {
+	n := func(v int) *int { return &v }
+	for _, c := range []struct {
+		s    *inventory.Summary
+		want fact
+	}{
+		{nil, absent},
+		{&inventory.Summary{NodesReady: n(3), NodesTotal: n(3)}, fact{Icon: "✔", Text: "3 / 3 ready"}},
+		{&inventory.Summary{NodesReady: n(2), NodesTotal: n(3)}, fact{Icon: "⚠", Text: "2 / 3 ready"}},
+		{&inventory.Summary{NodesReady: n(0), NodesTotal: n(0)}, fact{Icon: "⚠", Text: "no nodes"}},
+	} {
+		if got := nodesFact(c.s); got != c.want {
+			t.Errorf("nodes of %+v: %+v, want %+v", c.s, got, c.want)
+		}
+	}
 }

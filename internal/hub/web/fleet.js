@@ -24,7 +24,8 @@
     s = s || {};
     const num = v => typeof v === "number";
     const nodes = num(s.nodesReady) && num(s.nodesTotal);
-    fact(card.querySelector("dd.nodes"), nodes, s.nodesReady < s.nodesTotal, s.nodesReady + " / " + s.nodesTotal + " ready");
+    fact(card.querySelector("dd.nodes"), nodes, s.nodesReady < s.nodesTotal || s.nodesTotal === 0,
+      s.nodesTotal === 0 ? "no nodes" : s.nodesReady + " / " + s.nodesTotal + " ready");
     fact(card.querySelector("dd.pods"), num(s.podsNotReady), s.podsNotReady > 0, String(s.podsNotReady));
     const apps = num(s.appsOutOfSync);
     fact(card.querySelector("dd.apps"), apps, s.appsOutOfSync > 0, s.appsOutOfSync + " out of sync or degraded");
@@ -103,7 +104,9 @@
       card.hidden = !match;
       if (match) shown++;
     }
-    count.textContent = shown + " of " + list.children.length + " clusters";
+    const total = list.children.length;
+    const clusters = total === 1 ? " cluster" : " clusters";
+    count.textContent = wanted.length ? shown + " of " + total + clusters : total + clusters;
   }
 
   filter.addEventListener("input", applyFilter);
