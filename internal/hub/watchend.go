@@ -89,10 +89,11 @@ func (b *watchBody) Read(p []byte) (int, error) {
 	if b.ending && b.between {
 		return n, io.EOF // what came after the event's end is dropped
 	}
-	if err != nil && b.cut {
-		// Closed by end between events, yet a Read had part of an
-		// event: the answer can't end cleanly.
-		return n, io.ErrUnexpectedEOF
+	if b.cut {
+		// end closed the body between events, and this Read, under way
+		// or not, brought only part of the next: drop it, and the answer
+		// ends cleanly at the last event's end.
+		return 0, io.EOF
 	}
 	return n, err
 }

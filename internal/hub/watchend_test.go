@@ -97,6 +97,75 @@ func TestWatchBodyEndsAtAnEvent(t *testing.T) {
 	}
 }
 
+// lateBody is a watch's body whose second Read waits for the next event,
+// and is under way when the body is closed: it then brings the part of an
+// event that arrived as the hub ended the watch. Reads after that fail.
+type lateBody struct {
+	first, late []byte
+	reads       int
+	waiting     chan struct{} // closed when the second Read waits
+	closed      chan struct{}
+}
+
+func (l *lateBody) Read(p []byte) (int, error) {
+	l.reads++
+	switch l.reads {
+	case 1:
+		return copy(p, l.first), nil
+	case 2:
+		close(l.waiting)
+		<-l.closed
+		return copy(p, l.late), nil
+	}
+	return 0, errors.New("use of closed network connection")
+}
+
+func (l *lateBody) Close() error {
+	select {
+	case <-l.closed:
+	default:
+		close(l.closed)
+	}
+	return nil
+}
+
+// TestWatchBodyEndedAsAnEventArrives: the hub ends a watch between events,
+// closing its body under a Read waiting for the next event, just as that
+// event starts to arrive. The part of it read is dropped, and the answer
+// ends cleanly after the last whole event.
+func TestWatchBodyEndedAsAnEventArrives(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		frame       framing
+		first, late []byte
+	}{
+		{"JSON", jsonLines, []byte("{\"n\":1}\n"), []byte("{\"n\":")},
+		{"protobuf", lengthPrefixed, pbEvent("one"), pbEvent("two")[:5]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := &lateBody{first: tc.first, late: tc.late, waiting: make(chan struct{}), closed: make(chan struct{})}
+			b := &watchBody{body: body, frame: tc.frame, between: true, forget: func(*watchBody) {}}
+			buf := make([]byte, 64)
+			n, err := b.Read(buf)
+			if err != nil || !bytes.Equal(buf[:n], tc.first) {
+				t.Fatalf("first read: %q, %v", buf[:n], err)
+			}
+			go func() { <-body.waiting; b.end() }()
+			var rest []byte
+			for range 3 {
+				n, err = b.Read(buf)
+				rest = append(rest, buf[:n]...)
+				if err != nil {
+					break
+				}
+			}
+			if err != io.EOF || len(rest) != 0 {
+				t.Errorf("after the end: %q, %v; want nothing more and a clean end", rest, err)
+			}
+		})
+	}
+}
+
 // FuzzWatchBody: whatever the API server sends and wherever the reads and
 // the end fall, a watch answer passes on a prefix of what came, ended only
 // at an event's end: for JSON, after a newline; for protobuf, where the
