@@ -13,6 +13,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/protocol"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -256,7 +257,8 @@ func (h *Hub) serveGateways(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "host is required, like ?host=shop.example.com", http.StatusBadRequest)
 		return
 	}
-	if _, known := h.inventory.Info(name); !known {
+	info, known := h.inventory.Info(name)
+	if !known {
 		http.Error(w, fmt.Sprintf("Cluster %q has sent no inventory yet.", name), http.StatusServiceUnavailable)
 		return
 	}
@@ -274,7 +276,7 @@ func (h *Hub) serveGateways(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		writeJSON(w, out)
 	case errors.Is(err, inventory.ErrNoGateway):
-		out.Error = fmt.Sprintf("No gateway of cluster %q serves %q.", name, host)
+		out.Error = fmt.Sprintf("No gateway of cluster %q serves %q%s.", name, host, whyNoGateways(info.Kinds))
 		writeJSONStatus(w, http.StatusNotFound, out)
 	case errors.As(err, &ambiguous):
 		out.Error = err.Error()
@@ -283,6 +285,24 @@ func (h *Hub) serveGateways(w http.ResponseWriter, r *http.Request) {
 		out.Error = err.Error()
 		writeJSONStatus(w, http.StatusInternalServerError, out)
 	}
+}
+
+// whyNoGateways says, after "no gateway serves the host", why the
+// inventory has none to look at, if that is why: the cluster has no Istio,
+// or the agent can't watch its gateways.
+func whyNoGateways(kinds []protocol.KindState) string {
+	for _, k := range kinds {
+		switch {
+		case k.Kind != "gateways" || k.Error == "":
+		case k.Missing:
+			return ": the cluster doesn't serve Istio's Gateways (networking.istio.io), so Tether has none to look at"
+		case k.Namespace != "":
+			return fmt.Sprintf(" among those Tether can watch: it can't watch the Gateways in namespace %q: %s", k.Namespace, k.Error)
+		default:
+			return ": Tether can't watch the cluster's Gateways: " + k.Error
+		}
+	}
+	return ""
 }
 
 // InventoryJSON is what /api/clusters/<name> says of a cluster's inventory

@@ -164,3 +164,39 @@ func TestParseQuerySaysWhatIsWrong(t *testing.T) {
 		}
 	}
 }
+
+// TestNoGatewaySaysWhy: when no gateway serves a host because the inventory
+// has no gateways to look at, the answer says why.
+func TestNoGatewaySaysWhy(t *testing.T) {
+	fc := newFakeCluster(t)
+	answerAccessReviews(t, fc, func(user, resource, namespace string) bool { return true })
+	h, _ := proxyHub(t, fc, "")
+	gateways := func(state protocol.KindState) string {
+		t.Helper()
+		feed(t, h, h.inventory.Receiver("open"), "open", &protocol.Update{Snapshot: true, Complete: true,
+			Kinds: []protocol.KindState{{Kind: "pods"}, state}})
+		code, body, _ := call(t, "GET", h.url+"/api/clusters/open/gateways?host=shop.example.com", aliceToken, nil)
+		if code != http.StatusNotFound {
+			t.Errorf("%+v: %d %s, want 404", state, code, body)
+		}
+		var g GatewayJSON
+		json.Unmarshal([]byte(body), &g)
+		return g.Error
+	}
+	for _, c := range []struct {
+		state protocol.KindState
+		want  string
+	}{
+		{protocol.KindState{Kind: "gateways"}, `No gateway of cluster "open" serves "shop.example.com".`},
+		{protocol.KindState{Kind: "gateways", Missing: true, Error: "the server could not find the requested resource"},
+			`No gateway of cluster "open" serves "shop.example.com": the cluster doesn't serve Istio's Gateways (networking.istio.io), so Tether has none to look at.`},
+		{protocol.KindState{Kind: "gateways", Error: "forbidden"},
+			`No gateway of cluster "open" serves "shop.example.com": Tether can't watch the cluster's Gateways: forbidden.`},
+		{protocol.KindState{Kind: "gateways", Namespace: "istio-system", Error: "forbidden"},
+			`No gateway of cluster "open" serves "shop.example.com" among those Tether can watch: it can't watch the Gateways in namespace "istio-system": forbidden.`},
+	} {
+		if got := gateways(c.state); got != c.want {
+			t.Errorf("%+v:\ngot  %s\nwant %s", c.state, got, c.want)
+		}
+	}
+}
