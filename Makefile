@@ -79,7 +79,7 @@ perf-check:
 bench-inventory: kube
 	$(GO) run ./bench/inventory -out bench/inventory-results.json
 
-## kube: build (once, then cached) the kube-apiserver, etcd and kubectl the tests run.
+## kube: build (once, then cached) the kube-apiserver, kube-controller-manager, etcd, kubectl and test kubelet that the tests and `tether dev` run.
 kube:
 	$(GO) run ./test/prepare
 

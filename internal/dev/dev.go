@@ -80,7 +80,7 @@ func Run(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	// The first run builds it, and localkube logs that, with how long it takes.
 	fmt.Fprintln(cfg.Out, "Starting a local Kubernetes API server…")
-	cluster, err := localkube.Start(ctx, localkube.Config{Build: cfg.Build, Logger: log})
+	cluster, err := localkube.Start(ctx, localkube.Config{Build: cfg.Build, Logger: log, Controllers: true})
 	if err != nil {
 		return fmt.Errorf("start the local API server: %w", err)
 	}

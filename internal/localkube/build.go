@@ -56,12 +56,16 @@ type Paths struct {
 	// on this machine (see Config.Node).
 	Kubelet string
 
+	// ControllerManager is kube-controller-manager (see Config.Controllers).
+	ControllerManager string
+
 	// Version is the Kubernetes release they are, like "v1.36.3": what the
 	// API server's /version reports as gitVersion.
 	Version string
 }
 
-// Binaries returns kube-apiserver, kubectl, etcd and test-kubelet, building
+// Binaries returns kube-apiserver, kube-controller-manager, kubectl, etcd
+// and test-kubelet, building
 // whichever are missing from the cache first. The first build takes several
 // minutes; later calls only hash a few files.
 //
@@ -107,6 +111,8 @@ func Binaries(ctx context.Context, opts BuildOptions) (Paths, error) {
 		Etcd:      filepath.Join(dir, "etcd"),
 		Kubelet:   filepath.Join(dir, "test-kubelet"),
 		Version:   version,
+
+		ControllerManager: filepath.Join(dir, "kube-controller-manager"),
 	}
 	if len(missing(p)) == 0 {
 		return p, nil
@@ -130,17 +136,23 @@ func Binaries(ctx context.Context, opts BuildOptions) (Paths, error) {
 	}
 	// Another process may have built them while this one waited.
 	todo := missing(p)
-	if slices.Contains(todo, p.APIServer) || slices.Contains(todo, p.Kubectl) || slices.Contains(todo, p.Kubelet) {
-		log.Info("Building kube-apiserver, kubectl and test-kubelet from Kubernetes' Go modules: the first build takes several minutes",
+	kube := map[string]string{
+		"./cmd/kube-apiserver": p.APIServer, "./cmd/kube-controller-manager": p.ControllerManager,
+		"./cmd/kubectl": p.Kubectl, "./cmd/test-kubelet": p.Kubelet,
+	}
+	for pkg, out := range kube {
+		if !slices.Contains(todo, out) {
+			delete(kube, pkg)
+		}
+	}
+	if len(kube) > 0 {
+		log.Info("Building kube-apiserver, kube-controller-manager, kubectl and test-kubelet from Kubernetes' Go modules: the first build takes several minutes",
 			"version", version, "dir", dir)
 		start := time.Now()
-		ldflags := versionLDFlags(version)
-		err := goBuild(ctx, filepath.Join(src, kubeModule), dir, ldflags,
-			map[string]string{"./cmd/kube-apiserver": p.APIServer, "./cmd/kubectl": p.Kubectl, "./cmd/test-kubelet": p.Kubelet})
-		if err != nil {
+		if err := goBuild(ctx, filepath.Join(src, kubeModule), dir, versionLDFlags(version), kube); err != nil {
 			return Paths{}, err
 		}
-		log.Info("Built kube-apiserver, kubectl and test-kubelet", "version", version, "took", time.Since(start).Round(time.Second))
+		log.Info("Built kube-apiserver, kube-controller-manager, kubectl and test-kubelet", "version", version, "took", time.Since(start).Round(time.Second))
 	}
 	if slices.Contains(todo, p.Etcd) {
 		log.Info("Building etcd", "dir", dir)
@@ -157,7 +169,7 @@ func Binaries(ctx context.Context, opts BuildOptions) (Paths, error) {
 // missing returns the paths of p that don't exist yet.
 func missing(p Paths) []string {
 	var out []string
-	for _, f := range []string{p.APIServer, p.Kubectl, p.Etcd, p.Kubelet} {
+	for _, f := range []string{p.APIServer, p.ControllerManager, p.Kubectl, p.Etcd, p.Kubelet} {
 		if _, err := os.Stat(f); err != nil {
 			out = append(out, f)
 		}

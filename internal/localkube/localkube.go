@@ -67,10 +67,17 @@ type Config struct {
 
 	// Node starts a node, NodeName, with the cluster: see Node.
 	Node bool
+
+	// Controllers starts kube-controller-manager with the cluster, as a
+	// real control plane has it: Deployments make ReplicaSets and Pods
+	// (which stay Pending without a node and a scheduler), deleted
+	// namespaces go, and the view, edit and admin ClusterRoles gather
+	// their rules. Without it, none of that happens.
+	Controllers bool
 }
 
-// Cluster is a running etcd and kube-apiserver, and with Config.Node a
-// kubelet. Close stops them.
+// Cluster is a running etcd and kube-apiserver, with Config.Controllers
+// kube-controller-manager, and with Config.Node a kubelet. Close stops them.
 type Cluster struct {
 	// URL is the API server, like https://127.0.0.1:41234.
 	URL        string
@@ -108,8 +115,9 @@ type Cluster struct {
 	Node *Node
 
 	// Dir is the cluster's temporary directory: certificates, etcd's data,
-	// the logs of etcd (etcd.log) and kube-apiserver (kube-apiserver.log),
-	// and the node's (see Node). Close removes it.
+	// the logs of etcd (etcd.log), kube-apiserver (kube-apiserver.log) and
+	// kube-controller-manager (kube-controller-manager.log), and the node's
+	// (see Node). Close removes it.
 	Dir string
 
 	log     *slog.Logger
@@ -117,6 +125,7 @@ type Cluster struct {
 	client  *http.Client
 	etcd    *process
 	apiserv *process
+	ctrl    *process // kube-controller-manager, with Config.Controllers
 
 	closeOnce sync.Once
 	closeErr  error
@@ -244,6 +253,11 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Cluster, err e
 	if err := c.writeKubeconfig(); err != nil {
 		return nil, fmt.Errorf("localkube: %w", err)
 	}
+	if cfg.Controllers {
+		if err := c.startControllers(cfg.Paths.ControllerManager); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Node {
 		if err := c.startNode(ctx, cfg.Paths.Kubelet, cfg.ReadyTimeout); err != nil {
 			return nil, err
@@ -252,6 +266,29 @@ func start(ctx context.Context, cfg Config, log *slog.Logger) (_ *Cluster, err e
 	log.Info("The Kubernetes API server is ready", "version", c.Version, "url", c.URL,
 		"took", time.Since(began).Round(100*time.Millisecond))
 	return c, nil
+}
+
+// startControllers starts kube-controller-manager as the admin. It serves
+// nothing (no port to collide with another cluster's), and leads alone.
+// Start doesn't wait for it: its controllers catch up within seconds.
+func (c *Cluster) startControllers(path string) error {
+	if path == "" {
+		return errors.New("localkube: Config.Controllers needs Config.Paths.ControllerManager, which Binaries builds")
+	}
+	pki := func(name string) string { return filepath.Join(c.Dir, "pki", name) }
+	var err error
+	c.ctrl, err = startProcess("kube-controller-manager", path, []string{
+		"--kubeconfig=" + c.AdminKubeconfig,
+		"--secure-port=0",
+		"--leader-elect=false",
+		// Each namespace's kube-root-ca.crt, as pods expect it.
+		"--root-ca-file=" + pki("ca.crt"),
+		"--service-account-private-key-file=" + pki("sa.key"),
+	}, filepath.Join(c.Dir, "kube-controller-manager.log"))
+	if err != nil {
+		return fmt.Errorf("localkube: %w", err)
+	}
+	return nil
 }
 
 // apiServerArgs are kube-apiserver's flags. Besides what a secure API
@@ -370,7 +407,7 @@ func (c *Cluster) Close() error {
 			kubelet = c.Node.proc
 		}
 		// The API server before etcd: without etcd it would wait for it.
-		for _, p := range []*process{kubelet, c.apiserv, c.etcd} {
+		for _, p := range []*process{kubelet, c.ctrl, c.apiserv, c.etcd} {
 			if p != nil {
 				p.stop(5 * time.Second)
 			}

@@ -21,8 +21,8 @@ import (
 )
 
 // TestDev runs `tether dev` as the README says, uses the kubeconfig and the
-// sign-in token it prints, and checks that Ctrl-C stops everything it
-// started.
+// sign-in token it prints, checks that its cluster has controllers, and that
+// Ctrl-C stops everything it started.
 func TestDev(t *testing.T) {
 	addr := freeAddr(t)
 	p := start(t, "tether dev", nil, "dev", "--addr", addr)
@@ -40,6 +40,27 @@ func TestDev(t *testing.T) {
 			t.Errorf("%s --kubeconfig %s get namespaces: %v\n%s", kubectl, kubeconfig, err, out)
 		}
 	}
+
+	// The cluster has a controller manager: a Deployment makes its Pod, and
+	// a deleted namespace goes (kubectl delete waits for it).
+	kubectl := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(cluster.Kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	kubectl("create", "namespace", "shop")
+	kubectl("-n", "shop", "create", "deployment", "web", "--image=web:1")
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(kubectl("-n", "shop", "get", "pods", "-o", "name"), "pod/web-") {
+		if time.Now().After(deadline) {
+			t.Fatal("the Deployment made no Pod in 30 s")
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	kubectl("delete", "namespace", "shop", "--timeout=60s")
 
 	signInWithDevToken(t, "https://"+addr, kubeconfig, between(p.out.String(), "sign-in token:    ", " (paste"))
 

@@ -26,5 +26,5 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	fmt.Printf("kube-apiserver %s\nkubectl %s\netcd %s\ntest-kubelet %s\n", p.APIServer, p.Kubectl, p.Etcd, p.Kubelet)
+	fmt.Printf("kube-apiserver %s\nkube-controller-manager %s\nkubectl %s\netcd %s\ntest-kubelet %s\n", p.APIServer, p.ControllerManager, p.Kubectl, p.Etcd, p.Kubelet)
 }
