@@ -105,18 +105,19 @@ func (k *issuerKeys) refresh(ctx context.Context) ([]jose.JSONWebKey, error) {
 		}
 		done = make(chan struct{})
 		k.inflight, k.started = done, k.now()
-		k.mu.Unlock()
-		// Fetched with the hub's life, not the request's: whoever waits
-		// for it shares it.
-		keys, err := k.fetch(k.life)
-		k.mu.Lock()
-		if err == nil {
-			k.keys = keys
-		}
-		k.err, k.inflight = err, nil
-		close(done)
-		k.mu.Unlock()
-		return keys, err
+		// In a goroutine of its own, with the hub's life, not the
+		// request's: whoever waits for it shares it, and each may leave
+		// when their request ends, the one that started it too.
+		go func() {
+			keys, err := k.fetch(k.life)
+			k.mu.Lock()
+			if err == nil {
+				k.keys = keys
+			}
+			k.err, k.inflight = err, nil
+			close(done)
+			k.mu.Unlock()
+		}()
 	}
 	k.mu.Unlock()
 	select {

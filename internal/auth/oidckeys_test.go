@@ -1,0 +1,40 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+)
+
+// TestIssuerKeysWaitEndsWithTheRequest: a request whose token starts a
+// fetch of the issuer's keys stops waiting when it ends, though the issuer
+// is slow to answer; the fetch goes on, and a later request gets its keys.
+func TestIssuerKeysWaitEndsWithTheRequest(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		w.Write([]byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"a"}]}`))
+	}))
+	defer srv.Close()
+	// Should the wait not end with the request, the issuer answers after
+	// 10 s, and the test fails instead of hanging.
+	slow := time.AfterFunc(10*time.Second, func() { close(release) })
+	k := &issuerKeys{url: srv.URL, client: srv.Client(), life: t.Context(), now: time.Now}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := k.refresh(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the request that started the fetch: %v after %v; want it to give up when it ends", err, time.Since(start).Round(time.Millisecond))
+	}
+	if slow.Stop() {
+		close(release)
+	}
+	keys, err := k.refresh(t.Context()) // waits for the fetch in flight
+	if err != nil || len(keys) != 1 || keys[0].KeyID != "a" {
+		t.Errorf("the next request: %v, %v; want the issuer's key", keys, err)
+	}
+}
