@@ -81,4 +81,18 @@ func TestFleetPageFollowsTheAgentsList(t *testing.T) {
 	write(listEntry("g", ""))
 	d.poll("f's page says f is gone", `!document.getElementById('error').hidden && document.getElementById('error').textContent === 'Tether has no cluster "f".'`, 5*time.Second)
 	browser.Screenshot(t, d.ctx, "cluster-gone")
+
+	// Signed out (here from the page itself; a hub restarted with new keys
+	// does the same), the stream that comes back is refused, and the
+	// browser gives up on it: the page says so, rather than go on showing
+	// old state as if it were live.
+	if got := d.eval(`document.getElementById('live').hidden ? "hidden" : "shown"`); got != "hidden" {
+		t.Errorf("the live-updates notice is %s while the stream runs", got)
+	}
+	d.eval(`fetch("/logout", {method: "POST"}).then(r => String(r.status))`, chromedp.EvalAwaitPromise)
+	h.srv.CloseClientConnections()
+	d.poll("the page says it is signed out", `!document.getElementById('live').hidden &&
+		document.getElementById('live').textContent.startsWith("You are signed out") &&
+		document.querySelector('#live a').textContent === "Sign in again"`, 10*time.Second)
+	browser.Screenshot(t, d.ctx, "signed-out")
 }

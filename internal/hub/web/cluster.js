@@ -314,17 +314,18 @@
   }
 
   load();
-  const events = new EventSource(base + "api/events");
-  events.addEventListener("cluster", e => {
-    const c = JSON.parse(e.data);
-    if (c.name !== name) return;
-    const changed = inventoryKey(c) !== lastKey;
-    renderCluster(c);
-    if (changed) schedule();
-  });
-  // The cluster left the agents list, or this person may no longer see it:
-  // loading it again gets the hub's own words for that.
-  events.addEventListener("removed", e => {
-    if (JSON.parse(e.data).name === name) schedule();
+  window.tetherLive(base, {
+    cluster: e => {
+      const c = JSON.parse(e.data);
+      if (c.name !== name) return;
+      const changed = inventoryKey(c) !== lastKey;
+      renderCluster(c);
+      if (changed) schedule();
+    },
+    // The cluster left the agents list, or this person may no longer see
+    // it: loading it again gets the hub's own words for that.
+    removed: e => {
+      if (JSON.parse(e.data).name === name) schedule();
+    },
   });
 })();

@@ -112,8 +112,9 @@
   filter.addEventListener("input", applyFilter);
   applyFilter();
 
-  const events = new EventSource(base + "api/events");
-  events.addEventListener("open", dropStale);
-  events.addEventListener("cluster", e => upsert(JSON.parse(e.data)));
-  events.addEventListener("removed", e => remove(JSON.parse(e.data).name));
+  window.tetherLive(base, {
+    open: dropStale,
+    cluster: e => upsert(JSON.parse(e.data)),
+    removed: e => remove(JSON.parse(e.data).name),
+  });
 })();

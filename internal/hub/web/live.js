@@ -1,0 +1,45 @@
+// The pages' live updates: /api/events as Server-Sent Events. The browser
+// tries again by itself after a network break, but gives up for good when
+// the hub refuses the stream (401: the session ended, or the hub restarted
+// with new keys); a page must not then go on showing old state as if it
+// were live. So the page says what happened: signed out, with a link to
+// sign in again, or cut off, and tries again every few seconds.
+"use strict";
+window.tetherLive = function (base, listeners) {
+  const banner = document.getElementById("live");
+  const RETRY = 5000;
+  let events;
+
+  function say(...parts) {
+    banner.replaceChildren(...parts);
+    banner.hidden = false;
+  }
+
+  async function gaveUp() {
+    let status = 0;
+    try {
+      status = (await fetch(base + "api/clusters", { headers: { Accept: "application/json" } })).status;
+    } catch (e) {
+      // The hub can't be reached: tried again below.
+    }
+    if (status === 401) {
+      const a = document.createElement("a");
+      a.href = location.href;
+      a.textContent = "Sign in again";
+      say("You are signed out: your session ended, or the hub restarted. This page stopped updating. ", a);
+      return;
+    }
+    say("Live updates stopped: this page may be out of date. Trying again…");
+    setTimeout(open, RETRY);
+  }
+
+  function open() {
+    events = new EventSource(base + "api/events");
+    events.addEventListener("open", () => { banner.hidden = true; });
+    for (const [type, f] of Object.entries(listeners)) events.addEventListener(type, f);
+    events.addEventListener("error", () => {
+      if (events.readyState === EventSource.CLOSED) gaveUp();
+    });
+  }
+  open();
+};
