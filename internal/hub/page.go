@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"path"
 	"sort"
 	"strings"
 
@@ -85,10 +86,19 @@ func countFact(n int) fact {
 	return fact{Icon: "⚠", Text: fmt.Sprint(n)}
 }
 
-// staticFiles serves the page's CSS and JavaScript.
+// staticFiles serves the page's CSS and JavaScript, and nothing else of
+// web/: no listing, and not the templates.
 func staticFiles() http.Handler {
 	sub, _ := fs.Sub(web, "web")
-	return http.FileServerFS(sub)
+	files := http.FileServerFS(sub)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch path.Ext(r.URL.Path) {
+		case ".css", ".js":
+			files.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
 }
 
 // servePage serves the fleet page to a signed-in person, the sign-in form

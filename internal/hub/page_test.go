@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -212,6 +213,22 @@ func TestCardFacts(t *testing.T) {
 	} {
 		if got := nodesFact(c.s); got != c.want {
 			t.Errorf("nodes of %+v: %+v, want %+v", c.s, got, c.want)
+		}
+	}
+}
+
+// TestStaticFilesAreTheAssetsOnly: /static/ serves the pages' CSS and
+// JavaScript, and neither a listing of web/ nor the templates.
+func TestStaticFilesAreTheAssetsOnly(t *testing.T) {
+	h := staticFiles()
+	for path, want := range map[string]int{
+		"/style.css": 200, "/fleet.js": 200, "/cluster.js": 200, "/live.js": 200,
+		"/": 404, "/fleet.html": 404, "/cluster.html": 404, "/login.html": 404, "/nothing.js": 404,
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != want {
+			t.Errorf("GET %s: %d, want %d", path, rec.Code, want)
 		}
 	}
 }
