@@ -291,6 +291,9 @@ func TestClusterInventoryPage(t *testing.T) {
 	if got := d.eval(`String(document.querySelectorAll('#pods tbody tr').length) + String(document.querySelector('#pods .more').hidden)`); got != "252true" {
 		t.Errorf("after Show more: %s rows", got)
 	}
+	if got := d.eval(`document.activeElement.id || document.activeElement.tagName`); got != "pods-heading" {
+		t.Errorf("after the last Show more, the keyboard's focus is on %s, want the pods' heading", got)
+	}
 
 	// A pod turns not ready, another gets ready: the page follows within
 	// seconds, without a reload.
@@ -380,4 +383,57 @@ func TestClusterInventoryPage(t *testing.T) {
 		t.Errorf("alice's pods not ready: %q, want team-a's 251", got)
 	}
 	browser.Screenshot(t, d.ctx, "alice")
+}
+
+// TestClusterPageSaysWhatIsNotKnown: a cluster page never reads "none" (or
+// "✔ every pod is ready") for want of data: without an inventory, or for a
+// kind Tether can't watch, it says the list isn't known. Kinds that fail
+// for the same reason share one line.
+func TestClusterPageSaysWhatIsNotKnown(t *testing.T) {
+	fc := newFakeCluster(t)
+	answerAccessReviews(t, fc, func(user, resource, namespace string) bool { return true })
+	h, _ := proxyHub(t, fc, "")
+	h.cfg.PublicURL = h.url
+	d := driver{t, browser.New(t)}
+	// Signing in on far's page goes back to it.
+	d.do("sign in as bob on far's page", chromedp.Navigate(h.url+"/cluster/far"), chromedp.SendKeys(chromedp.CSS("#token"), bobToken+"\r"),
+		chromedp.WaitVisible(chromedp.CSS("#history")))
+	if got := d.eval(`location.pathname`); got != "/cluster/far" {
+		t.Errorf("signed in on /cluster/far, the browser is at %s", got)
+	}
+	shown := func(section string) string {
+		return d.eval(fmt.Sprintf(`Array.from(document.querySelectorAll('#%s p')).filter(p => !p.hidden).map(p => p.textContent.trim()).join(' | ')`, section))
+	}
+	d.poll("far's lists aren't known", `!document.querySelector('#pods .unknown').hidden`, 5*time.Second)
+	for _, section := range []string{"nodes", "workloads", "pods"} {
+		if got := shown(section); got != "Not known yet: the cluster has sent no inventory." {
+			t.Errorf("%s without an inventory: %q", section, got)
+		}
+	}
+	browser.Screenshot(t, d.ctx, "no-inventory")
+
+	// The agent can't reach its API server: every kind fails alike, but
+	// for one it has a namespace's worth.
+	broken := "can't discover the cluster's APIs: connection refused"
+	kinds := []protocol.KindState{{Kind: "nodes", Error: broken}, {Kind: "pods", Error: broken}, {Kind: "deployments", Error: broken},
+		{Kind: "statefulsets"}, {Kind: "daemonsets"}, {Kind: "jobs"}, {Kind: "cronjobs"}, {Kind: "gateways"}, {Kind: "applications"},
+		{Kind: "services", Namespace: "shop", Error: "forbidden"}}
+	feed(t, h, h.inventory.Receiver("far"), "far", &protocol.Update{Snapshot: true, Complete: true, Kinds: kinds})
+	d.poll("the problems show", `document.querySelectorAll('#problems li').length === 2`, 5*time.Second)
+	if got := d.eval(`Array.from(document.querySelectorAll('#problems li')).map(li => li.textContent.trim()).join(' | ')`); got !=
+		"⚠ Tether can't watch nodes, pods, deployments: "+broken+" | ⚠ Tether can't watch services in shop: forbidden" {
+		t.Errorf("problems: %q", got)
+	}
+	d.poll("the inventory is loaded", `document.querySelector('#pods .unknown').textContent === "Not known: Tether can't watch pods (above)."`, 5*time.Second)
+	for section, want := range map[string]string{
+		"nodes":     "Not known: Tether can't watch nodes (above).",
+		"pods":      "Not known: Tether can't watch pods (above).",
+		"workloads": "Not known: Tether can't watch deployments (above).",
+		"gateways":  "No gateways that you may list.",
+	} {
+		if got := shown(section); got != want {
+			t.Errorf("%s: %q, want %q", section, got, want)
+		}
+	}
+	browser.Screenshot(t, d.ctx, "unwatched")
 }

@@ -39,6 +39,9 @@
   const errorLine = document.getElementById("error");
   let lists = {};        // kind → the items last fetched
   let missing = new Set(); // kinds the cluster doesn't serve
+  let unwatched = new Set(); // kinds Tether can't watch, in some namespace or all
+  let haveInventory = false; // the cluster has sent one
+  let loaded = false;      // lists hold an answer for the inventory there is
   let lastKey = null;    // the inventory's "updated" when last fetched
   const limit = {};      // section id → rows shown
 
@@ -86,6 +89,7 @@
       renderCluster(c);
       if (!c.inventory) {
         lists = {};
+        loaded = false;
         renderInventory();
         return;
       }
@@ -94,11 +98,13 @@
         getJSON(api + "/resources?kind=" + encodeURIComponent(q.kind) + q.params)));
       lists = {};
       wanted.forEach((q, i) => { lists[q.kind] = results[i]; });
+      loaded = true;
       renderInventory();
       errorLine.hidden = true;
     } catch (e) {
       errorLine.textContent = e instanceof HubError ? e.message : "Tether's hub can't be reached: " + e.message;
       errorLine.hidden = false;
+      if (!loaded) renderInventory(); // says what isn't known, not "none"
     } finally {
       inflight = false;
       lastTook = Date.now() - lastStart;
@@ -139,14 +145,26 @@
     if (inv && inv.truncated) {
       items.push(warning("The cluster has more than the hub keeps of one cluster (a million objects, or 256 MiB of them): some are left out here."));
     }
+    haveInventory = !!inv;
     missing = new Set();
+    unwatched = new Set();
+    // One line per reason: when the agent can't reach its API server,
+    // every kind has the same one.
+    const byError = new Map();
     for (const p of (inv && inv.problems) || []) {
       if (p.missing) {
         missing.add(p.kind);
         continue;
       }
-      const li = warning("Tether can't watch " + p.kind + (p.namespace ? " in " + p.namespace : "") + ": " + p.error);
-      li.dataset.kind = p.kind;
+      unwatched.add(p.kind);
+      const where = p.namespace ? " in " + p.namespace : "";
+      const key = where + "\n" + p.error;
+      if (!byError.has(key)) byError.set(key, { where, error: p.error, kinds: [] });
+      byError.get(key).kinds.push(p.kind);
+    }
+    for (const { where, error, kinds } of byError.values()) {
+      const li = warning("Tether can't watch " + kinds.join(", ") + where + ": " + error);
+      li.dataset.kind = kinds.join(" ");
       items.push(li);
     }
     problems.replaceChildren(...items);
@@ -181,10 +199,25 @@
     return td;
   }
 
+  // unknownWhy says why an empty list of kinds would not mean there are
+  // none ("" when it would): nothing loaded yet, or a kind Tether can't
+  // watch. A page must never show "✔ every pod is ready" for want of data.
+  function unknownWhy(kinds) {
+    if (!haveInventory) return "Not known yet: the cluster has sent no inventory.";
+    if (!loaded) return "Not known: the hub didn't answer (above).";
+    const bad = kinds.filter(k => unwatched.has(k));
+    return bad.length ? "Not known: Tether can't watch " + bad.join(", ") + " (above)." : "";
+  }
+
   // renderSection fills section id with rows (already in their order), at
-  // most limit[id] of those in the chosen namespace.
-  function renderSection(id, rows, cells, namespaced) {
+  // most limit[id] of those in the chosen namespace; kinds are the kinds
+  // the rows are of.
+  function renderSection(id, rows, cells, namespaced, kinds) {
     const section = document.getElementById(id);
+    const why = rows.length ? "" : unknownWhy(kinds);
+    const unknown = section.querySelector(".unknown");
+    unknown.textContent = why;
+    unknown.hidden = !why;
     const ns = namespace.value;
     const filtered = ns && namespaced ? rows.filter(r => r.namespace === ns) : rows;
     const n = limit[id] || PAGE;
@@ -200,7 +233,7 @@
     }
     section.querySelector("tbody").replaceChildren(body);
     section.querySelector("table").hidden = filtered.length === 0;
-    section.querySelector(".empty").hidden = rows.length > 0;
+    section.querySelector(".empty").hidden = rows.length > 0 || !!why;
     section.querySelector(".none-here").hidden = filtered.length > 0 || rows.length === 0;
     const more = section.querySelector(".more");
     more.hidden = filtered.length <= n;
@@ -241,9 +274,16 @@
     return ["⟳", value];
   }
 
+  // Names compare as people read them: web-2 before web-10.
+  const natural = new Intl.Collator(undefined, { numeric: true }).compare;
+
+  function byName(a, b) {
+    return natural(a.namespace || "", b.namespace || "") || natural(a.name, b.name) || natural(a.kind, b.kind);
+  }
+
   function byReadyThenName(a, b) {
     if (a.ready !== b.ready) return a.ready ? 1 : -1;
-    return (a.namespace || "").localeCompare(b.namespace || "") || a.name.localeCompare(b.name) || a.kind.localeCompare(b.kind);
+    return byName(a, b);
   }
 
   function renderInventory() {
@@ -260,11 +300,12 @@
     namespace.replaceChildren(...options);
     namespace.value = chosen;
 
+    for (const k of ["nodes", "pods", "applications", "gateways"]) if (lists[k]) lists[k].sort(byName);
     renderSection("nodes", lists.nodes || [], r => [
       cell("Name", r.name),
       statusCell("Status", ok(r.ready, (r.ready ? "Ready" : "Not ready") + reasons(r))),
       cell("Version", r.version || "—"),
-    ], false);
+    ], false, ["nodes"]);
 
     const workloads = [];
     for (const k of Object.keys(workloadKinds)) workloads.push(...(lists[k] || []));
@@ -275,27 +316,27 @@
       cell("Name", r.name),
       statusCell("Status", workloadStatus(r)),
       cell("Ready", r.replicas || "—"),
-    ], true);
+    ], true, Object.keys(workloadKinds));
 
     renderSection("pods", lists.pods || [], r => [
       cell("Namespace", r.namespace),
       cell("Name", r.name),
       cell("Status", (r.phase || "Unknown") + reasons(r), "✖"),
       cell("Restarts", String(r.restarts || 0)),
-    ], true);
+    ], true, ["pods"]);
 
     renderSection("applications", lists.applications || [], r => [
       cell("Namespace", r.namespace),
       cell("Name", r.name),
       statusCell("Sync", appStatus(r.sync, "Synced", ["OutOfSync"])),
       statusCell("Health", appStatus(r.health, "Healthy", ["Degraded", "Missing"])),
-    ], true);
+    ], true, ["applications"]);
 
     renderSection("gateways", lists.gateways || [], r => [
       cell("Namespace", r.namespace),
       cell("Name", r.name),
       cell("Hosts", (r.hosts || []).join(", ") || "—"),
-    ], true);
+    ], true, ["gateways"]);
 
     // A kind the cluster doesn't serve has no section; "Not watched" says why.
     document.getElementById("applications").hidden = missing.has("applications");
@@ -310,6 +351,13 @@
     section.querySelector(".more button").addEventListener("click", () => {
       limit[section.id] = (limit[section.id] || PAGE) + PAGE;
       renderInventory();
+      // The last rows shown hide the button: keep the keyboard's place in
+      // the section rather than drop it back to the page's top.
+      if (section.querySelector(".more").hidden) {
+        const heading = section.querySelector("h3");
+        heading.tabIndex = -1;
+        heading.focus();
+      }
     });
   }
 
