@@ -68,6 +68,13 @@ func TestClustersAPI(t *testing.T) {
 			t.Errorf("GET %s: %d %q, want a 404 listing the API", path, code, body)
 		}
 	}
+	// The address a failed sign-in leaves, loaded again, goes to the form.
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	if resp, err := noFollow.Get(h.url + "/login"); err != nil || resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" {
+		t.Errorf("GET /login: %v %v, want 303 to /", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	if code, body, hdr := call(t, "POST", h.url+"/api/clusters", aliceToken, nil); code != 405 || hdr.Get("Allow") != "GET, HEAD" {
 		t.Errorf("POST /api/clusters: %d %q, Allow %q; want 405", code, body, hdr.Get("Allow"))
 	}

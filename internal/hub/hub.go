@@ -247,6 +247,9 @@ func (h *Hub) Handler() http.Handler {
 		mux.HandleFunc("GET "+base+"/{$}", h.servePage)
 		mux.HandleFunc("GET "+base+"/cluster/{cluster}", h.serveClusterPage)
 		mux.HandleFunc("POST "+base+"/login", h.serveLogin)
+		// The address a failed sign-in leaves in the address bar, loaded
+		// again: the sign-in form is on the fleet page.
+		mux.Handle("GET "+base+"/login", http.RedirectHandler(h.pageBase(), http.StatusSeeOther))
 		mux.HandleFunc("POST "+base+"/logout", h.serveLogout)
 		if h.cfg.Auth.OIDCEnabled() {
 			mux.HandleFunc("GET "+base+"/login/oidc", h.serveOIDCLogin)

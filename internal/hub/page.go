@@ -130,10 +130,15 @@ func (h *Hub) renderLogin(w http.ResponseWriter, r *http.Request, message string
 	// Never in another site's frame, where the form could be overlaid.
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
 	w.WriteHeader(code)
+	// The page asked for, to return to once signed in.
+	next := r.URL.Path
+	if r.Method != http.MethodGet {
+		next = r.PostFormValue("next")
+	}
 	pages.ExecuteTemplate(w, "login.html", struct {
-		Base, Error string
-		OIDC        bool
-	}{h.pageBase(), message, h.cfg.Auth.OIDCEnabled()})
+		Base, Error, Next string
+		OIDC              bool
+	}{h.pageBase(), message, h.returnTo(next), h.cfg.Auth.OIDCEnabled()})
 }
 
 // pageBase is the base path with one trailing slash, as links need it.

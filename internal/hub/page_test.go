@@ -232,3 +232,27 @@ func TestStaticFilesAreTheAssetsOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestSignInReturnsToTheClusterPage: a sign-in goes back to the cluster
+// page it was asked on, and nowhere but the hub's own pages.
+func TestSignInReturnsToTheClusterPage(t *testing.T) {
+	for _, base := range []string{"", "/tether"} {
+		h := &Hub{cfg: Config{BasePath: base}}
+		for next, want := range map[string]string{
+			base + "/cluster/shop":             base + "/cluster/shop",
+			base + "/cluster/shop/../../x":     base + "/",
+			base + "/":                         base + "/",
+			"":                                 base + "/",
+			"https://evil.example/cluster/x":   base + "/",
+			"//evil.example/cluster/x":         base + "/",
+			base + "/cluster/..//evil.example": base + "/",
+			base + "/cluster/x?y=1":            base + "/",
+			"/\\evil.example":                  base + "/",
+			base + "/api/kubeconfig":           base + "/",
+		} {
+			if got := h.returnTo(next); got != want {
+				t.Errorf("base %q, next %q: %q, want %q", base, next, got, want)
+			}
+		}
+	}
+}

@@ -3,6 +3,8 @@ package hub
 import (
 	"errors"
 	"net/http"
+	"net/url"
+	"path"
 	"strings"
 	"time"
 
@@ -53,7 +55,24 @@ func (h *Hub) serveLogin(w http.ResponseWriter, r *http.Request) {
 		h.renderLogin(w, r, "That token isn't one this hub knows.", http.StatusUnauthorized)
 		return
 	}
-	h.startSession(w, r, p, token)
+	h.startSession(w, r, p, token, h.returnTo(r.PostFormValue("next")))
+}
+
+// returnTo is where a sign-in sends the browser: next, the page it was
+// asked for, when that is a cluster's page; else the fleet page. Nothing
+// else passes, so the form can't send anyone to another site.
+func (h *Hub) returnTo(next string) string {
+	base := h.pageBase()
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.RawQuery != "" || strings.ContainsAny(next, "\\\r\n") {
+		return base
+	}
+	// Cleaned, so that no /../ climbs out of it and no // names a host;
+	// and only a cluster's page: the fleet page is the default anyway.
+	if p := path.Clean("/" + u.Path); strings.HasPrefix(p, base+"cluster/") {
+		return p
+	}
+	return base
 }
 
 // maxLoginForm bounds the sign-in form's body.
@@ -63,7 +82,7 @@ const maxLoginForm = 64 << 10
 // token for p, and sends it to the fleet page. A person who signed in with
 // a hub-issued token (a kubeconfig's) keeps that token: no token mints a
 // longer-lived one.
-func (h *Hub) startSession(w http.ResponseWriter, r *http.Request, p auth.Person, presented string) {
+func (h *Hub) startSession(w http.ResponseWriter, r *http.Request, p auth.Person, presented, next string) {
 	session, expires, err := h.cfg.Auth.IssueToken(p)
 	if errors.Is(err, auth.ErrRenew) && presented != "" {
 		session, expires, err = presented, time.Now().Add(time.Hour), nil
@@ -76,7 +95,7 @@ func (h *Hub) startSession(w http.ResponseWriter, r *http.Request, p auth.Person
 		Name: sessionCookie, Value: session, Path: h.pageBase(), Expires: expires,
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r),
 	})
-	http.Redirect(w, r, h.pageBase(), http.StatusSeeOther)
+	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 func (h *Hub) serveLogout(w http.ResponseWriter, r *http.Request) {
@@ -135,7 +154,7 @@ func (h *Hub) serveOIDCCallback(w http.ResponseWriter, r *http.Request) {
 		h.renderLogin(w, r, "The identity provider's answer wasn't accepted; try again.", http.StatusUnauthorized)
 		return
 	}
-	h.startSession(w, r, p, "")
+	h.startSession(w, r, p, "", h.pageBase())
 }
 
 // secureCookies says whether the hub's cookies must go over HTTPS only:
