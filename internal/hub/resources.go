@@ -257,6 +257,12 @@ func (h *Hub) serveGateways(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "host is required, like ?host=shop.example.com", http.StatusBadRequest)
 		return
 	}
+	// A URL or a host:port would match no gateway, or only a catch-all:
+	// a wrong answer given with confidence.
+	if errs := validation.IsDNS1123Subdomain(strings.TrimSuffix(strings.ToLower(host), ".")); len(errs) > 0 {
+		http.Error(w, fmt.Sprintf("host %q is not a domain name, like shop.example.com: %s", host, errs[0]), http.StatusBadRequest)
+		return
+	}
 	info, known := h.inventory.Info(name)
 	if !known {
 		http.Error(w, fmt.Sprintf("Cluster %q has sent no inventory yet.", name), http.StatusServiceUnavailable)

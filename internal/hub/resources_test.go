@@ -183,6 +183,12 @@ func TestNoGatewaySaysWhy(t *testing.T) {
 		json.Unmarshal([]byte(body), &g)
 		return g.Error
 	}
+	// What isn't a domain name is refused, not matched.
+	for _, host := range []string{"https://shop.example.com/", "shop.example.com:443", "%20", "*.example.com"} {
+		if code, body, _ := call(t, "GET", h.url+"/api/clusters/open/gateways?host="+host, aliceToken, nil); code != http.StatusBadRequest || !strings.Contains(body, "is not a domain name") {
+			t.Errorf("host=%s: %d %s, want 400", host, code, body)
+		}
+	}
 	for _, c := range []struct {
 		state protocol.KindState
 		want  string
