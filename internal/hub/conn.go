@@ -384,11 +384,17 @@ func (c *agentConn) dial(ctx context.Context) (net.Conn, error) {
 		if m.Error == "" {
 			return nil, fmt.Errorf("the agent answered a dial with a %s message", m.Type)
 		}
-		return nil, errors.New(m.Error)
+		return nil, agentDialError(m.Error)
 	}
 	st.SetReadDeadline(time.Time{})
 	return st, nil
 }
+
+// agentDialError is the agent's own account of why it couldn't dial its
+// API server: it says all there is to say.
+type agentDialError string
+
+func (e agentDialError) Error() string { return string(e) }
 
 // countingConn counts the bytes a stream to an API server carries, and its
 // close.

@@ -258,6 +258,9 @@ func (h *Hub) get(ctx context.Context, t http.RoundTripper, c *agentConn, path s
 		if errors.Is(err, context.DeadlineExceeded) {
 			return nil, fmt.Errorf("its API server didn't answer %s within %s", path, h.cfg.ProbeTimeout)
 		}
+		if de := agentDialError(""); errors.As(err, &de) {
+			return nil, de // "the agent can't reach its API server at …"
+		}
 		return nil, fmt.Errorf("its API server can't be reached: %v", err)
 	}
 	defer resp.Body.Close()
