@@ -207,7 +207,7 @@ func TestClusterInventoryPage(t *testing.T) {
 	if got := card("far", "nodes") + " " + card("far", "pods"); got != "— —" {
 		t.Errorf("far has no inventory, and its card says %q", got)
 	}
-	if got := card("ops", "nodes") + " " + card("ops", "pods") + " " + card("ops", "apps"); got != "— ⚠ 10000 ⚠ 1 out of sync or degraded" {
+	if got := card("ops", "nodes") + " " + card("ops", "pods") + " " + card("ops", "apps"); got != "— ⚠ 10000 ⚠ 1 out of sync or unhealthy" {
 		t.Errorf("ops watches no nodes, has 10,000 pods not ready and one application out of sync; its card says %q", got)
 	}
 	if got := d.eval(`Array.from(document.querySelectorAll('.card')).filter(c => !c.querySelector('dd.apps').hidden).map(c => c.dataset.name).join(',')`); got != "ops" {

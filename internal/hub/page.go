@@ -74,7 +74,7 @@ func appsFact(s *inventory.Summary) fact {
 		return absent
 	}
 	f := countFact(*s.AppsOutOfSync)
-	f.Text += " out of sync or degraded"
+	f.Text += " out of sync or unhealthy"
 	return f
 }
 

@@ -284,7 +284,8 @@ func (s *Store) Info(cluster string) (Info, bool) {
 	info.Summary.NodesReady = count("nodes", func(r *protocol.Resource) bool { return r.Ready })
 	info.Summary.PodsNotReady = count("pods", func(r *protocol.Resource) bool { return !r.Ready })
 	info.Summary.AppsOutOfSync = count("applications", func(r *protocol.Resource) bool {
-		return r.Sync != "Synced" || r.Health == "Degraded"
+		// As the cluster page marks them: Degraded and Missing are unwell.
+		return r.Sync != "Synced" || r.Health == "Degraded" || r.Health == "Missing"
 	})
 	return info, true
 }

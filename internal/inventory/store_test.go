@@ -139,15 +139,15 @@ func TestSummary(t *testing.T) {
 		Upserts: []protocol.Resource{
 			res("nodes", "", "n1", true, nil), res("nodes", "", "n2", false, nil), res("nodes", "", "n3", true, nil),
 			res("pods", "a", "p1", false, nil), res("pods", "a", "p2", true, nil),
-			app("ok", "Synced", "Healthy"), app("drift", "OutOfSync", "Healthy"), app("sick", "Synced", "Degraded"), app("slow", "Synced", "Progressing"),
+			app("ok", "Synced", "Healthy"), app("drift", "OutOfSync", "Healthy"), app("sick", "Synced", "Degraded"), app("slow", "Synced", "Progressing"), app("gone", "Synced", "Missing"),
 		}}, time.Now())
 	info, ok := s.Info("c")
 	if !ok {
 		t.Fatal("no info")
 	}
 	got := info.Summary
-	if *got.NodesReady != 2 || *got.NodesTotal != 3 || *got.PodsNotReady != 1 || *got.AppsOutOfSync != 2 {
-		t.Errorf("summary: nodes %d/%d, pods not ready %d, apps out of sync %d; want 2/3, 1, 2", *got.NodesReady, *got.NodesTotal, *got.PodsNotReady, *got.AppsOutOfSync)
+	if *got.NodesReady != 2 || *got.NodesTotal != 3 || *got.PodsNotReady != 1 || *got.AppsOutOfSync != 3 {
+		t.Errorf("summary: nodes %d/%d, pods not ready %d, apps out of sync %d; want 2/3, 1, 3", *got.NodesReady, *got.NodesTotal, *got.PodsNotReady, *got.AppsOutOfSync)
 	}
 	// A kind the agent doesn't watch has no count, not zero.
 	s.Receiver("d").Apply(&protocol.Update{Snapshot: true, Complete: true, Kinds: append(watched("pods"), protocol.KindState{Kind: "nodes", Error: "forbidden"})}, time.Now())

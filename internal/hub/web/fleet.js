@@ -28,7 +28,7 @@
       s.nodesTotal === 0 ? "no nodes" : s.nodesReady + " / " + s.nodesTotal + " ready");
     fact(card.querySelector("dd.pods"), num(s.podsNotReady), s.podsNotReady > 0, String(s.podsNotReady));
     const apps = num(s.appsOutOfSync);
-    fact(card.querySelector("dd.apps"), apps, s.appsOutOfSync > 0, s.appsOutOfSync + " out of sync or degraded");
+    fact(card.querySelector("dd.apps"), apps, s.appsOutOfSync > 0, s.appsOutOfSync + " out of sync or unhealthy");
     for (const el of card.querySelectorAll(".apps")) el.hidden = !apps;
   }
 
