@@ -129,7 +129,7 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	// pending holds each cluster's answer-to-be, in the clusters' order;
 	// its room is how far the queries run ahead of the writing.
-	pending := make(chan chan []inventory.Item, fleetQueryAhead)
+	pending := make(chan chan clusterItems, fleetQueryAhead)
 	go func() {
 		defer close(pending)
 		workers := make(chan struct{}, fleetQueryWorkers)
@@ -137,7 +137,7 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 			if ctx.Err() != nil {
 				return
 			}
-			answer := make(chan []inventory.Item, 1)
+			answer := make(chan clusterItems, 1)
 			select {
 			case pending <- answer:
 			case <-ctx.Done():
@@ -146,34 +146,60 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 			workers <- struct{}{}
 			go func() {
 				// A cluster that can't be asked what p may list is left
-				// out, as one with no inventory yet is: the fleet's page
-				// shows it Unreachable.
-				allow, _ := h.allowList(ctx, name, p)
-				items, _ := h.inventory.Select(name, q, allow)
+				// out, as one with no inventory yet is, and the answer's
+				// trailer names it.
+				allow, failed := h.allowList(ctx, name, p)
+				items, known := h.inventory.Select(name, q, allow)
+				var why string
+				if err := failed(); err != nil {
+					why = "Tether can't ask it what you may list: " + err.Error()
+					items = nil
+				} else if !known {
+					why = "it has sent no inventory yet"
+				}
 				<-workers
-				answer <- items
+				answer <- clusterItems{items: items, name: name, leftOut: why}
 			}()
 		}
 	}()
+	w.Header().Set("Trailer", leftOutTrailer)
 	out := startArray(w)
+	var leftOut []string
 	for answer := range pending {
-		var items []inventory.Item
+		var c clusterItems
 		select {
-		case items = <-answer:
+		case c = <-answer:
 		default:
 			// The next cluster isn't done: send what is written so far
 			// rather than keep the reader waiting for it.
 			out.flush()
-			items = <-answer
+			c = <-answer
 		}
-		for _, it := range items {
+		for _, it := range c.items {
 			out.add(it)
+		}
+		if c.leftOut != "" {
+			leftOut = append(leftOut, c.name+" ("+strings.Join(strings.Fields(c.leftOut), " ")+")")
 		}
 		if out.err != nil {
 			cancel() // the reader is gone; the rest only drains
 		}
 	}
 	out.end()
+	if len(leftOut) > 0 {
+		w.Header().Set(leftOutTrailer, strings.Join(leftOut, "; "))
+	}
+}
+
+// leftOutTrailer names, after a fleet-wide answer, the clusters it leaves
+// out and why: an answer of 200 whose list looks whole may not be.
+const leftOutTrailer = "Tether-Left-Out"
+
+// clusterItems is one cluster's part of a fleet-wide answer.
+type clusterItems struct {
+	items   []inventory.Item
+	name    string
+	leftOut string // why the cluster is left out; "" when it isn't
 }
 
 // fleetQueryAhead is how many clusters a fleet-wide query may ask about

@@ -206,3 +206,28 @@ func TestNoGatewaySaysWhy(t *testing.T) {
 		}
 	}
 }
+
+// TestFleetResourcesNameWhatTheyLeaveOut: a fleet-wide answer is 200 with
+// the clusters that could answer, and its trailer names those left out.
+func TestFleetResourcesNameWhatTheyLeaveOut(t *testing.T) {
+	fc := newFakeCluster(t)
+	answerAccessReviews(t, fc, func(user, resource, namespace string) bool { return true })
+	h, _ := proxyHub(t, fc, "")
+	feed(t, h, h.inventory.Receiver("open"), "open", &protocol.Update{Snapshot: true, Complete: true,
+		Kinds: []protocol.KindState{{Kind: "pods"}}, Upserts: []protocol.Resource{res("pods", "shop", "web-1", false)}})
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", h.url+"/api/resources?kind=pods", nil)
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"web-1"`) {
+		t.Fatalf("%d %s %v", resp.StatusCode, body, err)
+	}
+	// alice sees far and open; far has never connected.
+	if got := resp.Trailer.Get("Tether-Left-Out"); got != "far (it has sent no inventory yet)" {
+		t.Errorf("Tether-Left-Out: %q", got)
+	}
+}
