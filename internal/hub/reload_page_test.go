@@ -60,7 +60,16 @@ func TestFleetPageFollowsTheAgentsList(t *testing.T) {
 	write(listEntry("a", ", labels: {env: dev}") + listEntry("b", ", labels: {env: prod}, groups: [ops]"))
 	waitPage("e left the list: its card goes", "a", "", "0 of 1 cluster")
 	browser.Screenshot(t, d.ctx, "removed")
-	d.eval(`const f = document.getElementById('filter'); f.value = ""; f.dispatchEvent(new Event('input')); "cleared"`)
+	// A word without "=" is part of a name.
+	filterBy := func(text string) {
+		t.Helper()
+		d.eval(fmt.Sprintf(`{ const f = document.getElementById('filter'); f.value = %q; f.dispatchEvent(new Event('input')); } "ok"`, text))
+	}
+	filterBy("b")
+	waitPage("a name's part finds no a", "a", "", "0 of 1 cluster")
+	filterBy("a env=dev")
+	waitPage("a name's part and a label find a", "a", "a", "1 of 1 cluster")
+	filterBy("")
 	waitPage("without a filter, a", "a", "a", "1 cluster")
 
 	// The page's stream breaks, and a leaves the list while it is down (a

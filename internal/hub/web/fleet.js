@@ -100,7 +100,8 @@
     let shown = 0;
     for (const card of list.children) {
       const have = (card.dataset.labels || "").split(" ");
-      const match = wanted.every(w => have.includes(w));
+      // key=value is a label; any other word, part of the cluster's name.
+      const match = wanted.every(w => w.includes("=") ? have.includes(w) : card.dataset.name.includes(w));
       card.hidden = !match;
       if (match) shown++;
     }
