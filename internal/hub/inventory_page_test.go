@@ -436,4 +436,7 @@ func TestClusterPageSaysWhatIsNotKnown(t *testing.T) {
 		}
 	}
 	browser.Screenshot(t, d.ctx, "unwatched")
+
+	// The cluster page signs out as the fleet page does.
+	d.do("sign out from the cluster page", chromedp.Click(chromedp.CSS(`form[action$="logout"] button`)), chromedp.WaitVisible(chromedp.CSS("#token")))
 }
