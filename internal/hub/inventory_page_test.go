@@ -409,6 +409,9 @@ func TestClusterPageSaysWhatIsNotKnown(t *testing.T) {
 		if got := shown(section); got != "Not known yet: the cluster has sent no inventory." {
 			t.Errorf("%s without an inventory: %q", section, got)
 		}
+		if got := d.eval(fmt.Sprintf(`document.querySelector('#%s .count').textContent`, section)); got != "" {
+			t.Errorf("%s without an inventory counts %q", section, got)
+		}
 	}
 	browser.Screenshot(t, d.ctx, "no-inventory")
 

@@ -221,7 +221,7 @@
     const ns = namespace.value;
     const filtered = ns && namespaced ? rows.filter(r => r.namespace === ns) : rows;
     const n = limit[id] || PAGE;
-    section.querySelector(".count").textContent =
+    section.querySelector(".count").textContent = why ? "" :
       "(" + (filtered.length === rows.length ? rows.length : filtered.length + " of " + rows.length) + ")";
     const body = document.createDocumentFragment();
     for (const r of filtered.slice(0, n)) {
