@@ -428,6 +428,9 @@ func TestClusterPageSaysWhatIsNotKnown(t *testing.T) {
 		t.Errorf("problems: %q", got)
 	}
 	d.poll("the inventory is loaded", `document.querySelector('#pods .unknown').textContent === "Not known: Tether can't watch pods (above)."`, 5*time.Second)
+	if got := d.eval(`document.getElementById('updated').textContent`); !strings.HasSuffix(got, " (what the cluster last sent: it is Unreachable now)") {
+		t.Errorf("far is unreachable, and its inventory's line says %q", got)
+	}
 	for section, want := range map[string]string{
 		"nodes":     "Not known: Tether can't watch nodes (above).",
 		"pods":      "Not known: Tether can't watch pods (above).",

@@ -138,6 +138,9 @@
       t.dateTime = inv.updated;
       t.textContent = new Date(inv.updated).toLocaleString();
       updated.append("Inventory updated ", t);
+      // Its agent away, the cluster sends nothing new: say the tables may
+      // be old, rather than let them pass for the state now.
+      if (c.status !== "Ready") updated.append(" (what the cluster last sent: it is " + c.status + " now)");
     }
 
     const problems = document.getElementById("problems");
