@@ -97,7 +97,7 @@
       const results = await Promise.all(wanted.map(q =>
         getJSON(api + "/resources?kind=" + encodeURIComponent(q.kind) + q.params)));
       lists = {};
-      wanted.forEach((q, i) => { lists[q.kind] = results[i]; });
+      wanted.forEach((q, i) => { lists[q.kind] = results[i].sort(byName); });
       loaded = true;
       renderInventory();
       errorLine.hidden = true;
@@ -167,7 +167,6 @@
     }
     for (const { where, error, kinds } of byError.values()) {
       const li = warning("Tether can't watch " + kinds.join(", ") + where + ": " + error);
-      li.dataset.kind = kinds.join(" ");
       items.push(li);
     }
     problems.replaceChildren(...items);
@@ -303,7 +302,6 @@
     namespace.replaceChildren(...options);
     namespace.value = chosen;
 
-    for (const k of ["nodes", "pods", "applications", "gateways"]) if (lists[k]) lists[k].sort(byName);
     renderSection("nodes", lists.nodes || [], r => [
       cell("Name", r.name),
       statusCell("Status", ok(r.ready, (r.ready ? "Ready" : "Not ready") + reasons(r))),
