@@ -17,13 +17,20 @@ const (
 )
 
 // own locks dir's ownerFile for this process, and returns the file: closing
-// it gives up the lock.
+// it gives up the lock. The file is locked under another name and then
+// renamed, so that ownerFile never exists unlocked while its owner lives:
+// a sweep by another process starting at the same moment would take it
+// for a dead run's and remove the new directory.
 func own(dir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, ownerFile), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.CreateTemp(dir, ".owner-")
 	if err != nil {
 		return nil, err
 	}
 	if err := tryLock(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := os.Rename(f.Name(), filepath.Join(dir, ownerFile)); err != nil {
 		f.Close()
 		return nil, err
 	}
