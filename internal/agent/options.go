@@ -225,6 +225,9 @@ func orDefault(v, def string) string {
 	return v
 }
 
+// maxSeconds bounds a setting in seconds: a year.
+const maxSeconds = 365 * 24 * 60 * 60
+
 func positiveSeconds(name, v string, def int) (time.Duration, error) {
 	if strings.TrimSpace(v) == "" {
 		return time.Duration(def) * time.Second, nil
@@ -232,6 +235,10 @@ func positiveSeconds(name, v string, def int) (time.Duration, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil || n < 1 {
 		return 0, fmt.Errorf("%s must be a whole number of seconds, at least 1, not %q", name, v)
+	}
+	if n > maxSeconds {
+		// More would overflow a time.Duration into a negative one.
+		return 0, fmt.Errorf("%s must be at most %d seconds (a year), not %q", name, maxSeconds, v)
 	}
 	return time.Duration(n) * time.Second, nil
 }

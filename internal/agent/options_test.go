@@ -86,6 +86,7 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"token on two lines", map[string]string{"TETHER_AGENT_TOKEN": "secret-agent-token\nsecret-agent-token"}, "TETHER_AGENT_TOKEN must be the token on one line"},
 		{"bad health address", map[string]string{"TETHER_HEALTH_ADDR": "8081"}, `TETHER_HEALTH_ADDR must be an address like :8081, or 0 to turn it off, not "8081"`},
 		{"bad reread", map[string]string{"TETHER_TOKEN_REREAD_SECONDS": "0"}, `TETHER_TOKEN_REREAD_SECONDS must be a whole number of seconds, at least 1, not "0"`},
+		{"reread past a Duration", map[string]string{"TETHER_TOKEN_REREAD_SECONDS": "88888888860"}, `TETHER_TOKEN_REREAD_SECONDS must be at most 31536000 seconds (a year), not "88888888860"`},
 		{"no API server", map[string]string{"KUBERNETES_SERVICE_HOST": ""}, "KUBERNETES_SERVICE_HOST must be set"},
 		{"API server with a space", map[string]string{"KUBERNETES_SERVICE_HOST": "10.0.0.1 x"}, `KUBERNETES_SERVICE_HOST must be a host name or IP address, not "10.0.0.1 x"`},
 		{"default service account directory", map[string]string{"TETHER_SERVICEACCOUNT_DIR": ""}, "/var/run/secrets/kubernetes.io/serviceaccount"},

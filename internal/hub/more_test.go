@@ -166,6 +166,7 @@ func TestOptionsFromEnv(t *testing.T) {
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_BASE_PATH": "/x//y"}, `TETHER_BASE_PATH must be a path starting with /, like /tether or /k8s/hub: segments of letters, digits, '-', '.', '_' and '~', not "/x//y"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_BASE_PATH": "//"}, `TETHER_BASE_PATH must be a path starting with /, like /tether or /k8s/hub: segments of letters, digits, '-', '.', '_' and '~', not "//"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_HEARTBEAT_SECONDS": "0"}, `TETHER_HEARTBEAT_SECONDS must be a whole number of seconds, at least 1, not "0"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_HEARTBEAT_SECONDS": "9223372037"}, `TETHER_HEARTBEAT_SECONDS must be at most 31536000 seconds (a year), not "9223372037"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_RECONNECT_SPREAD_SECONDS": "-1"}, "TETHER_RECONNECT_SPREAD_SECONDS must be a whole number of seconds, at least 0"},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_SHUTDOWN_GRACE_SECONDS": "soon"}, "TETHER_SHUTDOWN_GRACE_SECONDS must be a whole number"},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_METRICS_ADDR": "x"}, `TETHER_METRICS_ADDR must be an address like :9090, or 0 to turn it off, not "x"`},

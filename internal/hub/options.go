@@ -140,6 +140,9 @@ func validBasePath(p string) bool {
 	return true
 }
 
+// maxSeconds bounds a setting in seconds: a year.
+const maxSeconds = 365 * 24 * 60 * 60
+
 func seconds(getenv func(string) string, name string, def, least int) (time.Duration, error) {
 	v := strings.TrimSpace(getenv(name))
 	if v == "" {
@@ -148,6 +151,10 @@ func seconds(getenv func(string) string, name string, def, least int) (time.Dura
 	n, err := strconv.Atoi(v)
 	if err != nil || n < least {
 		return 0, fmt.Errorf("%s must be a whole number of seconds, at least %d, not %q", name, least, v)
+	}
+	if n > maxSeconds {
+		// More would overflow a time.Duration into a negative one.
+		return 0, fmt.Errorf("%s must be at most %d seconds (a year), not %q", name, maxSeconds, v)
 	}
 	return time.Duration(n) * time.Second, nil
 }
