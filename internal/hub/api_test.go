@@ -149,6 +149,36 @@ func TestEventsStreamChanges(t *testing.T) {
 	}
 }
 
+// TestEventsTellOfAnAgentThatLeftBeforeItsFirstProbe: a card shows a
+// connected agent as "checking" until its first probe answers. An agent that
+// leaves before then records the status its cluster had before it came,
+// "not connected", so nothing recorded changes; the pages must hear that it
+// left all the same, or they say "checking" until the next change.
+func TestEventsTellOfAnAgentThatLeftBeforeItsFirstProbe(t *testing.T) {
+	fc := newFakeCluster(t)
+	fc.readyzDelay.Store(int64(time.Hour)) // no probe answers
+	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeTimeout = time.Minute })
+	come := func() *runningAgent {
+		t.Helper()
+		probes := fc.count("/readyz")
+		a := startAgent(t, h.url, "far", fc)
+		eventually(t, 5*time.Second, "far connects", a.Connected)
+		eventually(t, 5*time.Second, "far's first probe waits", func() bool { return fc.count("/readyz") > probes })
+		return a
+	}
+	come().stop(t) // far's status is now recorded as "not connected"
+	eventually(t, 5*time.Second, "far gone", func() bool { return h.connected("far") == nil })
+	s := openEvents(t, h.url, "alice", aliceToken)
+	s.until("far shown as not connected", func() bool { return s.last["far"].Message == MessageNotConnected })
+	a := come()
+	s.until("far shown as checking", func() bool { return s.last["far"].Message == MessageChecking })
+	a.stop(t)
+	s.until("far shown as not connected again", func() bool {
+		c := s.last["far"]
+		return c.Message == MessageNotConnected && c.ConnectedSince == nil
+	})
+}
+
 func TestSessionCookie(t *testing.T) {
 	fc := newFakeCluster(t)
 	h, _ := proxyHub(t, fc, "")

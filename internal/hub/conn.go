@@ -171,6 +171,10 @@ func (h *Hub) finish(c *agentConn, err error) {
 	h.log.Info(fmt.Sprintf("The agent of %q disconnected", c.name), "agent", c.name, "remote", c.remote, "why", c.why)
 	if current {
 		h.setStatus(c.name, c.agentVersion, notConnected(time.Unix(0, c.lastHeard.Load())))
+		// The pages showed the connection (clusterLocked), even where the
+		// status recorded doesn't change: an agent that leaves before its
+		// first probe answers leaves "not connected" as it was.
+		h.events.changed(c.name)
 	}
 }
 

@@ -69,6 +69,7 @@ type eventStream struct {
 	who    string
 	events <-chan sseEvent
 	shown  map[string]map[string]string // cluster name → labels, as the events left it
+	last   map[string]ClusterJSON        // cluster name → its last event
 	heard  map[string]bool              // every name any event named
 	log    []string                     // every event, for failure messages
 }
@@ -119,7 +120,7 @@ func openEvents(t *testing.T, url, who, token string) *eventStream {
 		resp.Body.Close()
 		<-done
 	})
-	return &eventStream{t: t, who: who, events: events, shown: map[string]map[string]string{}, heard: map[string]bool{}}
+	return &eventStream{t: t, who: who, events: events, shown: map[string]map[string]string{}, last: map[string]ClusterJSON{}, heard: map[string]bool{}}
 }
 
 // apply takes one event into what the stream has shown.
@@ -133,6 +134,7 @@ func (s *eventStream) apply(e sseEvent) {
 			s.t.Fatalf("%s got a cluster event %q: %v", s.who, e.data, err)
 		}
 		s.shown[c.Name] = c.Labels
+		s.last[c.Name] = c
 		s.heard[c.Name] = true
 	case "removed":
 		var r RemovedJSON
@@ -143,6 +145,7 @@ func (s *eventStream) apply(e sseEvent) {
 			s.t.Errorf("%s was told %q was removed, which the stream never showed", s.who, r.Name)
 		}
 		delete(s.shown, r.Name)
+		delete(s.last, r.Name)
 		s.heard[r.Name] = true
 	default:
 		s.t.Fatalf("%s got an event of an unknown kind: %q %q", s.who, e.kind, e.data)
