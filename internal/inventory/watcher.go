@@ -148,10 +148,21 @@ func (w *Watcher) reconcile(ctx context.Context) {
 		w.mu.Unlock()
 		return
 	}
+	if err != nil {
+		w.log.Warn("Part of the cluster's API discovery failed; the kinds it didn't find stay as they were", "err", err)
+	}
 	want := map[scope]bool{}
 	states := map[scope]stateOf{}
 	for _, k := range Kinds {
 		version, ok := served[k.Resource()]
+		if !ok && err != nil {
+			// Not found, but the answer was partial (a 429 or a timeout on
+			// /apis): the kind may well be served. Stopping its watches
+			// would delete its objects from the hub until the next
+			// discovery, so what runs goes on and what was said stays.
+			w.keepAsItWas(k, want, states, err)
+			continue
+		}
 		if !ok {
 			states[scope{kind: k.Name}] = stateOf{missing: true, err: fmt.Sprintf("the cluster doesn't serve %s", k.Resource())}
 			continue
@@ -203,6 +214,28 @@ func (w *Watcher) reconcile(ctx context.Context) {
 			w.markLocked(res.ResourceRef)
 		}
 		w.mu.Unlock()
+	}
+}
+
+// keepAsItWas keeps k's running scopes, and the states of the rest, when a
+// discovery that failed in part didn't find k. A kind never seen before
+// says why it isn't watched.
+func (w *Watcher) keepAsItWas(k Kind, want map[scope]bool, states map[scope]stateOf, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	known := false
+	for sc := range w.scopes {
+		if sc.kind == k.Name {
+			want[sc], known = true, true
+		}
+	}
+	for sc, st := range w.states {
+		if sc.kind == k.Name {
+			states[sc], known = st, true
+		}
+	}
+	if !known {
+		states[scope{kind: k.Name}] = stateOf{err: fmt.Sprintf("can't discover whether the cluster serves %s: %s", k.Resource(), describe(err))}
 	}
 }
 

@@ -3,11 +3,16 @@ package inventory_test
 import (
 	"context"
 	"crypto/rand"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -573,6 +578,77 @@ func TestAnUnreachableClusterSaysSo(t *testing.T) {
 	for _, k := range kinds {
 		if !strings.HasPrefix(k.Error, `can't discover the cluster's APIs: Get "/api": dial tcp `+dead) || !strings.Contains(k.Error, "connection refused") || k.Missing {
 			t.Errorf("%s: %q (missing %v), want why, with the path alone", k.Kind, k.Error, k.Missing)
+		}
+	}
+}
+
+// TestPartOfDiscoveryFailingKeepsWhatIsWatched: when /api answers and /apis
+// doesn't (a 429 from the API server's priority and fairness, a timeout),
+// discovery is partial, not a cluster that stopped serving every group: the
+// apps group's kinds go on being watched, and their objects stay.
+func TestPartOfDiscoveryFailingKeepsWhatIsWatched(t *testing.T) {
+	kube := apiServer(t)
+	saDir, err := kube.NewServiceAccountDir(t.Context(), "inv-partial", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.GrantInventory(t.Context(), "inv-partial", "agent"); err != nil {
+		t.Fatal(err)
+	}
+	// A proxy in front of the API server that can refuse /apis.
+	var refuse atomic.Bool
+	target, _ := url.Parse(kube.URL)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = kube.HTTPClient().Transport
+	proxy := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if refuse.Load() && r.URL.Path == "/apis" {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"kind":"Status","message":"too many requests","code":429}`, http.StatusTooManyRequests)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	// Closed after the watcher stops (cleanups run last first): Close waits
+	// for the watches going through it.
+	t.Cleanup(proxy.Close)
+	caFile := filepath.Join(t.TempDir(), "proxy-ca.crt")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: proxy.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := inventory.NewWatcher(inventory.WatcherConfig{
+		Host: proxy.URL, CAFile: caFile, TokenFile: filepath.Join(saDir, "token"), Rediscover: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := unique("partial")
+	mustNamespace(t, ns)
+	mustDo(t, "POST", "/apis/apps/v1/namespaces/"+ns+"/deployments", map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "web", "namespace": ns},
+		"spec": map[string]any{
+			"selector": map[string]any{"matchLabels": map[string]any{"app": "web"}},
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": map[string]any{"app": "web"}},
+				"spec":     map[string]any{"containers": []any{map[string]any{"name": "main", "image": "registry.example/app:1"}}},
+			},
+		},
+	})
+	runWatcher(t, w)
+	store := inventory.NewStore()
+	stream(t, w, store, "partial", "")
+	want := ns + "/web"
+	eventually(t, 10*time.Second, "the deployment in the inventory", func() bool { return slices.Contains(names(store, "partial", "deployments"), want) })
+
+	refuse.Store(true)
+	time.Sleep(3 * time.Second) // two rediscoveries, each refused /apis
+	if got := names(store, "partial", "deployments"); !slices.Contains(got, want) {
+		t.Errorf("after /apis was refused, deployments are %v; want %s kept", got, want)
+	}
+	info, _ := store.Info("partial")
+	for _, k := range info.Kinds {
+		if k.Kind == "deployments" && (k.Missing || k.Error != "") {
+			t.Errorf("after /apis was refused, deployments say: %q (missing %v); want no change", k.Error, k.Missing)
 		}
 	}
 }
