@@ -69,7 +69,7 @@ type eventStream struct {
 	who    string
 	events <-chan sseEvent
 	shown  map[string]map[string]string // cluster name → labels, as the events left it
-	last   map[string]ClusterJSON        // cluster name → its last event
+	last   map[string]ClusterJSON       // cluster name → its last event
 	heard  map[string]bool              // every name any event named
 	log    []string                     // every event, for failure messages
 }
