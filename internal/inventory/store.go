@@ -107,6 +107,12 @@ func (st *state) apply(u *protocol.Update) {
 		res := u.Upserts[i]
 		byKey := st.objects[res.Kind]
 		if byKey == nil {
+			if _, known := LookupKind(res.Kind); !known {
+				// No query can ask for it (a newer agent's kind, or a made-up
+				// one): holding it would only let an agent fill the hub with
+				// kinds that count toward neither MaxObjects nor MaxBytes.
+				continue
+			}
 			byKey = map[string]*protocol.Resource{}
 			st.objects[res.Kind] = byKey
 		}
@@ -133,10 +139,14 @@ func (st *state) apply(u *protocol.Update) {
 	}
 	for _, ref := range u.Deletes {
 		k := key(ref.Namespace, ref.Name)
-		if old, ok := st.objects[ref.Kind][k]; ok {
-			delete(st.objects[ref.Kind], k)
+		byKey := st.objects[ref.Kind]
+		if old, ok := byKey[k]; ok {
+			delete(byKey, k)
 			st.count--
 			st.bytes -= summarySize(old)
+			if len(byKey) == 0 {
+				delete(st.objects, ref.Kind)
+			}
 		}
 	}
 }

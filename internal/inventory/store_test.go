@@ -235,6 +235,24 @@ func TestObjectsPerClusterAreBounded(t *testing.T) {
 	}
 }
 
+// TestOnlyKnownKindsAreKept: the kinds an agent names cost the hub memory
+// that MaxObjects and MaxBytes don't count, so only the kinds a query can
+// ask for are kept, and a kind whose last object goes is dropped.
+func TestOnlyKnownKindsAreKept(t *testing.T) {
+	st := &state{objects: map[string]map[string]*protocol.Resource{}}
+	for i := range 100 {
+		made := fmt.Sprintf("made-up-%d-%s", i, strings.Repeat("k", 4000))
+		st.apply(&protocol.Update{Upserts: []protocol.Resource{res(made, "a", "x", true, nil), res("pods", "a", "web", true, nil)}})
+	}
+	if len(st.objects) != 1 || st.count != 1 {
+		t.Fatalf("%d kinds, %d objects kept; want pods alone, one", len(st.objects), st.count)
+	}
+	st.apply(&protocol.Update{Deletes: []protocol.ResourceRef{{Kind: "pods", Namespace: "a", Name: "web"}}})
+	if len(st.objects) != 0 || st.count != 0 || st.bytes != 0 {
+		t.Errorf("after the last pod went: %d kinds, %d objects, %d bytes; want none", len(st.objects), st.count, st.bytes)
+	}
+}
+
 // TestBytesPerClusterAreBounded: an agent can't make the hub hold more than
 // MaxBytes of one cluster's summaries, however large each one is made (a
 // label of nearly the message's 1 MiB): past it, new objects are left out,
