@@ -90,6 +90,12 @@ func (r *reflector) run(ctx context.Context) {
 		}
 		r.noteErr(err)
 		if err != nil {
+			if forbidden(err) {
+				// Its rights were taken away (a Role changed, a namespace
+				// and its RoleBinding deleted): what it last saw can't be
+				// kept up, so it goes rather than stand as current.
+				r.forget()
+			}
 			if !wait() {
 				return
 			}
@@ -103,8 +109,8 @@ func (r *reflector) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if gone {
-				break // list again
+			if gone || forbidden(err) {
+				break // list again, which says whether it may
 			}
 			// A watch that fails, or ends at once, waits before the next.
 			if err != nil || time.Since(began) < time.Second {
@@ -115,6 +121,23 @@ func (r *reflector) run(ctx context.Context) {
 			}
 			backoff = backoffMin
 		}
+	}
+}
+
+// forbidden says whether err is the API server's 403.
+func forbidden(err error) bool {
+	var se *statusError
+	return errors.As(err, &se) && se.code == http.StatusForbidden
+}
+
+// forget drops every summary, and reports each as changed (now gone).
+func (r *reflector) forget() {
+	r.mu.Lock()
+	items := r.items
+	r.items = map[string]protocol.Resource{}
+	r.mu.Unlock()
+	for _, res := range items {
+		r.changed(res.ResourceRef)
 	}
 }
 

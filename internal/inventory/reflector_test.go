@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/localkube"
 	"github.com/tetherhq/tether/internal/protocol"
 )
 
@@ -177,5 +178,41 @@ func mustWrite(t *testing.T, path string, b []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, b, 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRightsTakenAwayEmptyTheReflector: once the agent may no longer list a
+// kind where a reflector runs, its next watch is refused, and what it last
+// saw goes (reported as changed, so the hub hears of the deletes) rather
+// than stand as the cluster's state.
+func TestRightsTakenAwayEmptyTheReflector(t *testing.T) {
+	ctx := t.Context()
+	saDir, ns := reflectorScope(t, "inv-revoked", "refl-r")
+	mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, "p1", nil))
+	w := newTestWatcher(t, saDir, ns)
+	var mu sync.Mutex
+	var changed []string
+	r := w.NewReflector("pods", ns, time.Second, 100, func(ref protocol.ResourceRef) {
+		mu.Lock()
+		changed = append(changed, ref.Name)
+		mu.Unlock()
+	})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, 10*time.Second, "the pod listed", func() bool { return slices.Equal(r.Names(), []string{ns + "/p1"}) })
+	mu.Lock()
+	changed = nil
+	mu.Unlock()
+
+	binding := localkube.InventoryRole + "-inv-revoked-agent"
+	mustDo(t, "DELETE", "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/rolebindings/"+binding, nil)
+	// The watch under way goes on until it ends, within 2 s; the next is refused.
+	eventually(t, 15*time.Second, "the pod forgotten", func() bool { return len(r.Names()) == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(changed, []string{"p1"}) {
+		t.Errorf("changes reported: %v; want p1's", changed)
 	}
 }
