@@ -30,6 +30,9 @@ type ClusterJSON struct {
 	// snapshot arrives.
 	Summary   *inventory.Summary `json:"summary,omitempty"`
 	Inventory *InventoryJSON     `json:"inventory,omitempty"`
+	// History is the cluster's status changes, newest first: in
+	// /api/clusters/<name> alone, where the cluster page reads it.
+	History []StatusChange `json:"history,omitempty"`
 }
 
 func (h *Hub) clusterJSON(st ClusterStatus) ClusterJSON {
@@ -154,7 +157,9 @@ func (h *Hub) serveClusterJSON(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("Tether has no cluster %q.", name), http.StatusNotFound)
 		return
 	}
-	writeJSON(w, h.clusterJSON(st))
+	c := h.clusterJSON(st)
+	c.History = h.History(name)
+	writeJSON(w, c)
 }
 
 // serveEvents streams changes as Server-Sent Events: first every cluster

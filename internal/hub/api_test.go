@@ -419,6 +419,14 @@ func TestClustersAPIKeyNames(t *testing.T) {
 		}
 	}
 
+	// The history is in the one cluster's answer only, for its page.
+	if h, _ := one["history"].([]any); len(h) == 0 || h[0].(map[string]any)["status"] != "Ready" {
+		t.Errorf("open's history: %v; want Ready last", one["history"])
+	}
+	if _, ok := list[1]["history"]; ok {
+		t.Errorf("/api/clusters has a history: %v", list[1])
+	}
+
 	// far: never connected; absent values omitted.
 	far := list[0]
 	if far["status"] != "Unreachable" || far["message"] != MessageNotConnected {

@@ -54,6 +54,8 @@ type fakeCluster struct {
 	// answers with.
 	readyzDelay  atomic.Int64 // a time.Duration
 	readyzStatus atomic.Int32
+	// reviewsFail makes the access reviews answerAccessReviews answers fail.
+	reviewsFail atomic.Bool
 }
 
 func (fc *fakeCluster) count(path string) int {

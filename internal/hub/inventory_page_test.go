@@ -8,6 +8,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +36,10 @@ func answerAccessReviews(t *testing.T, fc *fakeCluster, may func(user, resource,
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)
+		if fc.reviewsFail.Load() {
+			http.Error(w, `{"kind":"Status","message":"etcdserver: request timed out","code":500}`, http.StatusInternalServerError)
+			return
+		}
 		var review authorizationv1.SelfSubjectAccessReview
 		if err := json.NewDecoder(r.Body).Decode(&review); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -445,4 +450,42 @@ func TestClusterPageSaysWhatIsNotKnown(t *testing.T) {
 
 	// The cluster page signs out as the fleet page does.
 	d.do("sign out from the cluster page", chromedp.Click(chromedp.CSS(`form[action$="logout"] button`)), chromedp.WaitVisible(chromedp.CSS("#token")))
+}
+
+// TestClusterPageRecovers: a cluster page whose load failed (the hub
+// couldn't check the person's access) loads again by itself, with no event
+// to prompt it; and its status history and labels follow the cluster live.
+func TestClusterPageRecovers(t *testing.T) {
+	fc := newFakeCluster(t)
+	answerAccessReviews(t, fc, func(user, resource, namespace string) bool { return true })
+	fc.reviewsFail.Store(true)
+	h, _ := proxyHub(t, fc, "")
+	h.cfg.PublicURL = h.url
+	eventually(t, 5*time.Second, "open is Ready", func() bool { return statusOf(h, "open") == "Ready" })
+	feed(t, h, h.inventory.Receiver("open"), "open", &protocol.Update{Snapshot: true, Complete: true,
+		Kinds: []protocol.KindState{{Kind: "nodes"}, {Kind: "pods"}}, Upserts: []protocol.Resource{notReadyPod("shop", "web-1", "Pending", 0)}})
+	d := driver{t, browser.New(t)}
+	d.do("sign in as alice on open's page", chromedp.Navigate(h.url+"/cluster/open"), chromedp.SendKeys(chromedp.CSS("#token"), aliceToken+"\r"),
+		chromedp.WaitVisible(chromedp.CSS("#history")))
+	d.poll("the page says the load failed", `!document.getElementById('error').hidden`, 5*time.Second)
+	browser.Screenshot(t, d.ctx, "failed")
+	fc.reviewsFail.Store(false)
+	d.poll("the page loads again by itself", `document.getElementById('error').hidden && document.querySelector('#pods .count').textContent === "(1)"`, 15*time.Second)
+	if got := d.column("pods", 2); got != "web-1" {
+		t.Errorf("pods not ready after the load again: %q", got)
+	}
+
+	history := `Array.from(document.querySelectorAll('#history tbody td:nth-child(2)')).map(td => td.textContent).join('|')`
+	if got := d.eval(history); got != "Ready" {
+		t.Errorf("open's status history: %q, want Ready", got)
+	}
+	h.agents["open"].stop(t)
+	d.poll("the history gains the disconnect, newest first", history+` === "Unreachable: Its agent isn't connected.|Ready"`, 10*time.Second)
+	if got := d.eval(`document.querySelector('#history tbody time').textContent`); !regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$`).MatchString(got) {
+		t.Errorf("a history row's time reads %q; want it as the page first wrote it", got)
+	}
+	if got := d.eval(`document.getElementById('labels').textContent`); got != "env=prod region=eu" {
+		t.Errorf("open's labels: %q", got)
+	}
+	browser.Screenshot(t, d.ctx, "history")
 }

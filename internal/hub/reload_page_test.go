@@ -83,12 +83,18 @@ func TestFleetPageFollowsTheAgentsList(t *testing.T) {
 		t.Errorf("the page was loaded again (window.sameLoad is %q)", got)
 	}
 
-	// A cluster page whose cluster leaves the list says so.
-	write(listEntry("f", ""))
+	// A cluster page follows its cluster's labels, and says so when the
+	// cluster leaves the list, no longer showing it as it was.
+	write(listEntry("f", ", labels: {env: dev}"))
 	d.poll("f's card comes", `document.querySelector('.card[data-name="f"]') !== null`, 5*time.Second)
 	d.do("open f's page", chromedp.Click(chromedp.CSS(`.card[data-name="f"] a.name`)), chromedp.WaitVisible(chromedp.CSS("#history")))
+	write(listEntry("f", ", labels: {env: prod, team: web}"))
+	d.poll("f's page shows its new labels", `document.getElementById('labels').textContent === "env=prod team=web"`, 5*time.Second)
 	write(listEntry("g", ""))
 	d.poll("f's page says f is gone", `!document.getElementById('error').hidden && document.getElementById('error').textContent === 'Tether has no cluster "f".'`, 5*time.Second)
+	if got := d.eval(`document.querySelector('#status .text').textContent`); got != "Not in the fleet" {
+		t.Errorf("f gone, its page's status line reads %q", got)
+	}
 	browser.Screenshot(t, d.ctx, "cluster-gone")
 
 	// Signed out (here from the page itself; a hub restarted with new keys
@@ -104,4 +110,14 @@ func TestFleetPageFollowsTheAgentsList(t *testing.T) {
 		document.getElementById('live').textContent.startsWith("You are signed out") &&
 		document.querySelector('#live a').textContent === "Sign in again"`, 10*time.Second)
 	browser.Screenshot(t, d.ctx, "signed-out")
+
+	// The hub goes away under a page: the browser tries the stream again
+	// and again, and the page says it can't reach the hub.
+	d.do("sign in again", chromedp.Navigate(h.url+"/"), chromedp.SendKeys(chromedp.CSS("#token"), aliceToken+"\r"), chromedp.WaitVisible(chromedp.CSS("#filter")))
+	d.poll("the stream runs", `document.getElementById('live').hidden && document.querySelectorAll('.card').length === 1`, 5*time.Second)
+	h.srv.Listener.Close()
+	h.srv.CloseClientConnections()
+	d.poll("the page says the hub can't be reached", `!document.getElementById('live').hidden &&
+		document.getElementById('live').textContent.startsWith("Tether's hub can't be reached")`, 10*time.Second)
+	browser.Screenshot(t, d.ctx, "hub-away")
 }

@@ -18,6 +18,9 @@
   // page into a stream of requests. Events within DEBOUNCE ms make one load.
   const MIN_GAP = 1000;
   const DEBOUNCE = 250;
+  // A load that failed (the hub didn't answer, or couldn't check access) is
+  // tried again after RETRY ms, as no event may come to prompt it.
+  const RETRY = 5000;
 
   // The queries the page makes, one per kind.
   const queries = [
@@ -42,20 +45,24 @@
   let unwatched = new Set(); // kinds Tether can't watch, in some namespace or all
   let haveInventory = false; // the cluster has sent one
   let loaded = false;      // lists hold an answer for the inventory there is
-  let lastKey = null;    // the inventory's "updated" when last fetched
+  let lastKey = null;    // the inventory's "updated" the last load fetched
+  let latestKey = null;  // the newest the page has heard of
+  // The status line as last shown: when it changes, the history has a new
+  // row, which a load fetches.
+  let shownStatus = document.querySelector("#status .text").textContent;
   const limit = {};      // section id → rows shown
 
   // ---- loading, debounced ----
   let timer = null, inflight = false, again = false, lastStart = 0, lastTook = 0;
 
-  function schedule() {
+  function schedule(atLeast = 0) {
     if (inflight) {
       again = true;
       return;
     }
     if (timer !== null) return;
     const gap = Math.max(MIN_GAP, 2 * lastTook);
-    const wait = Math.max(DEBOUNCE, lastStart + gap - Date.now());
+    const wait = Math.max(DEBOUNCE, atLeast, lastStart + gap - Date.now());
     timer = setTimeout(() => {
       timer = null;
       if (document.hidden) {
@@ -73,20 +80,28 @@
     }
   });
 
-  class HubError extends Error {}
+  class HubError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
 
   async function getJSON(url) {
     const r = await fetch(url, { headers: { Accept: "application/json" } });
-    if (!r.ok) throw new HubError((await r.text()).trim() || r.statusText);
+    if (!r.ok) throw new HubError(r.status, (await r.text()).trim() || r.statusText);
     return r.json();
   }
 
   async function load() {
     inflight = true;
     lastStart = Date.now();
+    let failed = false;
     try {
       const c = await getJSON(api);
       renderCluster(c);
+      renderHistory(c.history || []);
+      lastKey = latestKey = inventoryKey(c);
       if (!c.inventory) {
         lists = {};
         loaded = false;
@@ -104,13 +119,27 @@
     } catch (e) {
       errorLine.textContent = e instanceof HubError ? e.message : "Tether's hub can't be reached: " + e.message;
       errorLine.hidden = false;
-      if (!loaded) renderInventory(); // says what isn't known, not "none"
+      if (e instanceof HubError && e.status === 404) {
+        // Gone from the agents list, or no longer this person's to see:
+        // nothing shown before still holds. An event brings it back.
+        lists = {};
+        loaded = haveInventory = false;
+        lastKey = latestKey = null;
+        document.querySelector("#status .icon").textContent = "✖";
+        document.querySelector("#status .text").textContent = shownStatus = "Not in the fleet";
+        document.getElementById("updated").textContent = "";
+        document.getElementById("problems").replaceChildren();
+        document.getElementById("missing").hidden = true;
+      } else {
+        failed = true;
+      }
+      renderInventory(); // says what isn't known, not "none"
     } finally {
       inflight = false;
       lastTook = Date.now() - lastStart;
-      if (again) {
+      if (again || failed || latestKey !== lastKey) {
         again = false;
-        schedule();
+        schedule(failed ? RETRY : 0);
       }
     }
   }
@@ -120,10 +149,15 @@
     return c.inventory ? c.inventory.updated : "";
   }
 
+  function statusText(c) {
+    return c.status + (c.message ? ": " + c.message : "");
+  }
+
   function renderCluster(c) {
-    lastKey = inventoryKey(c);
     document.querySelector("#status .icon").textContent = c.status === "Ready" ? "✔" : "✖";
-    document.querySelector("#status .text").textContent = c.status + (c.message ? ": " + c.message : "");
+    document.querySelector("#status .text").textContent = shownStatus = statusText(c);
+    document.getElementById("labels").textContent =
+      Object.keys(c.labels || {}).sort().map(k => k + "=" + c.labels[k]).join(" ");
     document.getElementById("k8s").textContent = c.kubernetesVersion || "";
     document.getElementById("agent").textContent = c.agentVersion || "";
     document.getElementById("since").textContent = c.connectedSince || "";
@@ -174,6 +208,20 @@
     const missingLine = document.getElementById("missing");
     missingLine.textContent = notes.length ? "Not watched: " + notes.join("; ") + "." : "";
     missingLine.hidden = notes.length === 0;
+  }
+
+  // renderHistory fills the status history (newest first, as the hub
+  // sends it), its times written as the page first showed them.
+  function renderHistory(history) {
+    const rows = history.map(h => {
+      const t = document.createElement("time");
+      t.dateTime = h.time;
+      t.textContent = h.time.replace("T", " ").replace(/Z$/, " UTC");
+      const tr = document.createElement("tr");
+      tr.append(cell("Since", t), cell("Status", h.status));
+      return tr;
+    });
+    document.querySelector("#history tbody").replaceChildren(...rows);
   }
 
   function warning(text) {
@@ -296,11 +344,14 @@
       for (const r of items) if (r.namespace) seen.add(r.namespace);
     }
     if (namespace.value) seen.add(namespace.value);
-    const chosen = namespace.value;
-    const options = [new Option("All namespaces", "")];
-    for (const ns of Array.from(seen).sort()) options.push(new Option(ns, ns));
-    namespace.replaceChildren(...options);
-    namespace.value = chosen;
+    // Rebuilt only when the namespaces change: rebuilding closes the menu
+    // under someone choosing from it.
+    const names = Array.from(seen).sort(natural);
+    if (names.join("\n") !== Array.from(namespace.options).slice(1).map(o => o.value).join("\n")) {
+      const chosen = namespace.value;
+      namespace.replaceChildren(new Option("All namespaces", ""), ...names.map(ns => new Option(ns, ns)));
+      namespace.value = chosen;
+    }
 
     renderSection("nodes", lists.nodes || [], r => [
       cell("Name", r.name),
@@ -367,9 +418,12 @@
     cluster: e => {
       const c = JSON.parse(e.data);
       if (c.name !== name) return;
-      const changed = inventoryKey(c) !== lastKey;
+      latestKey = inventoryKey(c);
+      const statusChanged = statusText(c) !== shownStatus;
       renderCluster(c);
-      if (changed) schedule();
+      // A load under way looks at latestKey when it ends: an event that
+      // came while it waited for its first answer needs no second load.
+      if (statusChanged || !inflight && latestKey !== lastKey) schedule();
     },
     // The cluster left the agents list, or this person may no longer see
     // it: loading it again gets the hub's own words for that.

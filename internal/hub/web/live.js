@@ -3,12 +3,16 @@
 // the hub refuses the stream (401: the session ended, or the hub restarted
 // with new keys); a page must not then go on showing old state as if it
 // were live. So the page says what happened: signed out, with a link to
-// sign in again, or cut off, and tries again every few seconds.
+// sign in again, or cut off, and tries again every few seconds. While the
+// browser is still trying (the hub is down, the network gone), the page
+// says so once that has lasted QUIET ms: a hub restarting is back sooner.
 "use strict";
 window.tetherLive = function (base, listeners) {
   const banner = document.getElementById("live");
   const RETRY = 5000;
+  const QUIET = 3000;
   let events;
+  let away = null; // the timer that says the hub is away
 
   function say(...parts) {
     banner.replaceChildren(...parts);
@@ -35,10 +39,20 @@ window.tetherLive = function (base, listeners) {
 
   function open() {
     events = new EventSource(base + "api/events");
-    events.addEventListener("open", () => { banner.hidden = true; });
+    events.addEventListener("open", () => {
+      clearTimeout(away);
+      away = null;
+      banner.hidden = true;
+    });
     for (const [type, f] of Object.entries(listeners)) events.addEventListener(type, f);
     events.addEventListener("error", () => {
-      if (events.readyState === EventSource.CLOSED) gaveUp();
+      if (events.readyState === EventSource.CLOSED) {
+        clearTimeout(away);
+        away = null;
+        gaveUp();
+      } else if (away === null) {
+        away = setTimeout(() => say("Tether's hub can't be reached: this page may be out of date. Trying again…"), QUIET);
+      }
     });
   }
   open();
