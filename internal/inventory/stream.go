@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"time"
 
@@ -217,21 +218,62 @@ func sendChunks(out io.Writer, head *protocol.Update, ups []protocol.Resource, d
 }
 
 // writeSplitting writes u, halving its objects over two Updates (the first
-// keeping u's head) while it is over the message size limit.
+// keeping u's head) while it is over the message size limit. One object too
+// large for a message alone goes out cut down (shrink): left out, or failing
+// the stream, it would keep the whole inventory from ever arriving.
 func writeSplitting(out io.Writer, u *protocol.Update) error {
 	err := protocol.WriteUpdate(out, u)
-	if !errors.Is(err, protocol.ErrTooLarge) || len(u.Upserts)+len(u.Deletes) < 2 {
+	if !errors.Is(err, protocol.ErrTooLarge) {
+		return err
+	}
+	if len(u.Upserts) == 1 && len(u.Deletes) == 0 {
+		r := u.Upserts[0]
+		if !shrink(&r) {
+			return err
+		}
+		v := *u
+		v.Upserts = []protocol.Resource{r}
+		return writeSplitting(out, &v)
+	}
+	if len(u.Upserts)+len(u.Deletes) < 2 {
 		return err
 	}
 	a, b := *u, protocol.Update{Complete: u.Complete}
 	a.Complete = false
 	hu, hd := len(u.Upserts)/2, len(u.Deletes)/2
+	if hu+hd == 0 { // one of each: each alone
+		hu = len(u.Upserts)
+	}
 	a.Upserts, b.Upserts = u.Upserts[:hu], u.Upserts[hu:]
 	a.Deletes, b.Deletes = u.Deletes[:hd], u.Deletes[hd:]
 	if err := writeSplitting(out, &a); err != nil {
 		return err
 	}
 	return writeSplitting(out, &b)
+}
+
+// shrink halves r's longest list (hosts, images, conditions or labels),
+// keeping the first, and reports whether it had one to cut. r's lists are
+// shared with the watcher's copy: they are sliced or copied, never changed.
+func shrink(r *protocol.Resource) bool {
+	switch longest := max(len(r.Hosts), len(r.Images), len(r.Conditions), len(r.Labels)); {
+	case longest == 0:
+		return false
+	case len(r.Hosts) == longest:
+		r.Hosts = r.Hosts[:longest/2]
+	case len(r.Images) == longest:
+		r.Images = r.Images[:longest/2]
+	case len(r.Conditions) == longest:
+		r.Conditions = r.Conditions[:longest/2]
+	default:
+		keys := slices.Sorted(maps.Keys(r.Labels))
+		kept := make(map[string]string, longest/2)
+		for _, k := range keys[:longest/2] {
+			kept[k] = r.Labels[k]
+		}
+		r.Labels = kept
+	}
+	return true
 }
 
 // maxWrite is the most Stream writes to out at once. out is the agent's

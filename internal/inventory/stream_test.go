@@ -1,0 +1,55 @@
+package inventory
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/tetherhq/tether/internal/protocol"
+)
+
+// TestAnObjectTooLargeForAMessageGoesOutCut: a Gateway with hosts enough to
+// be over the message size alone (an object a cluster can hold) goes out
+// with the first of its hosts, rather than fail the stream, which would keep
+// the whole inventory from arriving at every try; and what came with it in
+// the same Update goes out too.
+func TestAnObjectTooLargeForAMessageGoesOutCut(t *testing.T) {
+	gw := protocol.Resource{ResourceRef: protocol.ResourceRef{Kind: "gateways", Namespace: "istio-system", Name: "main"}, Ready: true}
+	for i := range 60000 {
+		gw.Hosts = append(gw.Hosts, fmt.Sprintf("shop-%05d.example.com", i))
+	}
+	hosts := gw.Hosts
+	gone := protocol.ResourceRef{Kind: "pods", Namespace: "shop", Name: "web-1"}
+	var out bytes.Buffer
+	u := &protocol.Update{Snapshot: true, Complete: true, Upserts: []protocol.Resource{gw}, Deletes: []protocol.ResourceRef{gone}}
+	if err := writeSplitting(&out, u); err != nil {
+		t.Fatalf("writeSplitting: %v", err)
+	}
+	var got []*protocol.Update
+	for {
+		u, err := protocol.ReadUpdate(&out)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, u)
+	}
+	if len(got) != 2 || !got[0].Snapshot || got[0].Complete || !got[1].Complete {
+		t.Fatalf("%d updates: %+v", len(got), got)
+	}
+	if len(got[0].Upserts) != 1 || len(got[1].Deletes) != 1 || got[1].Deletes[0] != gone {
+		t.Fatalf("the gateway and the delete: %+v / %+v", got[0].Deletes, got[1].Deletes)
+	}
+	sent := got[0].Upserts[0].Hosts
+	if len(sent) == 0 || len(sent) >= len(hosts) || !slices.Equal(sent, hosts[:len(sent)]) {
+		t.Errorf("sent %d hosts of %d; want the first ones, fewer", len(sent), len(hosts))
+	}
+	if len(gw.Hosts) != 60000 || !strings.HasSuffix(gw.Hosts[59999], "59999.example.com") {
+		t.Error("cutting changed the watcher's copy")
+	}
+}
