@@ -310,6 +310,9 @@ func (h *Hub) serveGateways(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, inventory.ErrNoGateway):
 		out.Error = fmt.Sprintf("No gateway of cluster %q serves %q%s.", name, host, whyNoGateways(info.Kinds))
 		writeJSONStatus(w, http.StatusNotFound, out)
+	case errors.Is(err, inventory.ErrHiddenGateway):
+		out.Error = fmt.Sprintf("No gateway of cluster %q that you may list serves %q.", name, host)
+		writeJSONStatus(w, http.StatusNotFound, out)
 	case errors.As(err, &ambiguous):
 		out.Error = err.Error()
 		writeJSONStatus(w, http.StatusConflict, out)

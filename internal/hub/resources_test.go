@@ -207,6 +207,25 @@ func TestNoGatewaySaysWhy(t *testing.T) {
 	}
 }
 
+// TestGatewayHiddenFromThePerson: the gateway that serves a host is decided
+// over all of them; one in a namespace the person may not list is not
+// named, and neither is the one they may list that loses to it.
+func TestGatewayHiddenFromThePerson(t *testing.T) {
+	fc := newFakeCluster(t)
+	answerAccessReviews(t, fc, func(user, resource, namespace string) bool { return namespace == "team-a" })
+	h, _ := proxyHub(t, fc, "")
+	main, team := res("gateways", "istio-system", "main", true), res("gateways", "team-a", "gw", true)
+	main.Hosts, team.Hosts = []string{"*.example.com"}, []string{"shop.example.com"}
+	feed(t, h, h.inventory.Receiver("open"), "open", &protocol.Update{Snapshot: true, Complete: true, GatewayTieBreaker: "istio-system/main",
+		Kinds: []protocol.KindState{{Kind: "gateways"}}, Upserts: []protocol.Resource{main, team}})
+	code, body, _ := call(t, "GET", h.url+"/api/clusters/open/gateways?host=shop.example.com", aliceToken, nil)
+	var g GatewayJSON
+	json.Unmarshal([]byte(body), &g)
+	if code != http.StatusNotFound || g.Gateway != "" || len(g.Candidates) != 0 || g.Error != `No gateway of cluster "open" that you may list serves "shop.example.com".` {
+		t.Errorf("the tie-breaker hidden: %d %s; want 404 naming no gateway", code, body)
+	}
+}
+
 // TestFleetResourcesNameWhatTheyLeaveOut: a fleet-wide answer is 200 with
 // the clusters that could answer, and its trailer names those left out.
 func TestFleetResourcesNameWhatTheyLeaveOut(t *testing.T) {

@@ -3,6 +3,7 @@ package inventory
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -313,16 +314,25 @@ func (st *state) watches(kind string) bool {
 // ErrNoGateway is returned when no gateway serves a host.
 var ErrNoGateway = errors.New("no gateway serves this host")
 
+// ErrHiddenGateway is returned when the gateways that serve a host are all
+// in namespaces the person may not list: the answer is theirs to know only
+// if they could list it.
+var ErrHiddenGateway = errors.New("no gateway you may list serves this host")
+
 // AmbiguousError is returned when several gateways serve a host and no
 // tie-breaker picks one of them.
 type AmbiguousError struct {
 	Host       string
-	Candidates []string // namespace/name, sorted
+	Candidates []string // namespace/name, sorted: those the person may list
+	Hidden     int      // how many more, in namespaces they may not list
 	TieBreaker string   // set when it names none of the candidates
 }
 
 func (e *AmbiguousError) Error() string {
-	msg := fmt.Sprintf("%d gateways serve %q: %s", len(e.Candidates), e.Host, strings.Join(e.Candidates, ", "))
+	msg := fmt.Sprintf("%d gateways serve %q: %s", len(e.Candidates)+e.Hidden, e.Host, strings.Join(e.Candidates, ", "))
+	if e.Hidden > 0 {
+		msg += fmt.Sprintf(" and %d you may not list", e.Hidden)
+	}
 	if e.TieBreaker != "" {
 		return msg + fmt.Sprintf("; the tie-breaker %s is none of them", e.TieBreaker)
 	}
@@ -330,8 +340,11 @@ func (e *AmbiguousError) Error() string {
 }
 
 // Gateway names the Istio Gateway ("namespace/name") of cluster that serves
-// host, among those allow lets the person see. An exact host and a wildcard
-// count alike; when several match, the agent's tie-breaker decides.
+// host. An exact host and a wildcard count alike; when several match, the
+// agent's tie-breaker decides. The answer is decided over every gateway,
+// then shown only if allow lets the person see it: a gateway they may not
+// list still serves the host, and one they may list that loses to it
+// doesn't. The candidates returned are those they may list.
 func (s *Store) Gateway(cluster, host string, allow Allow) (string, []string, error) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	s.mu.RLock()
@@ -351,30 +364,33 @@ func (s *Store) Gateway(cluster, host string, allow Allow) (string, []string, er
 	}
 	s.mu.RUnlock()
 	// Ask outside the lock: allow may ask the cluster.
-	visible := candidates[:0]
+	var visible []string
 	for _, c := range candidates {
 		ns, _, _ := strings.Cut(c, "/")
 		if allow("gateways", ns) {
 			visible = append(visible, c)
 		}
 	}
+	hidden := len(candidates) - len(visible)
 	sort.Strings(visible)
+	winner := ""
 	switch {
-	case len(visible) == 0:
+	case len(candidates) == 0:
 		return "", nil, ErrNoGateway
-	case len(visible) == 1:
-		return visible[0], visible, nil
+	case len(visible) == 0:
+		return "", nil, ErrHiddenGateway
+	case len(candidates) == 1:
+		winner = candidates[0]
+	case slices.Contains(candidates, tieBreaker):
+		winner = tieBreaker
 	}
-	for _, c := range visible {
-		if c == tieBreaker {
-			return c, visible, nil
-		}
+	switch {
+	case winner == "":
+		return "", visible, &AmbiguousError{Host: host, Candidates: visible, Hidden: hidden, TieBreaker: tieBreaker}
+	case !slices.Contains(visible, winner):
+		return "", nil, ErrHiddenGateway
 	}
-	e := &AmbiguousError{Host: host, Candidates: visible}
-	if tieBreaker != "" {
-		e.TieBreaker = tieBreaker
-	}
-	return "", visible, e
+	return winner, visible, nil
 }
 
 // hostMatches reports whether a Gateway's host pattern serves host: "*"

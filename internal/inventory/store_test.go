@@ -205,17 +205,30 @@ func TestGateway(t *testing.T) {
 	if !errors.As(err, &amb) || !strings.Contains(err.Error(), "tie-breaker shop/shop is none of them") {
 		t.Errorf("with an unrelated tie-breaker: %v", err)
 	}
-	// Gateways the person may not list don't count.
-	got, _, err = s.Gateway("c", "example.domain1.com", func(kind, ns string) bool { return ns == "istio-system" && kind == "gateways" })
-	if !errors.As(err, &amb) || got != "" || len(amb.Candidates) != 2 {
-		t.Errorf("two visible: %q, %v", got, err)
+	// The answer is decided over every gateway, and shown only to those
+	// who may list it; the candidates named are those they may list.
+	onlyIstio := func(kind, ns string) bool { return ns == "istio-system" && kind == "gateways" }
+	onlyEdge := func(kind, ns string) bool { return ns == "edge" }
+	got, _, err = s.Gateway("c", "example.domain1.com", onlyIstio)
+	if !errors.As(err, &amb) || got != "" || strings.Join(amb.Candidates, " ") != "istio-system/exact istio-system/wild" || amb.Hidden != 1 ||
+		!strings.HasPrefix(err.Error(), `3 gateways serve "example.domain1.com": istio-system/exact, istio-system/wild and 1 you may not list`) {
+		t.Errorf("two visible of three: %q, %v", got, err)
+	}
+	got, _, err = s.Gateway("c", "example.domain1.com", onlyEdge)
+	if !errors.As(err, &amb) || got != "" || strings.Join(amb.Candidates, " ") != "edge/catchall" || amb.Hidden != 2 {
+		t.Errorf("one visible of three, none deciding: %q, %v; want still ambiguous, not edge's", got, err)
+	}
+	if got, _, err := load("istio-system/wild").Gateway("c", "example.domain1.com", onlyEdge); !errors.Is(err, ErrHiddenGateway) || got != "" {
+		t.Errorf("the tie-breaker hidden: %q, %v; want the answer hidden, not the loser edge/catchall", got, err)
+	}
+	if got, _, err := load("edge/catchall").Gateway("c", "example.domain1.com", onlyEdge); err != nil || got != "edge/catchall" {
+		t.Errorf("the tie-breaker visible: %q, %v", got, err)
+	}
+	if got, _, err := s.Gateway("c", "shop.domain2.com", onlyEdge); !errors.Is(err, ErrHiddenGateway) || got != "" {
+		t.Errorf("the one gateway hidden: %q, %v", got, err)
 	}
 	if _, _, err := s.Gateway("c", "anything.example", everyone); !errors.Is(err, ErrNoGateway) {
 		t.Errorf("a host no gateway serves: %v", err)
-	}
-	got, _, err = s.Gateway("c", "example.domain1.com", func(kind, ns string) bool { return ns == "edge" })
-	if err != nil || got != "edge/catchall" {
-		t.Errorf("only edge visible: %q, %v", got, err)
 	}
 	if _, _, err := s.Gateway("c", "nothing.here", func(string, string) bool { return false }); !errors.Is(err, ErrNoGateway) {
 		t.Errorf("no gateway: %v", err)
