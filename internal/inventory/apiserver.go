@@ -54,9 +54,17 @@ const acceptDiscovery = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroup
 // cluster with hundreds of CRDs answers a few MB) or a page of a list.
 const maxAnswerBytes = 64 << 20
 
+// errAnswerTooLarge is wrapped by the error for an answer over the bound.
+var errAnswerTooLarge = errors.New("the answer is too large")
+
 // do sends one request and decodes a 2xx answer's JSON into out, or returns
 // the API server's message as the error.
 func (a apiServer) do(ctx context.Context, method, path, accept string, body []byte, out any) error {
+	return a.doAtMost(ctx, method, path, accept, body, out, maxAnswerBytes)
+}
+
+// doAtMost is do for an answer of at most limit bytes.
+func (a apiServer) doAtMost(ctx context.Context, method, path, accept string, body []byte, out any, limit int) error {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -74,12 +82,12 @@ func (a apiServer) do(ctx context.Context, method, path, accept string, body []b
 		return err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
+	b, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	if len(b) > maxAnswerBytes {
-		return fmt.Errorf("%s %s: the answer is larger than %d bytes", method, path, maxAnswerBytes)
+	if len(b) > limit {
+		return fmt.Errorf("%s %s: %w: more than %d bytes", method, path, errAnswerTooLarge, limit)
 	}
 	if resp.StatusCode/100 != 2 {
 		return &statusError{code: resp.StatusCode, msg: fmt.Sprintf("%s %s: %s", method, path, statusMessage(b, resp.Status))}

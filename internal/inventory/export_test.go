@@ -37,6 +37,9 @@ func (w *Watcher) NewReflector(kind, namespace string, watchTimeout time.Duratio
 	return &Reflector{r}
 }
 
+// SetPageBytes changes how large one page of a list may be.
+func (r *Reflector) SetPageBytes(n int) { r.r.pageBytes = n }
+
 // SetPageTimeout changes how long one page of a list may take.
 func (r *Reflector) SetPageTimeout(d time.Duration) { r.r.pageTimeout = d }
 

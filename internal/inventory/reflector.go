@@ -38,6 +38,7 @@ type reflector struct {
 	// ends it; each asks for a random time between it and twice it.
 	watchTimeout time.Duration
 	page         int           // objects per page of a list
+	pageBytes    int           // the most one page may be
 	pageTimeout  time.Duration // how long one page of a list may take
 
 	synced chan struct{} // closed after the first complete list
@@ -49,7 +50,12 @@ type reflector struct {
 // Paging and timing of list and watch requests, as client-go's reflector
 // has them.
 const (
-	listPage        = 500
+	listPage = 500
+	// maxPageBytes bounds one page of a list, read whole and then decoded
+	// into maps several times its size: the agent runs in 128 MiB. A page
+	// over it is asked for again with half as many objects (Argo CD
+	// Applications can be hundreds of KB each).
+	maxPageBytes    = 8 << 20
 	listPageTimeout = time.Minute     // an API server that stops answering a list
 	watchMinTimeout = 5 * time.Minute // a watch ends after 5 to 10 minutes
 	backoffMin      = 800 * time.Millisecond
@@ -66,7 +72,7 @@ func newReflector(api apiServer, k Kind, version, namespace string, noteErr func
 	}
 	path += "/" + k.Name
 	return &reflector{api: api, kind: k, path: path, noteErr: noteErr, changed: changed,
-		watchTimeout: watchMinTimeout, page: listPage, pageTimeout: listPageTimeout, synced: make(chan struct{}), items: map[string]protocol.Resource{}}
+		watchTimeout: watchMinTimeout, page: listPage, pageBytes: maxPageBytes, pageTimeout: listPageTimeout, synced: make(chan struct{}), items: map[string]protocol.Resource{}}
 }
 
 // run lists and watches until ctx ends.
@@ -165,8 +171,12 @@ func (r *reflector) list(ctx context.Context) (string, error) {
 		// server that stopped answering: give up, and list again later,
 		// rather than wait on it for ever.
 		pctx, cancel := context.WithTimeout(ctx, r.pageTimeout)
-		err := r.api.do(pctx, "GET", r.path+"?"+q.Encode(), "application/json", nil, &page)
+		err := r.api.doAtMost(pctx, "GET", r.path+"?"+q.Encode(), "application/json", nil, &page, r.pageBytes)
 		cancel()
+		if errors.Is(err, errAnswerTooLarge) && r.page > 1 {
+			r.page /= 2 // and kept so for this kind's later lists
+			continue
+		}
 		if err != nil {
 			return "", err
 		}

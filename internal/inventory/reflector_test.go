@@ -2,6 +2,7 @@ package inventory_test
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net/http"
@@ -9,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -214,5 +217,56 @@ func TestRightsTakenAwayEmptyTheReflector(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(changed, []string{"p1"}) {
 		t.Errorf("changes reported: %v; want p1's", changed)
+	}
+}
+
+// TestAPageTooLargeIsAskedForInSmallerPages: a page of a list over the
+// bound (objects of hundreds of KB, as Argo CD Applications can be) is
+// asked for again with half as many objects, until it fits, rather than
+// fail the kind at every try.
+func TestAPageTooLargeIsAskedForInSmallerPages(t *testing.T) {
+	const objects, objectBytes = 20, 100 << 10
+	var mu sync.Mutex
+	var limits []int
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") != "" {
+			<-r.Context().Done()
+			return
+		}
+		limit, _ := strconv.Atoi(r.URL.Query().Get("limit"))
+		from, _ := strconv.Atoi(r.URL.Query().Get("continue"))
+		mu.Lock()
+		limits = append(limits, limit)
+		mu.Unlock()
+		var items []map[string]any
+		for i := from; i < min(from+limit, objects); i++ {
+			items = append(items, map[string]any{"metadata": map[string]any{"name": fmt.Sprintf("app-%02d", i), "namespace": "argocd",
+				"annotations": map[string]any{"big": strings.Repeat("x", objectBytes)}}})
+		}
+		meta := map[string]any{"resourceVersion": "7"}
+		if from+limit < objects {
+			meta["continue"] = strconv.Itoa(from + limit)
+		}
+		json.NewEncoder(w).Encode(map[string]any{"metadata": meta, "items": items})
+	}))
+	defer srv.Close()
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	mustWrite(t, filepath.Join(dir, "token"), []byte("service-account-token"))
+	w, err := inventory.NewWatcher(inventory.WatcherConfig{Host: srv.URL, CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := w.NewReflector("applications", "", time.Minute, 500, func(protocol.ResourceRef) {})
+	r.SetPageBytes(1 << 20) // ten of the objects, not twenty
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	eventually(t, 10*time.Second, "every object listed", func() bool { return len(r.Names()) == objects })
+	mu.Lock()
+	defer mu.Unlock()
+	if limits[0] != 500 || slices.Max(limits[len(limits)-2:]) > 10 {
+		t.Errorf("pages asked for: %v; want 500, then halved until they fit", limits)
 	}
 }
