@@ -229,6 +229,7 @@ func (r *reflector) watch(ctx context.Context, rv string) (last string, gone boo
 		"timeoutSeconds": {strconv.Itoa(int(timeout / time.Second))}}
 	// The API server ends the watch; a connection gone quiet without
 	// closing ends a minute after it should have.
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", r.api.host+r.path+"?"+q.Encode(), nil)
@@ -238,7 +239,11 @@ func (r *reflector) watch(ctx context.Context, rv string) (last string, gone boo
 	req.Header.Set("Accept", "application/json")
 	resp, err := r.api.client.Do(req)
 	if err != nil {
-		r.noteErr(err)
+		// A reflector being stopped (its kind gone from the cluster) says
+		// nothing: its last word, "not served", stands.
+		if parent.Err() == nil {
+			r.noteErr(err)
+		}
 		return rv, false, err
 	}
 	defer resp.Body.Close()
