@@ -115,6 +115,11 @@ func (h *Hub) serveConn(c *agentConn) bool {
 		h.metrics.connected.Inc()
 	}
 	h.mu.Unlock()
+	if prev != nil {
+		// The connection taken over may still be sending its inventory:
+		// from here on only this one's (opened once it is welcomed) counts.
+		h.inventory.End(c.name)
+	}
 	// Welcomed once registered, before the connection it takes over from
 	// is told to go. If the welcome can't be sent, the session ends, and
 	// the control stream's end finishes the connection below.

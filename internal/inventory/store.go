@@ -17,8 +17,11 @@ import (
 // cluster's state is replaced as a whole by each complete snapshot, so a
 // reconnected agent leaves no ghosts of objects deleted while it was away.
 type Store struct {
-	mu       sync.RWMutex // guards clusters and everything in them
+	mu       sync.RWMutex // guards clusters and everything in them, and ends
 	clusters map[string]*state
+	// ends counts each cluster's calls to Forget and End: a Receiver made
+	// before the last of them changes nothing, however late its Updates.
+	ends map[string]uint64
 }
 
 // MaxObjects bounds the objects the hub keeps of one cluster, so an agent
@@ -51,7 +54,7 @@ type state struct {
 
 // NewStore returns an empty Store.
 func NewStore() *Store {
-	return &Store{clusters: map[string]*state{}}
+	return &Store{clusters: map[string]*state{}, ends: map[string]uint64{}}
 }
 
 // Receiver applies one connection's Updates to the store's state of one
@@ -59,13 +62,25 @@ func NewStore() *Store {
 type Receiver struct {
 	store   *Store
 	cluster string
+	end     uint64 // the cluster's ends when it was made
 	pending *state // a snapshot being received
 	live    bool   // a snapshot completed: Updates now change the store
 }
 
 // Receiver returns a Receiver for a new connection of cluster.
 func (s *Store) Receiver(cluster string) *Receiver {
-	return &Receiver{store: s, cluster: cluster}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return &Receiver{store: s, cluster: cluster, end: s.ends[cluster]}
+}
+
+// End makes the Receivers of cluster made so far change nothing more, and
+// keeps its state: its agent was taken over, and the next connection's
+// snapshot replaces it.
+func (s *Store) End(cluster string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ends[cluster]++
 }
 
 // Apply takes one Update. It reports whether the store changed.
@@ -81,10 +96,13 @@ func (r *Receiver) Apply(u *protocol.Update, now time.Time) bool {
 		}
 		r.pending.updated = now
 		r.store.mu.Lock()
-		r.store.clusters[r.cluster] = r.pending
+		ended := r.store.ends[r.cluster] != r.end
+		if !ended {
+			r.store.clusters[r.cluster] = r.pending
+		}
 		r.store.mu.Unlock()
-		r.pending, r.live = nil, true
-		return true
+		r.pending, r.live = nil, !ended
+		return !ended
 	}
 	if !r.live {
 		return false // changes before any snapshot: the agent broke the protocol; ignore them
@@ -92,8 +110,8 @@ func (r *Receiver) Apply(u *protocol.Update, now time.Time) bool {
 	r.store.mu.Lock()
 	defer r.store.mu.Unlock()
 	st := r.store.clusters[r.cluster]
-	if st == nil {
-		return false // forgotten meanwhile
+	if st == nil || r.store.ends[r.cluster] != r.end {
+		return false // forgotten, or taken over, meanwhile
 	}
 	st.apply(u)
 	st.updated = now
@@ -181,6 +199,7 @@ func (s *Store) Forget(cluster string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.clusters, cluster)
+	s.ends[cluster]++
 }
 
 // Query selects resources. Kind is required; the rest narrow it.

@@ -248,6 +248,45 @@ func TestObjectsPerClusterAreBounded(t *testing.T) {
 	}
 }
 
+// TestLateUpdatesOfAnEndedConnectionChangeNothing: a snapshot that
+// completes after its cluster was forgotten (removed from the agents list
+// while its agent was still sending) doesn't bring the cluster back, and a
+// connection taken over changes nothing more while the state it left stays
+// until the new connection's snapshot replaces it.
+func TestLateUpdatesOfAnEndedConnectionChangeNothing(t *testing.T) {
+	s := NewStore()
+	snapshot := func(names ...string) *protocol.Update {
+		u := &protocol.Update{Snapshot: true, Complete: true, Kinds: watched("pods")}
+		for _, n := range names {
+			u.Upserts = append(u.Upserts, res("pods", "a", n, true, nil))
+		}
+		return u
+	}
+	removed := s.Receiver("gone")
+	removed.Apply(&protocol.Update{Snapshot: true, Kinds: watched("pods")}, time.Now())
+	s.Forget("gone")
+	if removed.Apply(&protocol.Update{Complete: true, Upserts: []protocol.Resource{res("pods", "a", "x", true, nil)}}, time.Now()) {
+		t.Error("a snapshot completed after Forget changed the store")
+	}
+	if _, ok := s.Info("gone"); ok {
+		t.Error("a forgotten cluster came back")
+	}
+
+	old := s.Receiver("c")
+	old.Apply(snapshot("one"), time.Now())
+	s.End("c")
+	if old.Apply(&protocol.Update{Upserts: []protocol.Resource{res("pods", "a", "late", true, nil)}}, time.Now()) ||
+		old.Apply(snapshot("stale"), time.Now()) {
+		t.Error("the connection taken over still changed the store")
+	}
+	if got := s.clusters["c"].objects["pods"]; len(got) != 1 || got[key("a", "one")] == nil {
+		t.Errorf("after the takeover, before the new snapshot: %v; want what the old connection left", got)
+	}
+	if !s.Receiver("c").Apply(snapshot("two"), time.Now()) || s.clusters["c"].objects["pods"][key("a", "two")] == nil {
+		t.Error("the new connection's snapshot didn't replace the state")
+	}
+}
+
 // TestOnlyKnownKindsAreKept: the kinds an agent names cost the hub memory
 // that MaxObjects and MaxBytes don't count, so only the kinds a query can
 // ask for are kept, and a kind whose last object goes is dropped.
