@@ -213,8 +213,9 @@ func TestSessionCookie(t *testing.T) {
 	h.cfg.PublicURL = h.url
 	// The form that asks for a token is never framed by another site, and
 	// a form of megabytes isn't read.
-	if resp := post(h.url, "wrong-token-0123456789abcdef0123456789"); !strings.Contains(resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") {
-		t.Errorf("the sign-in form's CSP: %q", resp.Header.Get("Content-Security-Policy"))
+	if resp := post(h.url, "wrong-token-0123456789abcdef0123456789"); !strings.Contains(resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") ||
+		resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
+		t.Errorf("a wrong token: %d, CSP %q, WWW-Authenticate %q", resp.StatusCode, resp.Header.Get("Content-Security-Policy"), resp.Header.Get("WWW-Authenticate"))
 	}
 	if resp := post(h.url, aliceToken+"&pad="+strings.Repeat("a", 100<<10)); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("a sign-in form of 100 KiB, a good token in it: %d, want 401 (not read past 64 KiB)", resp.StatusCode)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -132,6 +133,37 @@ func TestOIDCBrowserSignIn(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"name":"eu-1"`) {
 		t.Errorf("/api/clusters with the session: %d %s", resp.StatusCode, body)
+	}
+
+	// Signing in from a cluster's page goes back to it.
+	jar2, _ := cookiejar.New(nil)
+	client.Jar = jar2
+	resp, err = client.Get(h.url + "/cluster/eu-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	link := regexp.MustCompile(`href="(/login/oidc[^"]*)"`).FindStringSubmatch(string(page))
+	if link == nil || link[1] != "/login/oidc?next=%2fcluster%2feu-1" {
+		t.Fatalf("the cluster page's OIDC link: %v", link)
+	}
+	resp, err = client.Get(h.url + link[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Request.URL.Path != "/cluster/eu-1" {
+		t.Errorf("signed in from /cluster/eu-1, the browser is at %s (%d)", resp.Request.URL.Path, resp.StatusCode)
+	}
+	// Elsewhere is not a place to go back to.
+	resp, err = client.Get(h.url + "/login/oidc?next=//evil.example.com/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.Request.URL.Host != strings.TrimPrefix(h.url, "http://") || resp.Request.URL.Path != "/" {
+		t.Errorf("next=//evil.example.com/ took the browser to %s", resp.Request.URL)
 	}
 
 	// A callback this browser didn't start is refused.

@@ -129,6 +129,9 @@ func (h *Hub) renderLogin(w http.ResponseWriter, r *http.Request, message string
 	w.Header().Set("Cache-Control", "no-store")
 	// Never in another site's frame, where the form could be overlaid.
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`) // as every 401 must
+	}
 	w.WriteHeader(code)
 	// The page asked for, to return to once signed in.
 	next := r.URL.Path

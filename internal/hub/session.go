@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"encoding/base64"
 	"errors"
 	"net/http"
 	"net/url"
@@ -107,8 +108,8 @@ func (h *Hub) serveLogout(w http.ResponseWriter, r *http.Request) {
 }
 
 // oidcCookie carries one browser sign-in's state, nonce and PKCE verifier
-// from /login/oidc to its callback. They are the hub's own random secrets,
-// good for one sign-in and ten minutes.
+// from /login/oidc to its callback, and the page to return to. They are the
+// hub's own random secrets, good for one sign-in and ten minutes.
 const oidcCookie = "tether_oidc"
 
 func (h *Hub) oidcRedirectURL() string {
@@ -124,8 +125,9 @@ func (h *Hub) serveOIDCLogin(w http.ResponseWriter, r *http.Request) {
 		h.renderLogin(w, r, "The identity provider can't be reached now; try again in a moment.", http.StatusServiceUnavailable)
 		return
 	}
+	next := base64.RawURLEncoding.EncodeToString([]byte(h.returnTo(r.URL.Query().Get("next"))))
 	http.SetCookie(w, &http.Cookie{
-		Name: oidcCookie, Value: state + "." + nonce + "." + verifier, Path: h.pageBase(), MaxAge: 600,
+		Name: oidcCookie, Value: state + "." + nonce + "." + verifier + "." + next, Path: h.pageBase(), MaxAge: 600,
 		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r),
 	})
 	http.Redirect(w, r, target, http.StatusFound)
@@ -140,7 +142,7 @@ func (h *Hub) serveOIDCCallback(w http.ResponseWriter, r *http.Request) {
 		parts = strings.Split(c.Value, ".")
 	}
 	http.SetCookie(w, &http.Cookie{Name: oidcCookie, Value: "", Path: h.pageBase(), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r)})
-	if len(parts) != 3 || r.URL.Query().Get("state") != parts[0] {
+	if len(parts) != 4 || r.URL.Query().Get("state") != parts[0] {
 		h.renderLogin(w, r, "That sign-in didn't start here, or took too long; try again.", http.StatusBadRequest)
 		return
 	}
@@ -154,7 +156,8 @@ func (h *Hub) serveOIDCCallback(w http.ResponseWriter, r *http.Request) {
 		h.renderLogin(w, r, "The identity provider's answer wasn't accepted; try again.", http.StatusUnauthorized)
 		return
 	}
-	h.startSession(w, r, p, "", h.pageBase())
+	next, _ := base64.RawURLEncoding.DecodeString(parts[3])
+	h.startSession(w, r, p, "", h.returnTo(string(next)))
 }
 
 // secureCookies says whether the hub's cookies must go over HTTPS only:
