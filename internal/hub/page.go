@@ -2,6 +2,7 @@ package hub
 
 import (
 	"embed"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -31,6 +32,15 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 			parts[i] = k + "=" + m[k]
 		}
 		return strings.Join(parts, " ")
+	},
+	// labelsJSON is a card's labels for fleet.js's filter: a value may
+	// hold spaces, which the text above can't tell from the next label's.
+	"labelsJSON": func(m map[string]string) (string, error) {
+		if m == nil {
+			m = map[string]string{}
+		}
+		b, err := json.Marshal(m)
+		return string(b), err
 	},
 	"nodes":        nodesFact,
 	"podsNotReady": podsFact,

@@ -71,6 +71,14 @@ func TestFleetPageFollowsTheAgentsList(t *testing.T) {
 	waitPage("a name's part and a label find a", "a", "a", "1 of 1 cluster")
 	filterBy("")
 	waitPage("without a filter, a", "a", "a", "1 cluster")
+	// A label's value may hold spaces: quoted, the filter finds it.
+	write(listEntry("a", `, labels: {env: dev, team: "platform eng"}`) + listEntry("b", ", labels: {env: prod}, groups: [ops]"))
+	d.poll("a's new label", `document.querySelector('.card[data-name="a"] .labels').textContent === "env=dev team=platform eng"`, 5*time.Second)
+	filterBy(`team="platform eng" env=dev`)
+	waitPage("a quoted value with a space finds a", "a", "a", "1 of 1 cluster")
+	filterBy(`team=platform`)
+	waitPage("part of the value finds nothing", "a", "", "0 of 1 cluster")
+	filterBy("")
 
 	// The page's stream breaks, and a leaves the list while it is down (a
 	// change no stream is told of, as when a hub restarts with a new list):

@@ -35,7 +35,7 @@
   function render(card, c) {
     card.dataset.name = c.name;
     card.dataset.status = c.status;
-    card.dataset.labels = labelText(c.labels);
+    card.dataset.labels = JSON.stringify(c.labels || {});
     const link = card.querySelector(".name");
     link.textContent = c.name;
     link.href = base + "cluster/" + encodeURIComponent(c.name);
@@ -95,13 +95,21 @@
     applyFilter();
   }
 
+  // The filter's words: key=value (or key="a value with spaces") is a
+  // label; any other word, part of a cluster's name.
+  function filterWords() {
+    return (filter.value.match(/[^\s=]+="[^"]*"?|\S+/g) || []).map(w => {
+      const i = w.indexOf("=");
+      return i < 0 ? { part: w } : { key: w.slice(0, i), value: w.slice(i + 1).replace(/^"(.*?)"?$/, "$1") };
+    });
+  }
+
   function applyFilter() {
-    const wanted = filter.value.trim().split(/\s+/).filter(Boolean);
+    const wanted = filterWords();
     let shown = 0;
     for (const card of list.children) {
-      const have = (card.dataset.labels || "").split(" ");
-      // key=value is a label; any other word, part of the cluster's name.
-      const match = wanted.every(w => w.includes("=") ? have.includes(w) : card.dataset.name.includes(w));
+      const have = JSON.parse(card.dataset.labels || "{}");
+      const match = wanted.every(w => w.key === undefined ? card.dataset.name.includes(w.part) : have[w.key] === w.value);
       card.hidden = !match;
       if (match) shown++;
     }
