@@ -50,6 +50,13 @@ type state struct {
 	kinds      []protocol.KindState
 	tieBreaker string
 	updated    time.Time
+
+	// counted is the Summary as last counted, nil since the state changed:
+	// every open page asks for it at each change, and counting walks every
+	// node, pod and application. Info fills it under the store's read lock,
+	// so it has a lock of its own.
+	countMu sync.Mutex
+	counted *Summary
 }
 
 // NewStore returns an empty Store.
@@ -119,6 +126,7 @@ func (r *Receiver) Apply(u *protocol.Update, now time.Time) bool {
 }
 
 func (st *state) apply(u *protocol.Update) {
+	st.counted = nil // apply runs under the store's write lock: no Info counts now
 	if u.Kinds != nil {
 		st.kinds = u.Kinds
 	}
@@ -297,7 +305,32 @@ func (s *Store) Info(cluster string) (Info, bool) {
 	if st == nil {
 		return Info{}, false
 	}
-	info := Info{Kinds: st.kinds, GatewayTieBreaker: st.tieBreaker, Updated: st.updated, Truncated: st.truncated}
+	info := Info{Kinds: st.kinds, GatewayTieBreaker: st.tieBreaker, Updated: st.updated, Truncated: st.truncated, Summary: st.summary()}
+	return info, true
+}
+
+// summary returns st's counts, counted once per change. Each call gets
+// numbers of its own. The store's read lock is held.
+func (st *state) summary() Summary {
+	st.countMu.Lock()
+	defer st.countMu.Unlock()
+	if st.counted == nil {
+		st.counted = st.countAll()
+	}
+	own := func(n *int) *int {
+		if n == nil {
+			return nil
+		}
+		m := *n
+		return &m
+	}
+	c := st.counted
+	return Summary{NodesReady: own(c.NodesReady), NodesTotal: own(c.NodesTotal), PodsNotReady: own(c.PodsNotReady), AppsOutOfSync: own(c.AppsOutOfSync)}
+}
+
+// countAll counts st's nodes ready and in all, pods not ready, and
+// applications out of sync or unwell: nil for a kind it doesn't watch.
+func (st *state) countAll() *Summary {
 	count := func(kind string, match func(*protocol.Resource) bool) *int {
 		if !st.watches(kind) {
 			return nil
@@ -310,14 +343,15 @@ func (s *Store) Info(cluster string) (Info, bool) {
 		}
 		return &n
 	}
-	info.Summary.NodesTotal = count("nodes", func(*protocol.Resource) bool { return true })
-	info.Summary.NodesReady = count("nodes", func(r *protocol.Resource) bool { return r.Ready })
-	info.Summary.PodsNotReady = count("pods", func(r *protocol.Resource) bool { return !r.Ready })
-	info.Summary.AppsOutOfSync = count("applications", func(r *protocol.Resource) bool {
-		// As the cluster page marks them: Degraded and Missing are unwell.
-		return r.Sync != "Synced" || r.Health == "Degraded" || r.Health == "Missing"
-	})
-	return info, true
+	return &Summary{
+		NodesTotal:   count("nodes", func(*protocol.Resource) bool { return true }),
+		NodesReady:   count("nodes", func(r *protocol.Resource) bool { return r.Ready }),
+		PodsNotReady: count("pods", func(r *protocol.Resource) bool { return !r.Ready }),
+		AppsOutOfSync: count("applications", func(r *protocol.Resource) bool {
+			// As the cluster page marks them: Degraded and Missing are unwell.
+			return r.Sync != "Synced" || r.Health == "Degraded" || r.Health == "Missing"
+		}),
+	}
 }
 
 // watches reports whether the agent watches kind in at least one scope.

@@ -149,6 +149,15 @@ func TestSummary(t *testing.T) {
 	if *got.NodesReady != 2 || *got.NodesTotal != 3 || *got.PodsNotReady != 1 || *got.AppsOutOfSync != 3 {
 		t.Errorf("summary: nodes %d/%d, pods not ready %d, apps out of sync %d; want 2/3, 1, 3", *got.NodesReady, *got.NodesTotal, *got.PodsNotReady, *got.AppsOutOfSync)
 	}
+	// Counted once per change: a change is counted, and what a caller
+	// does with its numbers changes nobody else's.
+	*got.PodsNotReady = 99
+	c := s.Receiver("c")
+	c.live = true
+	c.Apply(&protocol.Update{Upserts: []protocol.Resource{res("pods", "a", "p3", false, nil)}}, time.Now())
+	if info, _ := s.Info("c"); *info.Summary.PodsNotReady != 2 || *info.Summary.NodesTotal != 3 {
+		t.Errorf("after a pod not ready more: %d pods not ready, %d nodes; want 2, 3", *info.Summary.PodsNotReady, *info.Summary.NodesTotal)
+	}
 	// A kind the agent doesn't watch has no count, not zero.
 	s.Receiver("d").Apply(&protocol.Update{Snapshot: true, Complete: true, Kinds: append(watched("pods"), protocol.KindState{Kind: "nodes", Error: "forbidden"})}, time.Now())
 	info, _ = s.Info("d")
