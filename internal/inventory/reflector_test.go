@@ -26,23 +26,14 @@ import (
 // pages of 2 objects and watches the API server ends after 1 to 2 s, and
 // changes the pods across several watches.
 func TestReflectorListsInPagesAndFollowsAcrossWatches(t *testing.T) {
-	ctx := t.Context()
 	saDir, ns := reflectorScope(t, "inv-refl", "refl-a")
 	for _, name := range []string{"p1", "p2", "p3", "p4", "p5"} {
 		mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, name, nil))
 	}
 	w := newTestWatcher(t, saDir, ns)
-	var mu sync.Mutex
-	var changed []string
-	r := w.NewReflector("pods", ns, time.Second, 2, func(ref protocol.ResourceRef) {
-		mu.Lock()
-		changed = append(changed, ref.Name)
-		mu.Unlock()
-	})
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); r.Run(rctx) }()
-	defer func() { cancel(); <-done }()
+	var changed changes
+	r := w.NewReflector("pods", ns, time.Second, 2, changed.add)
+	runReflector(t, r)
 
 	eventually(t, 10*time.Second, "the first list, over 3 pages", func() bool {
 		return slices.Equal(r.Names(), []string{ns + "/p1", ns + "/p2", ns + "/p3", ns + "/p4", ns + "/p5"})
@@ -55,9 +46,7 @@ func TestReflectorListsInPagesAndFollowsAcrossWatches(t *testing.T) {
 	eventually(t, 10*time.Second, "p1 gone and p6 there", func() bool {
 		return slices.Equal(r.Names(), []string{ns + "/p2", ns + "/p3", ns + "/p4", ns + "/p5", ns + "/p6"})
 	})
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Contains(changed, "p1") || !slices.Contains(changed, "p6") {
+	if changed := changed.take(); !slices.Contains(changed, "p1") || !slices.Contains(changed, "p6") {
 		t.Errorf("changes reported: %v; want p1 and p6 among them", changed)
 	}
 }
@@ -107,17 +96,13 @@ func cronJob(ns, name string) map[string]any {
 // watch starts from a resourceVersion etcd has compacted away lists again,
 // and so still sees what changes after.
 func TestReflectorListsAgainWhenItsHistoryIsCompacted(t *testing.T) {
-	ctx := t.Context()
 	saDir, ns := reflectorScope(t, "inv-relist", "relist")
 	elsewhere := unique("relist-other")
 	mustNamespace(t, elsewhere)
 	mustDo(t, "POST", "/apis/batch/v1/namespaces/"+ns+"/cronjobs", cronJob(ns, "first"))
 	w := newTestWatcher(t, saDir, ns)
 	r := w.NewReflector("cronjobs", ns, time.Second, 10, func(protocol.ResourceRef) {})
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); r.Run(rctx) }()
-	defer func() { cancel(); <-done }()
+	runReflector(t, r)
 	eventually(t, 10*time.Second, "the first list", func() bool { return slices.Equal(r.Names(), []string{ns + "/first"}) })
 
 	// Nothing changes in ns, so each watch starts from the list's
@@ -132,6 +117,35 @@ func TestReflectorListsAgainWhenItsHistoryIsCompacted(t *testing.T) {
 	eventually(t, 10*time.Second, "the cronjob made after the compactions", func() bool {
 		return slices.Equal(r.Names(), []string{ns + "/first", ns + "/second"})
 	})
+}
+
+// changes records the names a reflector reports as changed.
+type changes struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (c *changes) add(ref protocol.ResourceRef) {
+	c.mu.Lock()
+	c.names = append(c.names, ref.Name)
+	c.mu.Unlock()
+}
+
+// take returns the names reported since the last take.
+func (c *changes) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := c.names
+	c.names = nil
+	return names
+}
+
+// runReflector runs r until the test ends.
+func runReflector(t *testing.T, r *inventory.Reflector) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 }
 
 // reflectorScope makes a service account in namespace account that may
@@ -159,7 +173,7 @@ func TestListGivesUpOnASilentAPIServer(t *testing.T) {
 		lists.Add(1)
 		<-r.Context().Done() // never answers
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close) // after the reflector stops: its watch holds a request
 	dir := t.TempDir()
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
 	mustWrite(t, filepath.Join(dir, "ca.crt"), ca)
@@ -170,10 +184,7 @@ func TestListGivesUpOnASilentAPIServer(t *testing.T) {
 	}
 	r := w.NewReflector("pods", "", time.Minute, 10, func(protocol.ResourceRef) {})
 	r.SetPageTimeout(200 * time.Millisecond)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runReflector(t, r)
 	eventually(t, 10*time.Second, "a second list after the first one's page timed out", func() bool { return lists.Load() >= 2 })
 }
 
@@ -189,33 +200,20 @@ func mustWrite(t *testing.T, path string, b []byte) {
 // saw goes (reported as changed, so the hub hears of the deletes) rather
 // than stand as the cluster's state.
 func TestRightsTakenAwayEmptyTheReflector(t *testing.T) {
-	ctx := t.Context()
 	saDir, ns := reflectorScope(t, "inv-revoked", "refl-r")
 	mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, "p1", nil))
 	w := newTestWatcher(t, saDir, ns)
-	var mu sync.Mutex
-	var changed []string
-	r := w.NewReflector("pods", ns, time.Second, 100, func(ref protocol.ResourceRef) {
-		mu.Lock()
-		changed = append(changed, ref.Name)
-		mu.Unlock()
-	})
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { defer close(done); r.Run(rctx) }()
-	defer func() { cancel(); <-done }()
+	var changed changes
+	r := w.NewReflector("pods", ns, time.Second, 100, changed.add)
+	runReflector(t, r)
 	eventually(t, 10*time.Second, "the pod listed", func() bool { return slices.Equal(r.Names(), []string{ns + "/p1"}) })
-	mu.Lock()
-	changed = nil
-	mu.Unlock()
+	changed.take()
 
 	binding := localkube.InventoryRole + "-inv-revoked-agent"
 	mustDo(t, "DELETE", "/apis/rbac.authorization.k8s.io/v1/namespaces/"+ns+"/rolebindings/"+binding, nil)
 	// The watch under way goes on until it ends, within 2 s; the next is refused.
 	eventually(t, 15*time.Second, "the pod forgotten", func() bool { return len(r.Names()) == 0 })
-	mu.Lock()
-	defer mu.Unlock()
-	if !slices.Equal(changed, []string{"p1"}) {
+	if changed := changed.take(); !slices.Equal(changed, []string{"p1"}) {
 		t.Errorf("changes reported: %v; want p1's", changed)
 	}
 }
@@ -249,7 +247,7 @@ func TestAPageTooLargeIsAskedForInSmallerPages(t *testing.T) {
 		}
 		json.NewEncoder(w).Encode(map[string]any{"metadata": meta, "items": items})
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close) // after the reflector stops: its watch holds a request
 	dir := t.TempDir()
 	mustWrite(t, filepath.Join(dir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
 	mustWrite(t, filepath.Join(dir, "token"), []byte("service-account-token"))
@@ -259,10 +257,7 @@ func TestAPageTooLargeIsAskedForInSmallerPages(t *testing.T) {
 	}
 	r := w.NewReflector("applications", "", time.Minute, 500, func(protocol.ResourceRef) {})
 	r.SetPageBytes(1 << 20) // ten of the objects, not twenty
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	runReflector(t, r)
 	eventually(t, 10*time.Second, "every object listed", func() bool { return len(r.Names()) == objects })
 	mu.Lock()
 	defer mu.Unlock()
