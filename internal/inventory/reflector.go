@@ -89,12 +89,18 @@ func (r *reflector) run(ctx context.Context) {
 			return true
 		}
 	}
+	// refused: the last watch was refused. A list may still be allowed
+	// (a Role that grants list without watch), and succeeding is then no
+	// sign the kind works again: the backoff stands until a watch does.
+	refused := false
 	for ctx.Err() == nil {
 		rv, err := r.list(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		r.noteErr(err)
+		if err != nil || !refused {
+			r.noteErr(err) // a refused watch's error stands until a watch works
+		}
 		if err != nil {
 			if forbidden(err) {
 				// Its rights were taken away (a Role changed, a namespace
@@ -107,7 +113,9 @@ func (r *reflector) run(ctx context.Context) {
 			}
 			continue
 		}
-		backoff = backoffMin
+		if !refused {
+			backoff = backoffMin
+		}
 		for ctx.Err() == nil {
 			began := time.Now()
 			var gone bool
@@ -115,8 +123,17 @@ func (r *reflector) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if gone || forbidden(err) {
-				break // list again, which says whether it may
+			if gone {
+				break // list again
+			}
+			if refused = forbidden(err); refused {
+				// List again, which says whether it may, after the
+				// backoff: lists allowed and watches refused would
+				// otherwise follow each other as fast as they go.
+				if !wait() {
+					return
+				}
+				break
 			}
 			// A watch that fails, or ends at once, waits before the next.
 			if err != nil || time.Since(began) < time.Second {

@@ -173,19 +173,26 @@ func TestListGivesUpOnASilentAPIServer(t *testing.T) {
 		lists.Add(1)
 		<-r.Context().Done() // never answers
 	}))
-	t.Cleanup(srv.Close) // after the reflector stops: its watch holds a request
+	r := fakeAPIServer(t, srv).NewReflector("pods", "", time.Minute, 10, func(protocol.ResourceRef) {})
+	r.SetPageTimeout(200 * time.Millisecond)
+	runReflector(t, r)
+	eventually(t, 10*time.Second, "a second list after the first one's page timed out", func() bool { return lists.Load() >= 2 })
+}
+
+// fakeAPIServer returns a watcher of srv, an API server played by a test,
+// which it closes when the test ends (after the watcher's reflectors stop:
+// Close waits for the watches they hold).
+func fakeAPIServer(t *testing.T, srv *httptest.Server) *inventory.Watcher {
+	t.Helper()
+	t.Cleanup(srv.Close)
 	dir := t.TempDir()
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	mustWrite(t, filepath.Join(dir, "ca.crt"), ca)
+	mustWrite(t, filepath.Join(dir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
 	mustWrite(t, filepath.Join(dir, "token"), []byte("service-account-token"))
 	w, err := inventory.NewWatcher(inventory.WatcherConfig{Host: srv.URL, CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := w.NewReflector("pods", "", time.Minute, 10, func(protocol.ResourceRef) {})
-	r.SetPageTimeout(200 * time.Millisecond)
-	runReflector(t, r)
-	eventually(t, 10*time.Second, "a second list after the first one's page timed out", func() bool { return lists.Load() >= 2 })
+	return w
 }
 
 func mustWrite(t *testing.T, path string, b []byte) {
@@ -247,15 +254,7 @@ func TestAPageTooLargeIsAskedForInSmallerPages(t *testing.T) {
 		}
 		json.NewEncoder(w).Encode(map[string]any{"metadata": meta, "items": items})
 	}))
-	t.Cleanup(srv.Close) // after the reflector stops: its watch holds a request
-	dir := t.TempDir()
-	mustWrite(t, filepath.Join(dir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
-	mustWrite(t, filepath.Join(dir, "token"), []byte("service-account-token"))
-	w, err := inventory.NewWatcher(inventory.WatcherConfig{Host: srv.URL, CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := w.NewReflector("applications", "", time.Minute, 500, func(protocol.ResourceRef) {})
+	r := fakeAPIServer(t, srv).NewReflector("applications", "", time.Minute, 500, func(protocol.ResourceRef) {})
 	r.SetPageBytes(1 << 20) // ten of the objects, not twenty
 	runReflector(t, r)
 	eventually(t, 10*time.Second, "every object listed", func() bool { return len(r.Names()) == objects })
@@ -263,5 +262,32 @@ func TestAPageTooLargeIsAskedForInSmallerPages(t *testing.T) {
 	defer mu.Unlock()
 	if limits[0] != 500 || slices.Max(limits[len(limits)-2:]) > 10 {
 		t.Errorf("pages asked for: %v; want 500, then halved until they fit", limits)
+	}
+}
+
+// TestWatchesRefusedAndListsAllowedWaitBetween: a Role that grants list but
+// not watch has each watch refused right after a list that works. The
+// reflector lists again, as a refused watch may mean rights taken away, but
+// after its backoff, not as fast as the API server answers.
+func TestWatchesRefusedAndListsAllowedWaitBetween(t *testing.T) {
+	var lists, watches atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") != "" {
+			watches.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			fmt.Fprint(w, `{"kind":"Status","status":"Failure","reason":"Forbidden","code":403}`)
+			return
+		}
+		lists.Add(1)
+		fmt.Fprint(w, `{"metadata":{"resourceVersion":"7"},"items":[]}`)
+	}))
+	r := fakeAPIServer(t, srv).NewReflector("pods", "", time.Minute, 10, func(protocol.ResourceRef) {})
+	runReflector(t, r)
+	// Backoffs of 0.8-1.2 s, then 1.6-2.4 s, then 3.2-4.8 s: 3 lists in
+	// 3 s at most, 2 when each wait draws its longest.
+	time.Sleep(3 * time.Second)
+	if n := lists.Load(); n < 2 || n > 3 {
+		t.Errorf("%d lists in 3 s, each watch refused (%d watches); want 2 or 3, a backoff between", n, watches.Load())
 	}
 }
