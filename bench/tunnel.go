@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -273,6 +274,12 @@ func benchTunnel(ctx context.Context, r *report, dir string, o tunnelOpts) error
 	if o.tls {
 		modes = append(modes, true)
 	}
+	switch os.Getenv("BENCH_MODE") { // one mode, to profile it alone
+	case "tls":
+		modes = []bool{true}
+	case "plain":
+		modes = []bool{false}
+	}
 	for _, withTLS := range modes {
 		paths, stop, err := s.paths(ctx, withTLS)
 		if err != nil {
@@ -300,7 +307,11 @@ func benchTunnel(ctx context.Context, r *report, dir string, o tunnelOpts) error
 
 func throughput(ctx context.Context, r *report, section string, paths []path, o tunnelOpts) error {
 	rounds, d := o.rounds, o.d
-	for _, n := range []int{1, 32} {
+	ns := []int{1, 32}
+	if v, err := strconv.Atoi(os.Getenv("BENCH_STREAMS")); err == nil && v > 0 {
+		ns = []int{v} // one case, to profile it alone
+	}
+	for _, n := range ns {
 		mb := map[string][]float64{}
 		cpu := map[string][]float64{}
 		var vsDirect, vsRelay, vsCopy []float64
