@@ -93,7 +93,7 @@ func writeChunks(w io.Writer, chunks []*[]byte, off int) (int, error) {
 
 // rawConnOf returns w's socket, when w is one that Go's poller runs
 // non-blocking; nil otherwise.
-func rawConnOf(w io.Writer) syscall.RawConn {
+func rawConnOf(w any) syscall.RawConn {
 	var sc syscall.Conn
 	switch c := w.(type) {
 	case *net.TCPConn:

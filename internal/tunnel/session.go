@@ -289,6 +289,39 @@ func (s *Session) write(h header, body []byte) error {
 	return nil
 }
 
+// framer is a transport that can send a frame from the caller's buffer,
+// which keeps maxWSHeader bytes free in front for the transport's own
+// header and may be changed: wsConn, which masks it where it lies.
+type framer interface {
+	WriteFrameIn(frame []byte, deadline time.Time) error
+}
+
+// writeIn sends one frame from frame, which holds maxWSHeader bytes of room,
+// the frame's header and its body, and is the caller's to lose. An error
+// ends the session, as write's does.
+func (s *Session) writeIn(h header, frame []byte) error {
+	h.encode((*[headerSize]byte)(frame[maxWSHeader:]))
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	select {
+	case <-s.done:
+		return s.ended()
+	default:
+	}
+	deadline := time.Now().Add(s.cfg.WriteTimeout)
+	var err error
+	if f, ok := s.t.(framer); ok {
+		err = f.WriteFrameIn(frame, deadline)
+	} else {
+		err = s.t.WriteFrame(frame[maxWSHeader:maxWSHeader+headerSize], frame[maxWSHeader+headerSize:], deadline)
+	}
+	if err != nil {
+		s.end(fmt.Errorf("write: %w", err))
+		return s.ended()
+	}
+	return nil
+}
+
 // ended is the error the session ended with.
 func (s *Session) ended() error {
 	s.mu.Lock()
