@@ -25,11 +25,15 @@ var (
 
 // transport carries frames between the two ends: Read is the peer's frames
 // as one byte stream, read only by the session's read loop; WriteFrame
-// sends one frame, header and body together, and is called by one goroutine
-// at a time. wsConn is the real one.
+// sends one frame, header and body together, and WriteFrameIn one from a
+// buffer that keeps maxWSHeader bytes free in front of the frame for the
+// transport's own header, which the transport may change (wsConn masks it
+// where it lies). Both are called by one goroutine at a time. wsConn is the
+// real one.
 type transport interface {
 	io.Reader
 	WriteFrame(hdr []byte, body []byte, deadline time.Time) error
+	WriteFrameIn(frame []byte, deadline time.Time) error
 	Close() error
 	LocalAddr() net.Addr
 	RemoteAddr() net.Addr
@@ -289,13 +293,6 @@ func (s *Session) write(h header, body []byte) error {
 	return nil
 }
 
-// framer is a transport that can send a frame from the caller's buffer,
-// which keeps maxWSHeader bytes free in front for the transport's own
-// header and may be changed: wsConn, which masks it where it lies.
-type framer interface {
-	WriteFrameIn(frame []byte, deadline time.Time) error
-}
-
 // writeIn sends one frame from frame, which holds maxWSHeader bytes of room,
 // the frame's header and its body, and is the caller's to lose. An error
 // ends the session, as write's does.
@@ -308,14 +305,7 @@ func (s *Session) writeIn(h header, frame []byte) error {
 		return s.ended()
 	default:
 	}
-	deadline := time.Now().Add(s.cfg.WriteTimeout)
-	var err error
-	if f, ok := s.t.(framer); ok {
-		err = f.WriteFrameIn(frame, deadline)
-	} else {
-		err = s.t.WriteFrame(frame[maxWSHeader:maxWSHeader+headerSize], frame[maxWSHeader+headerSize:], deadline)
-	}
-	if err != nil {
+	if err := s.t.WriteFrameIn(frame, time.Now().Add(s.cfg.WriteTimeout)); err != nil {
 		s.end(fmt.Errorf("write: %w", err))
 		return s.ended()
 	}
