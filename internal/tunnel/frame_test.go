@@ -20,12 +20,6 @@ func (c connTransport) WriteFrame(hdr, body []byte, deadline time.Time) error {
 	return err
 }
 
-func (c connTransport) WriteFrameIn(frame []byte, deadline time.Time) error {
-	c.SetWriteDeadline(deadline)
-	_, err := c.Write(frame[maxWSHeader:])
-	return err
-}
-
 // rawPeer starts a session (the client, so the peer's streams are even) on
 // one end of a pipe and returns the other end, whose output is drained.
 func rawPeer(t *testing.T) (*Session, net.Conn) {
@@ -162,7 +156,6 @@ type fuzzTransport struct{ r *bytes.Reader }
 
 func (f fuzzTransport) Read(p []byte) (int, error)                 { return f.r.Read(p) }
 func (f fuzzTransport) WriteFrame([]byte, []byte, time.Time) error { return nil }
-func (f fuzzTransport) WriteFrameIn([]byte, time.Time) error       { return nil }
 func (f fuzzTransport) Close() error                               { return nil }
 func (f fuzzTransport) LocalAddr() net.Addr                        { return nil }
 func (f fuzzTransport) RemoteAddr() net.Addr                       { return nil }

@@ -9,10 +9,9 @@ import (
 	"syscall"
 )
 
-// readSome reads up to most bytes of r, behind frameRoom bytes of room in
-// a pooled buffer, which is nil when nothing came. When r is a socket (rc),
-// it waits for bytes holding no buffer, then reads what came with one
-// system call.
+// readSome reads up to most bytes of r into a pooled buffer, which is nil
+// when nothing came. When r is a socket (rc), it waits for bytes holding no
+// buffer, then reads what came with one system call.
 func readSome(rc syscall.RawConn, r io.Reader, most int) (*[]byte, int, error) {
 	if rc == nil {
 		return readBlocking(r, most)
@@ -21,9 +20,9 @@ func readSome(rc syscall.RawConn, r io.Reader, most int) (*[]byte, int, error) {
 	var n int
 	var rerr error
 	err := rc.Read(func(fd uintptr) bool {
-		buf = getChunk(frameRoom + most)
+		buf = getChunk(most)
 		for {
-			n, rerr = syscall.Read(int(fd), (*buf)[frameRoom:])
+			n, rerr = syscall.Read(int(fd), *buf)
 			if !errors.Is(rerr, syscall.EINTR) {
 				break
 			}

@@ -25,15 +25,11 @@ var (
 
 // transport carries frames between the two ends: Read is the peer's frames
 // as one byte stream, read only by the session's read loop; WriteFrame
-// sends one frame, header and body together, and WriteFrameIn one from a
-// buffer that keeps maxWSHeader bytes free in front of the frame for the
-// transport's own header, which the transport may change (wsConn masks it
-// where it lies). Both are called by one goroutine at a time. wsConn is the
-// real one.
+// sends one frame, header and body together, and is called by one goroutine
+// at a time. wsConn is the real one.
 type transport interface {
 	io.Reader
 	WriteFrame(hdr []byte, body []byte, deadline time.Time) error
-	WriteFrameIn(frame []byte, deadline time.Time) error
 	Close() error
 	LocalAddr() net.Addr
 	RemoteAddr() net.Addr
@@ -287,25 +283,6 @@ func (s *Session) write(h header, body []byte) error {
 	}
 	h.encode(&s.hdr)
 	if err := s.t.WriteFrame(s.hdr[:], body, time.Now().Add(s.cfg.WriteTimeout)); err != nil {
-		s.end(fmt.Errorf("write: %w", err))
-		return s.ended()
-	}
-	return nil
-}
-
-// writeIn sends one frame from frame, which holds maxWSHeader bytes of room,
-// the frame's header and its body, and is the caller's to lose. An error
-// ends the session, as write's does.
-func (s *Session) writeIn(h header, frame []byte) error {
-	h.encode((*[headerSize]byte)(frame[maxWSHeader:]))
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	select {
-	case <-s.done:
-		return s.ended()
-	default:
-	}
-	if err := s.t.WriteFrameIn(frame, time.Now().Add(s.cfg.WriteTimeout)); err != nil {
 		s.end(fmt.Errorf("write: %w", err))
 		return s.ended()
 	}

@@ -21,7 +21,7 @@ type stream struct {
 	s  *Session
 	id uint32
 
-	wlock sync.Mutex // one Write or ReadFrom at a time, so its frames keep their order
+	wlock sync.Mutex // one Write at a time, so its frames keep their order
 
 	mu       sync.Mutex // guards the following
 	chunks   []*[]byte  // received and not yet read; chunks[0][off:] is next
@@ -237,10 +237,31 @@ func (st *stream) Write(p []byte) (int, error) {
 	defer st.wlock.Unlock()
 	total := 0
 	for len(p) > 0 {
-		n, err := st.reserve(uint32(min(len(p), maxFrame)))
-		if err != nil {
+		st.mu.Lock()
+		if err := st.writeErr(); err != nil {
+			st.mu.Unlock()
 			return total, err
 		}
+		if st.sendWin == 0 {
+			wait := st.writable
+			tell := !st.waiting
+			st.waiting = true
+			st.mu.Unlock()
+			if tell {
+				// Queued, not written here: a Write waiting for window
+				// waits on nothing else, so its deadline and Close still
+				// end it at once.
+				st.s.queue(header{typ: typeWindow, flags: flagWaiting, stream: st.id})
+			}
+			select {
+			case <-wait:
+			case <-st.s.done:
+			}
+			continue
+		}
+		n := min(uint32(len(p)), st.sendWin, maxFrame)
+		st.sendWin -= n
+		st.mu.Unlock()
 		if err := st.s.write(header{typ: typeData, stream: st.id, length: n}, p[:n]); err != nil {
 			return total, err
 		}
@@ -248,46 +269,6 @@ func (st *stream) Write(p []byte) (int, error) {
 		p = p[n:]
 	}
 	return total, nil
-}
-
-// reserve waits until the stream may send, then takes up to most bytes of
-// its window. st.wlock is held: only its holder takes window, so what it
-// took and didn't send goes back with unreserve.
-func (st *stream) reserve(most uint32) (uint32, error) {
-	for {
-		st.mu.Lock()
-		if err := st.writeErr(); err != nil {
-			st.mu.Unlock()
-			return 0, err
-		}
-		if st.sendWin > 0 {
-			n := min(st.sendWin, most)
-			st.sendWin -= n
-			st.mu.Unlock()
-			return n, nil
-		}
-		wait := st.writable
-		tell := !st.waiting
-		st.waiting = true
-		st.mu.Unlock()
-		if tell {
-			// Queued, not written here: a Write waiting for window
-			// waits on nothing else, so its deadline and Close still
-			// end it at once.
-			st.s.queue(header{typ: typeWindow, flags: flagWaiting, stream: st.id})
-		}
-		select {
-		case <-wait:
-		case <-st.s.done:
-		}
-	}
-}
-
-// unreserve gives back window that reserve took and nothing was sent of.
-func (st *stream) unreserve(n uint32) {
-	st.mu.Lock()
-	st.sendWin += n
-	st.mu.Unlock()
 }
 
 // writeErr says why a write can't go on. st.mu is held.

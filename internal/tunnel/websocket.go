@@ -256,13 +256,35 @@ const deadlineSlack = time.Second
 
 // write sends one frame whose payload is a then b. c.wlock is held.
 func (c *wsConn) write(op byte, a, b []byte, deadline time.Time) error {
-	c.setDeadline(deadline)
+	if deadline.Before(c.wdl) || deadline.Sub(c.wdl) > deadlineSlack {
+		c.raw.SetWriteDeadline(deadline)
+		c.wdl = deadline
+	}
 	n := len(a) + len(b)
 	// Held in c: a local array escaped to the heap, one allocation per
 	// frame, through the vectored write below.
 	hb := &c.whdr
-	h, key := c.head(op, n)
+	hb[0] = 0x80 | op // the final frame of its message
+	h := 2
+	switch {
+	case n < 126:
+		hb[1] = byte(n)
+	case n <= 0xffff:
+		hb[1] = 126
+		binary.BigEndian.PutUint16(hb[2:], uint16(n))
+		h += 2
+	default:
+		hb[1] = 127
+		binary.BigEndian.PutUint64(hb[2:], uint64(n))
+		h += 8
+	}
 	if c.client {
+		// RFC 6455 has clients mask every frame with a fresh key.
+		hb[1] |= 0x80
+		var key [4]byte
+		rand.Read(key[:])
+		copy(hb[h:], key[:])
+		h += 4
 		buf := getChunk(h + n)
 		frame := *buf
 		copy(frame, hb[:h])
@@ -284,65 +306,6 @@ func (c *wsConn) write(op byte, a, b []byte, deadline time.Time) error {
 	bufs := net.Buffers{hb[:h], a, b}
 	_, err := bufs.WriteTo(c.rw)
 	return err
-}
-
-// WriteFrameIn sends frame[maxWSHeader:] as one binary message. The frame
-// keeps maxWSHeader bytes free in front of its payload for the header, and
-// is the caller's to lose: a client masks the payload where it lies, so the
-// bytes are written with no copy (decision 024).
-func (c *wsConn) WriteFrameIn(frame []byte, deadline time.Time) error {
-	c.lock()
-	defer c.unlock()
-	c.setDeadline(deadline)
-	payload := frame[maxWSHeader:]
-	h, key := c.head(opBinary, len(payload))
-	start := maxWSHeader - h
-	copy(frame[start:], c.whdr[:h])
-	if !c.client {
-		_, err := c.rw.Write(frame[start:])
-		return err
-	}
-	maskCopy(payload, payload, key, 0)
-	return c.send(frame[start:])
-}
-
-// setDeadline moves the socket's write deadline to deadline, unless it is
-// within deadlineSlack after the one it has. c.wlock is held.
-func (c *wsConn) setDeadline(deadline time.Time) {
-	if deadline.Before(c.wdl) || deadline.Sub(c.wdl) > deadlineSlack {
-		c.raw.SetWriteDeadline(deadline)
-		c.wdl = deadline
-	}
-}
-
-// head puts the header of a final frame of opcode op with n payload bytes
-// into c.whdr, and returns its length and, for a client, the fresh key it
-// masks the payload with. c.wlock is held.
-func (c *wsConn) head(op byte, n int) (int, [4]byte) {
-	hb := &c.whdr
-	hb[0] = 0x80 | op // the final frame of its message
-	h := 2
-	switch {
-	case n < 126:
-		hb[1] = byte(n)
-	case n <= 0xffff:
-		hb[1] = 126
-		binary.BigEndian.PutUint16(hb[2:], uint16(n))
-		h += 2
-	default:
-		hb[1] = 127
-		binary.BigEndian.PutUint64(hb[2:], uint64(n))
-		h += 8
-	}
-	var key [4]byte
-	if c.client {
-		// RFC 6455 has clients mask every frame with a fresh key.
-		hb[1] |= 0x80
-		rand.Read(key[:])
-		copy(hb[h:], key[:])
-		h += 4
-	}
-	return h, key
 }
 
 // send writes a whole frame, gathered into one write under the agent's TLS.
