@@ -46,9 +46,11 @@ func (a *Agent) relay(ctx context.Context, st net.Conn) {
 // a is a tunnel stream, its ReadFrom reads b itself, in reads of up to
 // 256 KiB that each become one frame (decision 008), into a buffer it
 // takes only once b has bytes: while b has nothing to say (a watch between
-// events) the stream holds none (decision 024). a to b is copied by a's WriteTo when it has one: a tunnel stream's
-// read loop then writes the hub's bytes straight into the API server's
-// socket (decision 015).
+// events) the stream holds none (decision 024).
+//
+// a to b is copied by a's WriteTo when it has one: a tunnel stream's read
+// loop then writes the hub's bytes straight into the API server's socket
+// (decision 015).
 func Splice(a, b net.Conn) {
 	var once sync.Once
 	abort := func() {
