@@ -3,10 +3,8 @@
 package tunnel
 
 import (
-	"errors"
 	"io"
 	"net"
-	"os"
 	"syscall"
 )
 
@@ -29,34 +27,9 @@ func waitableSocket(r io.Reader) syscall.RawConn {
 // Reading a frame's header first, as over TLS, took two or three for a
 // frame of 1 KiB.
 func (l *lazyReader) readReady() error {
-	var n int
-	var rerr error
-	err := l.sock.Read(func(fd uintptr) bool {
-		buf := getChunk(waitBuffer)
-		for {
-			n, rerr = syscall.Read(int(fd), *buf)
-			if !errors.Is(rerr, syscall.EINTR) {
-				break
-			}
-		}
-		if errors.Is(rerr, syscall.EAGAIN) {
-			putChunk(buf)
-			return false // wait until readable
-		}
-		if rerr == nil && n > 0 {
-			l.buf, l.pos, l.end = buf, 0, n
-		} else {
-			putChunk(buf)
-		}
-		return true
-	})
-	switch {
-	case err != nil: // closed, or a deadline
-		return err
-	case rerr != nil:
-		return os.NewSyscallError("read", rerr)
-	case l.buf == nil:
-		return io.EOF
+	buf, n, err := readSome(l.sock, l.r, waitBuffer)
+	if buf != nil {
+		l.buf, l.pos, l.end = buf, 0, n
 	}
-	return nil
+	return err
 }
