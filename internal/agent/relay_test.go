@@ -108,8 +108,13 @@ func TestSpliceHoldsNoBufferWhileIdle(t *testing.T) {
 		if _, err := io.ReadFull(apis[i], got); err != nil || string(got) != "GET" {
 			t.Fatalf("the API server read %q, %v; want the hub's bytes", got, err)
 		}
+		// A first byte back: the relay has read its API server once, and
+		// waits for the next.
+		apis[i].Write([]byte("!"))
+		if _, err := io.ReadFull(st, got[:1]); err != nil {
+			t.Fatal(err)
+		}
 	}
-	time.Sleep(100 * time.Millisecond) // each relay waits for its API server
 	if grown := heap() - before; grown/streams > 16<<10 {
 		t.Errorf("%d idle relays grew the agent's heap by %d KiB, %d KiB each; want no copy buffer each (256 KiB)", streams, grown>>10, grown/streams>>10)
 	}

@@ -16,9 +16,9 @@ import (
 
 // TestReadFrom: a stream's ReadFrom sends every byte in order, from a socket
 // (read only once it has bytes), from a reader that is no socket, and from
-// a socket through io.Copy, which wraps it in its WriteTo;
-// from the client's end (which masks each frame where it lies) and the
-// server's, over plain WebSocket and TLS.
+// a socket through io.Copy, which wraps it in its WriteTo; from the
+// client's end (which masks each frame) and the server's, over plain
+// WebSocket and TLS.
 func TestReadFrom(t *testing.T) {
 	payload := make([]byte, 6<<20)
 	rand.Read(payload)
@@ -100,12 +100,16 @@ func TestReadFromHoldsNoBufferWhileIdle(t *testing.T) {
 			done <- err
 		}()
 	}
+	// A first byte through each: every copy has read once, and waits for
+	// the next.
 	ins := make([]net.Conn, streams)
 	for i := range ins {
+		srcs[i].Write([]byte("!"))
 		ins[i] = accept(t, s)
+		if _, err := io.ReadFull(ins[i], make([]byte, 1)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	// Each copy's first read finds nothing and waits; give them time to.
-	time.Sleep(100 * time.Millisecond)
 	grown := int64(heap()) - int64(before)
 	if perStream := grown / streams; perStream > 8<<10 {
 		t.Errorf("%d idle copies into streams grew the heap by %d KiB, %d KiB each; want no buffer each (a read's is 256 KiB)", streams, grown>>10, perStream>>10)
@@ -170,7 +174,7 @@ func TestReadFromEnds(t *testing.T) {
 		w.Write([]byte("unread"))
 		waitFor(t, "the bytes to arrive", func() bool { return Ready(in) })
 		in.Close() // with data unread: a reset
-		for {
+		for give := time.Now().Add(10 * time.Second); time.Now().Before(give); {
 			// The next read's frame finds the stream reset.
 			if _, err := w.Write([]byte("more")); err != nil {
 				t.Fatal(err)
@@ -184,6 +188,7 @@ func TestReadFromEnds(t *testing.T) {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
+		t.Fatal("ReadFrom went on for 10 s into a stream the peer reset")
 	})
 	t.Run("source closed", func(t *testing.T) {
 		c, s := pair(t, false)
