@@ -48,6 +48,7 @@ type issuerKeys struct {
 
 	mu       sync.Mutex // guards the following
 	keys     []jose.JSONWebKey
+	fetches  uint64        // how many fetches have ended, so a caller can tell its keys are stale
 	started  time.Time     // when the last fetch started; zero before the first
 	inflight chan struct{} // closed when the fetch in flight ends; nil when none is
 	err      error         // the last fetch's
@@ -61,12 +62,12 @@ func (k *issuerKeys) VerifySignature(ctx context.Context, raw string) ([]byte, e
 		return nil, fmt.Errorf("malformed jwt: %w", err)
 	}
 	k.mu.Lock()
-	keys := k.keys
+	keys, seen := k.keys, k.fetches
 	k.mu.Unlock()
 	if payload, ok := verifyWith(keys, jws); ok {
 		return payload, nil
 	}
-	keys, err = k.refresh(ctx)
+	keys, err = k.refresh(ctx, seen)
 	if err != nil {
 		return nil, err
 	}
@@ -89,11 +90,16 @@ func verifyWith(keys []jose.JSONWebKey, jws *jose.JSONWebSignature) ([]byte, boo
 	return nil, false
 }
 
-// refresh returns the keys of a fetch that ends after the call: its own,
-// or the one in flight. Within keysCooldown of the last fetch's start, it
-// fetches nothing and says so.
-func (k *issuerKeys) refresh(ctx context.Context) ([]jose.JSONWebKey, error) {
+// refresh returns the keys of a fetch that ended after the caller read the
+// keys, which it did when seen fetches had ended: one that has ended since,
+// the one in flight, or its own. Within keysCooldown of the last
+// fetch's start, it fetches nothing and says so.
+func (k *issuerKeys) refresh(ctx context.Context, seen uint64) ([]jose.JSONWebKey, error) {
 	k.mu.Lock()
+	if k.fetches != seen {
+		defer k.mu.Unlock()
+		return k.keys, k.err
+	}
 	done := k.inflight
 	if done == nil {
 		if !k.started.IsZero() {
@@ -115,6 +121,7 @@ func (k *issuerKeys) refresh(ctx context.Context) ([]jose.JSONWebKey, error) {
 				k.keys = keys
 			}
 			k.err, k.inflight = err, nil
+			k.fetches++
 			close(done)
 			k.mu.Unlock()
 		}()
