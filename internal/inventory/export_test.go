@@ -43,6 +43,9 @@ func (r *Reflector) SetPageBytes(n int) { r.r.pageBytes = n }
 // SetPageTimeout changes how long one page of a list may take.
 func (r *Reflector) SetPageTimeout(d time.Duration) { r.r.pageTimeout = d }
 
+// SetSleep replaces how the reflector waits out a backoff.
+func (r *Reflector) SetSleep(f func(ctx context.Context, d time.Duration) bool) { r.r.sleep = f }
+
 // Run runs the reflector until ctx ends.
 func (r *Reflector) Run(ctx context.Context) { r.r.run(ctx) }
 

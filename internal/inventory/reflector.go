@@ -40,6 +40,9 @@ type reflector struct {
 	page         int           // objects per page of a list
 	pageBytes    int           // the most one page may be
 	pageTimeout  time.Duration // how long one page of a list may take
+	// sleep waits d, or less if ctx ends first, and says whether ctx is
+	// still going; tests replace it to see the backoffs without waiting.
+	sleep func(ctx context.Context, d time.Duration) bool
 
 	synced chan struct{} // closed after the first complete list
 
@@ -72,22 +75,29 @@ func newReflector(api apiServer, k Kind, version, namespace string, noteErr func
 	}
 	path += "/" + k.Name
 	return &reflector{api: api, kind: k, path: path, noteErr: noteErr, changed: changed,
-		watchTimeout: watchMinTimeout, page: listPage, pageBytes: maxPageBytes, pageTimeout: listPageTimeout, synced: make(chan struct{}), items: map[string]protocol.Resource{}}
+		watchTimeout: watchMinTimeout, page: listPage, pageBytes: maxPageBytes, pageTimeout: listPageTimeout, sleep: sleep, synced: make(chan struct{}), items: map[string]protocol.Resource{}}
+}
+
+// sleep waits d, or less if ctx ends first, and says whether ctx is still
+// going.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // run lists and watches until ctx ends.
 func (r *reflector) run(ctx context.Context) {
 	backoff := backoffMin
 	wait := func() bool {
-		t := time.NewTimer(backoff + rand.N(backoff/2))
-		defer t.Stop()
+		d := backoff + rand.N(backoff/2)
 		backoff = min(2*backoff, backoffMax)
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		}
+		return r.sleep(ctx, d)
 	}
 	// refused: the last watch was refused. A list may still be allowed
 	// (a Role that grants list without watch), and succeeding is then no

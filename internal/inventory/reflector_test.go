@@ -283,11 +283,37 @@ func TestWatchesRefusedAndListsAllowedWaitBetween(t *testing.T) {
 		fmt.Fprint(w, `{"metadata":{"resourceVersion":"7"},"items":[]}`)
 	}))
 	r := fakeAPIServer(t, srv).NewReflector("pods", "", time.Minute, 10, func(protocol.ResourceRef) {})
+	// Each backoff is handed to the test, which checks it and ends it.
+	slept, release := make(chan time.Duration), make(chan struct{})
+	r.SetSleep(func(ctx context.Context, d time.Duration) bool {
+		select {
+		case slept <- d:
+		case <-ctx.Done():
+			return false
+		}
+		select {
+		case <-release:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	})
 	runReflector(t, r)
-	// Backoffs of 0.8-1.2 s, then 1.6-2.4 s, then 3.2-4.8 s: 3 lists in
-	// 3 s at most, 2 when each wait draws its longest.
-	time.Sleep(3 * time.Second)
-	if n := lists.Load(); n < 2 || n > 3 {
-		t.Errorf("%d lists in 3 s, each watch refused (%d watches); want 2 or 3, a backoff between", n, watches.Load())
+	low := 800 * time.Millisecond
+	for i := range 4 {
+		var d time.Duration
+		select {
+		case d = <-slept:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no backoff after %d lists and %d refused watches", lists.Load(), watches.Load())
+		}
+		if n, m := lists.Load(), watches.Load(); n != int32(i+1) || m != int32(i+1) {
+			t.Errorf("backoff %d: after %d lists and %d watches; want %d of each, a wait after each refused watch", i+1, n, m, i+1)
+		}
+		if d < low || d > low*3/2 {
+			t.Errorf("backoff %d: %s; want %s to %s, doubling each time", i+1, d, low, low*3/2)
+		}
+		low *= 2
+		release <- struct{}{}
 	}
 }
