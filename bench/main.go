@@ -84,7 +84,7 @@ func main() {
 		return benchTunnel(ctx, r, filepath.Join(dir, "tunnel"), tunnelOpts{rounds: *rounds, d: 2 * time.Second, rttBlocks: 10, tls: true})
 	})
 	run("kube", func() error {
-		return benchKube(ctx, r, filepath.Join(dir, "kube"), kubeOpts{gets: 1200, blocks200: 9, lists: 9, agentRest: 12 * time.Second})
+		return benchKube(ctx, r, filepath.Join(dir, "kube"), kubeOpts{gets: 3600, blocks200: 9, lists: 17, agentRest: 12 * time.Second})
 	})
 	run("agentrss", func() error {
 		var bins []string
