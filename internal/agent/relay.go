@@ -61,7 +61,7 @@ func Splice(a, b net.Conn) {
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go copier{dst: a, src: b, abort: abort}.run(&wg)
+	go copier{dst: a, src: b, abort: abort, readFrom: true}.run(&wg)
 	go copier{dst: b, src: a, abort: abort}.run(&wg)
 	wg.Wait()
 }
@@ -71,15 +71,17 @@ func Splice(a, b net.Conn) {
 type copier struct {
 	dst, src net.Conn
 	abort    func()
+	// readFrom: copy with dst's ReadFrom when it has one. io.Copy would
+	// prefer a TCP source's WriteTo, which copies through 32 KiB of its
+	// own and hides the socket from a stream's ReadFrom. The other
+	// direction wants io.Copy's choice, the stream's WriteTo.
+	readFrom bool
 }
 
 func (c copier) run(wg *sync.WaitGroup) {
 	defer wg.Done()
 	var err error
-	if rf, ok := c.dst.(io.ReaderFrom); ok && !isTCP(c.dst) {
-		// A stream reads the socket itself. io.Copy would prefer a TCP
-		// source's WriteTo, which copies through 32 KiB of its own and
-		// hides the socket from ReadFrom.
+	if rf, ok := c.dst.(io.ReaderFrom); ok && c.readFrom {
 		_, err = rf.ReadFrom(c.src)
 	} else {
 		_, err = io.Copy(c.dst, c.src)
@@ -89,14 +91,6 @@ func (c copier) run(wg *sync.WaitGroup) {
 		return
 	}
 	closeWrite(c.dst)
-}
-
-// isTCP says whether c is a TCP socket. Copies to one are io.Copy's: it
-// prefers the source's WriteTo, a stream's, which writes from the read loop
-// (decision 015), or splice(2) from another socket.
-func isTCP(c net.Conn) bool {
-	_, ok := c.(*net.TCPConn)
-	return ok
 }
 
 // closeWrite half-closes c: a TCP connection or a tunnel stream shuts its
