@@ -57,9 +57,18 @@ type Person struct {
 	// token is a credential for the hub itself, and forwarding it would let anyone who can read
 	// one cluster's requests use the hub as that person on every other cluster.
 	Bearer string
-	// listed is set for a hub-issued token made for someone on the users
-	// list: it holds only while they are on it (stillListed).
-	listed bool
+	// from is how the person of a hub-issued token signed in when it was
+	// made (hubClaims.From): one made for someone on the users list holds
+	// only while they are on it (stillHolds), and a token made from it says
+	// the same.
+	from string
+	// session is when a page session's token was made, in Unix nanoseconds
+	// (hubClaims.Session); zero for every other token. Signing out voids the
+	// sessions made before it (EndSessions).
+	session int64
+	// expires is when a hub-issued token expires: a token made from it
+	// expires then too.
+	expires time.Time
 	// cred names the static token a person on the users list signed in
 	// with (credOf), or that a hub-issued token was made from: such a token
 	// holds only while the list still has that static token, so replacing
@@ -83,8 +92,10 @@ type Authenticator struct {
 	hub   *hubTokens // always set
 	// verified are the JWTs (hub-issued, OIDC) checked lately.
 	verified verifiedTokens
-	oidc     *oidcSource  // nil without an issuer
-	proxy    *proxyConfig // nil without an auth proxy
+	// signedOut voids the page sessions of people who signed out.
+	signedOut signedOut
+	oidc      *oidcSource  // nil without an issuer
+	proxy     *proxyConfig // nil without an auth proxy
 
 	life context.Context // done when Close is called
 	stop context.CancelFunc
@@ -248,7 +259,7 @@ func (a *Authenticator) fromBearer(ctx context.Context, token string) (Person, e
 		return Person{Name: u.Name, Groups: u.Groups, Source: SourceToken, cred: credOf(fleet.HashToken(token))}, nil
 	}
 	if p, ok := a.verified.recall(token, a.cfg.now()); ok {
-		return a.stillListed(p)
+		return a.stillHolds(p)
 	}
 	claims, isJWT := peekJWT(token)
 	if !isJWT {
@@ -272,16 +283,24 @@ func (a *Authenticator) fromBearer(ctx context.Context, token string) (Person, e
 		return Person{}, err
 	}
 	a.verified.remember(token, p, until, a.cfg.now())
-	return a.stillListed(p)
+	return a.stillHolds(p)
 }
 
-// stillListed holds a hub-issued token made for someone on the users list
-// to the list in force: taken off it, they lose what their kubeconfigs and
-// page session let them do at once, and their groups are the list's, not
-// those the token was issued with. Tokens made for people signed in through
-// OIDC or the auth proxy can't be checked so; they hold until they expire.
-func (a *Authenticator) stillListed(p Person) (Person, error) {
-	if !p.listed {
+// stillHolds checks what can void a hub-issued token before it expires.
+// A page session signed out since it was made no longer holds. A token made
+// for someone on the users list holds to the list in force: taken off it,
+// they lose what their kubeconfigs and page session let them do at once,
+// and their groups are the list's, not those the token was issued with.
+// Tokens made for people signed in through OIDC or the auth proxy can't be
+// checked against a list; they hold until they expire.
+func (a *Authenticator) stillHolds(p Person) (Person, error) {
+	if p.Source != SourceHub {
+		return p, nil
+	}
+	if p.session != 0 && a.signedOut.voids(p.Name, p.session) {
+		return Person{}, fmt.Errorf("%w: a page session of %q that was signed out; sign in again", ErrInvalidToken, p.Name)
+	}
+	if p.from != SourceToken {
 		return p, nil
 	}
 	u, ok := a.users.named(p.Name)

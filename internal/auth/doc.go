@@ -67,6 +67,12 @@
 // auth proxy can't be checked against a list, and are valid until they expire; replacing the
 // key revokes every token at once.
 //
+// A page session's cookie holds a hub-issued token too (IssueSession), with a ses claim: when
+// it was made. Signing out (EndSessions) voids every session made for that name before then, on
+// this hub, until they would have expired; kubeconfig tokens hold. A token made from another
+// hub-issued token (a kubeconfig downloaded in a session, a session signed in with a
+// kubeconfig's token) expires with it.
+//
 // # Secrets
 //
 // No token reaches a log or an error. Static tokens are kept as SHA-256 hashes only. The hub

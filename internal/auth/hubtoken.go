@@ -27,10 +27,10 @@ const hubIssuer = "tether-hub"
 // hubLeeway is how far the clocks of hub replicas sharing a key may disagree.
 const hubLeeway = time.Minute
 
-// ErrRenew is what IssueToken says to a person signed in with a hub-issued token: renewing
-// one with itself would let a token outlive its TTL, and a person removed from the users list
-// keep their access for ever.
-var ErrRenew = errors.New("a hub-issued token can't be used to get another one; sign in again")
+// ErrRenew is what IssueToken says to a person signed in with a kubeconfig's hub-issued token:
+// one made from it would let a person removed from the users list keep their access through a
+// chain of kubeconfigs.
+var ErrRenew = errors.New("a kubeconfig's hub-issued token can't be used to get another one; sign in again")
 
 // hubTokens signs and checks the tokens in the kubeconfigs the hub hands out: JWTs signed with
 // Ed25519 (EdDSA), naming the person in sub and their groups in groups.
@@ -51,6 +51,10 @@ type hubClaims struct {
 	// Cred names the static token it was made with, for SourceToken
 	// (Person.cred).
 	Cred string `json:"cred,omitempty"`
+	// Session is set in a page session's token (IssueSession): when it was
+	// made, in Unix nanoseconds, so that a sign-out voids the sessions made
+	// before it, even in the same second (EndSessions).
+	Session int64 `json:"ses,omitempty"`
 }
 
 func newHubTokens(cfg Config, log *slog.Logger) (*hubTokens, error) {
@@ -137,33 +141,64 @@ func keyKind(k any) string {
 
 // IssueToken makes a hub-issued token for p, valid for the TTL (TETHER_KUBECONFIG_TTL), for
 // the kubeconfigs of SPEC section 3. It carries p's name and groups, not its source or bearer
-// token. It refuses a person signed in with a hub-issued token (ErrRenew).
+// token. For a person signed in with a page session it expires with the session, and outlives
+// a sign-out. It refuses a person signed in with a kubeconfig's token (ErrRenew).
 func (a *Authenticator) IssueToken(p Person) (token string, expires time.Time, err error) {
-	return a.hub.issue(p)
-}
-
-func (h *hubTokens) issue(p Person) (string, time.Time, error) {
-	if p.Source == SourceHub {
+	if p.Source == SourceHub && p.session == 0 {
 		return "", time.Time{}, ErrRenew
 	}
+	return a.hub.issue(p, false)
+}
+
+// IssueSession makes the token a signed-in browser's session cookie holds: a hub-issued token
+// like IssueToken's, that EndSessions voids. For a person signed in with a kubeconfig's token,
+// it expires with that token.
+func (a *Authenticator) IssueSession(p Person) (token string, expires time.Time, err error) {
+	return a.hub.issue(p, true)
+}
+
+// EndSessions signs p out of the page: every session token made for p's name before now stops
+// working, in every browser, on this hub (replicas don't share it; SPEC's "Later"). Kubeconfig
+// tokens hold, even those downloaded in a session. It does nothing for a person who didn't sign
+// in with a session token.
+func (a *Authenticator) EndSessions(p Person) {
+	if p.Source != SourceHub || p.session == 0 {
+		return
+	}
+	now := a.cfg.now()
+	// Any session made before now expires within a TTL of being made, so
+	// the mark is needed no longer than that.
+	a.signedOut.mark(p.Name, now, now.Add(a.hub.ttl+hubLeeway))
+}
+
+// issue makes a token for p: a session's when session is set. One made from a hub-issued token
+// (a session's kubeconfig, a kubeconfig's session) expires with it, and carries on how its
+// person signed in and with which static token.
+func (h *hubTokens) issue(p Person, session bool) (string, time.Time, error) {
 	if p.Name == "" {
 		return "", time.Time{}, errors.New("issue token: the person has no name")
 	}
 	now := h.now()
-	exp := jwt.NewNumericDate(now.Add(h.ttl))
+	exp, claims := now.Add(h.ttl), hubClaims{Groups: p.Groups, From: p.Source, Cred: p.cred}
+	if p.Source == SourceHub {
+		exp, claims.From = p.expires, p.from
+	}
+	if session {
+		claims.Session = now.UnixNano()
+	}
 	std := jwt.Claims{
 		Issuer:    hubIssuer,
 		Subject:   p.Name,
 		Audience:  jwt.Audience{h.audience},
 		IssuedAt:  jwt.NewNumericDate(now),
 		NotBefore: jwt.NewNumericDate(now),
-		Expiry:    exp,
+		Expiry:    jwt.NewNumericDate(exp),
 	}
-	raw, err := jwt.Signed(h.signer).Claims(std).Claims(hubClaims{Groups: p.Groups, From: p.Source, Cred: p.cred}).Serialize()
+	raw, err := jwt.Signed(h.signer).Claims(std).Claims(claims).Serialize()
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("issue token: %w", err)
 	}
-	return raw, exp.Time(), nil
+	return raw, std.Expiry.Time(), nil
 }
 
 // verify checks a token whose (unverified) issuer is the hub's, and says
@@ -208,7 +243,9 @@ func (h *hubTokens) check(raw string, now time.Time) (Person, time.Time, error) 
 	case err != nil:
 		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token for %q: %v", ErrInvalidToken, std.Subject, err)
 	}
-	return Person{Name: std.Subject, Groups: extra.Groups, Source: SourceHub, listed: extra.From == SourceToken, cred: extra.Cred}, std.Expiry.Time(), nil
+	p := Person{Name: std.Subject, Groups: extra.Groups, Source: SourceHub, from: extra.From, cred: extra.Cred,
+		session: extra.Session, expires: std.Expiry.Time()}
+	return p, p.expires, nil
 }
 
 // peekJWT reports whether token looks like a compact JWT (three base64url parts, the middle one

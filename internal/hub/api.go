@@ -68,7 +68,7 @@ func (h *Hub) person(w http.ResponseWriter, r *http.Request) (auth.Person, bool)
 	if h.refuseOtherSites(w, r) {
 		return auth.Person{}, false
 	}
-	p, _, ok, err := h.cookiePerson(r)
+	p, ok, err := h.cookiePerson(r)
 	if err != nil || !ok {
 		if err != nil {
 			h.logAuthFailure(r, err)
@@ -237,7 +237,7 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 			// Who the stream is for is asked again: a person taken off the
 			// users list, or whose token expired, stops getting events; one
 			// whose groups changed sees what they see now.
-			again, _, ok, err := h.cookiePerson(r)
+			again, ok, err := h.cookiePerson(r)
 			if err != nil || !ok {
 				return
 			}

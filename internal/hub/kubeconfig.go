@@ -24,7 +24,7 @@ func (h *Hub) serveKubeconfig(w http.ResponseWriter, r *http.Request) {
 	if h.refuseOtherSites(w, r) {
 		return
 	}
-	p, session, ok, err := h.cookiePerson(r)
+	p, ok, err := h.cookiePerson(r)
 	if err != nil || !ok {
 		if err != nil {
 			h.logAuthFailure(r, err)
@@ -33,12 +33,9 @@ func (h *Hub) serveKubeconfig(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Tether doesn't know who you are: sign in first.", http.StatusUnauthorized)
 		return
 	}
+	// A browser session's kubeconfig expires when the session does: no
+	// token makes a longer-lived one.
 	token, _, err := h.cfg.Auth.IssueToken(p)
-	if errors.Is(err, auth.ErrRenew) && session != "" {
-		// A browser session downloads a kubeconfig with its own token, which
-		// expires when the session does: no token makes a longer-lived one.
-		token, err = session, nil
-	}
 	if errors.Is(err, auth.ErrRenew) {
 		http.Error(w, "A kubeconfig's own token can't make another kubeconfig: sign in again to get a new one.", http.StatusForbidden)
 		return

@@ -119,7 +119,7 @@ func (h *Hub) servePage(w http.ResponseWriter, r *http.Request) {
 	if h.refuseOtherSites(w, r) {
 		return
 	}
-	p, _, ok, err := h.cookiePerson(r)
+	p, ok, err := h.cookiePerson(r)
 	if err != nil || !ok {
 		h.renderLogin(w, r, "", http.StatusOK)
 		return
@@ -166,7 +166,7 @@ func (h *Hub) serveClusterPage(w http.ResponseWriter, r *http.Request) {
 	if h.refuseOtherSites(w, r) {
 		return
 	}
-	p, _, ok, err := h.cookiePerson(r)
+	p, ok, err := h.cookiePerson(r)
 	if err != nil || !ok {
 		h.renderLogin(w, r, "", http.StatusOK)
 		return

@@ -2,12 +2,10 @@ package hub
 
 import (
 	"encoding/base64"
-	"errors"
 	"net/http"
 	"net/url"
 	"path"
 	"strings"
-	"time"
 
 	"golang.org/x/oauth2"
 
@@ -19,21 +17,24 @@ import (
 const sessionCookie = "tether_session"
 
 // cookiePerson authenticates r by its bearer token or proxy headers, and
-// else by its session cookie. It returns the token the cookie held, if that
-// is what signed the person in.
-func (h *Hub) cookiePerson(r *http.Request) (p auth.Person, session string, ok bool, err error) {
-	p, ok, err = h.cfg.Auth.Authenticate(r)
+// else by its session cookie.
+func (h *Hub) cookiePerson(r *http.Request) (auth.Person, bool, error) {
+	p, ok, err := h.cfg.Auth.Authenticate(r)
 	if ok || err != nil {
-		return p, "", ok, err
+		return p, ok, err
 	}
-	c, cerr := r.Cookie(sessionCookie)
-	if cerr != nil || c.Value == "" {
-		return auth.Person{}, "", false, nil
+	return h.sessionPerson(r)
+}
+
+// sessionPerson authenticates r by its session cookie alone.
+func (h *Hub) sessionPerson(r *http.Request) (auth.Person, bool, error) {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || c.Value == "" {
+		return auth.Person{}, false, nil
 	}
 	r2 := r.Clone(r.Context())
-	r2.Header.Set("Authorization", "Bearer "+c.Value)
-	p, ok, err = h.cfg.Auth.Authenticate(r2)
-	return p, c.Value, ok, err
+	r2.Header = http.Header{"Authorization": {"Bearer " + c.Value}}
+	return h.cfg.Auth.Authenticate(r2)
 }
 
 // serveLogin takes the sign-in form: a static token, checked like a bearer
@@ -56,7 +57,7 @@ func (h *Hub) serveLogin(w http.ResponseWriter, r *http.Request) {
 		h.renderLogin(w, r, "That token isn't one this hub knows.", http.StatusUnauthorized)
 		return
 	}
-	h.startSession(w, r, p, token, h.returnTo(r.PostFormValue("next")))
+	h.startSession(w, r, p, h.returnTo(r.PostFormValue("next")))
 }
 
 // returnTo is where a sign-in sends the browser: next, the page it was
@@ -79,15 +80,12 @@ func (h *Hub) returnTo(next string) string {
 // maxLoginForm bounds the sign-in form's body.
 const maxLoginForm = 64 << 10
 
-// startSession gives the browser a session cookie holding a hub-issued
-// token for p, and sends it to the fleet page. A person who signed in with
-// a hub-issued token (a kubeconfig's) keeps that token: no token mints a
+// startSession gives the browser a session cookie holding a session token
+// for p, and sends it to the fleet page. A person who signed in with a
+// kubeconfig's token gets a session that expires with it: no token makes a
 // longer-lived one.
-func (h *Hub) startSession(w http.ResponseWriter, r *http.Request, p auth.Person, presented, next string) {
-	session, expires, err := h.cfg.Auth.IssueToken(p)
-	if errors.Is(err, auth.ErrRenew) && presented != "" {
-		session, expires, err = presented, time.Now().Add(time.Hour), nil
-	}
+func (h *Hub) startSession(w http.ResponseWriter, r *http.Request, p auth.Person, next string) {
+	session, expires, err := h.cfg.Auth.IssueSession(p)
 	if err != nil {
 		http.Error(w, "The hub can't sign a session now.", http.StatusInternalServerError)
 		return
@@ -99,9 +97,15 @@ func (h *Hub) startSession(w http.ResponseWriter, r *http.Request, p auth.Person
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// serveLogout ends the browser's session: the cookie is cleared, and its
+// token, which anyone who copied it could still send, stops working
+// (auth.EndSessions).
 func (h *Hub) serveLogout(w http.ResponseWriter, r *http.Request) {
 	if h.refuseOtherSites(w, r) {
 		return
+	}
+	if p, ok, err := h.sessionPerson(r); ok && err == nil {
+		h.cfg.Auth.EndSessions(p)
 	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: h.pageBase(), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r)})
 	http.Redirect(w, r, h.pageBase(), http.StatusSeeOther)
@@ -157,7 +161,7 @@ func (h *Hub) serveOIDCCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next, _ := base64.RawURLEncoding.DecodeString(parts[3])
-	h.startSession(w, r, p, "", h.returnTo(string(next)))
+	h.startSession(w, r, p, h.returnTo(string(next)))
 }
 
 // secureCookies says whether the hub's cookies must go over HTTPS only:

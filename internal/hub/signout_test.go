@@ -1,0 +1,96 @@
+package hub
+
+import (
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSignOutEndsTheSession: after "Sign out", the session cookie's token
+// no longer works anywhere, though someone may have copied it; the page's
+// live events in another tab stop; and a kubeconfig downloaded in the
+// session still works, since kubectl is not the page.
+func TestSignOutEndsTheSession(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "", func(c *Config) { c.EventsKeepAlive = 50 * time.Millisecond })
+	h.cfg.PublicURL = h.url
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	withCookie := func(method, path, value string) *http.Request {
+		req, _ := http.NewRequestWithContext(t.Context(), method, h.url+path, nil)
+		req.AddCookie(&http.Cookie{Name: sessionCookie, Value: value})
+		req.Header.Set("Origin", h.url)
+		return req
+	}
+	do := func(req *http.Request) (int, string) {
+		t.Helper()
+		resp, err := noFollow.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	login, _ := http.NewRequest("POST", h.url+"/login", strings.NewReader("token="+aliceToken))
+	login.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	login.Header.Set("Origin", h.url)
+	resp, err := noFollow.Do(login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var session string
+	for _, c := range resp.Cookies() {
+		if c.Name == sessionCookie {
+			session = c.Value
+		}
+	}
+	if session == "" {
+		t.Fatalf("sign-in: %d, no session cookie", resp.StatusCode)
+	}
+	if code, body := do(withCookie("GET", "/api/clusters", session)); code != http.StatusOK {
+		t.Fatalf("/api/clusters in the session: %d %s", code, body)
+	}
+	code, kc := do(withCookie("GET", "/api/kubeconfig", session))
+	m := regexp.MustCompile(`token: (\S+)`).FindStringSubmatch(kc)
+	if code != http.StatusOK || m == nil {
+		t.Fatalf("the kubeconfig in the session: %d\n%s", code, kc)
+	}
+	kubeconfig := m[1]
+	if kubeconfig == session {
+		t.Fatal("the kubeconfig holds the session's own token: signing out would end it")
+	}
+
+	// Another tab follows the fleet's events.
+	events, err := http.DefaultClient.Do(withCookie("GET", "/api/events", session))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Body.Close()
+	ended := make(chan struct{})
+	go func() { io.Copy(io.Discard, events.Body); close(ended) }()
+
+	if code, _ := do(withCookie("POST", "/logout", session)); code != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d, want 303", code)
+	}
+	for _, path := range []string{"/api/clusters", "/api/kubeconfig", "/api/resources?kind=pods"} {
+		if code, body := do(withCookie("GET", path, session)); code != http.StatusUnauthorized {
+			t.Errorf("%s with the cookie of a session signed out: %d %.100s, want 401", path, code, body)
+		}
+	}
+	if code, body := do(withCookie("GET", "/", session)); code != http.StatusOK || !strings.Contains(body, `id="token"`) {
+		t.Errorf("the page with that cookie: %d, want the sign-in form\n%.300s", code, body)
+	}
+	select {
+	case <-ended:
+	case <-time.After(5 * time.Second):
+		t.Error("the events stream of the session signed out went on")
+	}
+	if code, body, _ := call(t, "GET", h.url+"/clusters/open/api", kubeconfig, nil); code != http.StatusOK {
+		t.Errorf("the kubeconfig got in the session, after sign-out: %d %.100s, want 200", code, body)
+	}
+}
