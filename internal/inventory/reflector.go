@@ -75,12 +75,12 @@ func newReflector(api apiServer, k Kind, version, namespace string, noteErr func
 	}
 	path += "/" + k.Name
 	return &reflector{api: api, kind: k, path: path, noteErr: noteErr, changed: changed,
-		watchTimeout: watchMinTimeout, page: listPage, pageBytes: maxPageBytes, pageTimeout: listPageTimeout, sleep: sleep, synced: make(chan struct{}), items: map[string]protocol.Resource{}}
+		watchTimeout: watchMinTimeout, page: listPage, pageBytes: maxPageBytes, pageTimeout: listPageTimeout, sleep: sleepTimer, synced: make(chan struct{}), items: map[string]protocol.Resource{}}
 }
 
-// sleep waits d, or less if ctx ends first, and says whether ctx is still
-// going.
-func sleep(ctx context.Context, d time.Duration) bool {
+// sleepTimer waits d on a timer, or less if ctx ends first, and says
+// whether ctx is still going. It is how a reflector sleeps but in tests.
+func sleepTimer(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
