@@ -6,7 +6,7 @@ import (
 )
 
 // signedOut remembers who signed out of the page, and when: their session
-// tokens made until then no longer hold. Hub-issued tokens are stateless,
+// tokens made before then no longer hold. Hub-issued tokens are stateless,
 // so this is the one thing that ends one before it expires.
 //
 // It is kept per person, not per token: what it holds is bounded by the
