@@ -27,11 +27,6 @@ const hubIssuer = "tether-hub"
 // hubLeeway is how far the clocks of hub replicas sharing a key may disagree.
 const hubLeeway = time.Minute
 
-// ErrRenew is what IssueToken says to a person signed in with a kubeconfig's hub-issued token:
-// one made from it would let a person removed from the users list keep their access through a
-// chain of kubeconfigs.
-var ErrRenew = errors.New("a kubeconfig's hub-issued token can't be used to get another one; sign in again")
-
 // hubTokens signs and checks the tokens in the kubeconfigs the hub hands out: JWTs signed with
 // Ed25519 (EdDSA), naming the person in sub and their groups in groups.
 type hubTokens struct {
@@ -141,12 +136,9 @@ func keyKind(k any) string {
 
 // IssueToken makes a hub-issued token for p, valid for the TTL (TETHER_KUBECONFIG_TTL), for
 // the kubeconfigs of SPEC section 3. It carries p's name and groups, not its source or bearer
-// token. For a person signed in with a page session it expires with the session, and outlives
-// a sign-out. It refuses a person signed in with a kubeconfig's token (ErrRenew).
+// token. For a person signed in with a hub-issued token (a page session's, a kubeconfig's) it
+// expires with that token, and a page session's outlives a sign-out.
 func (a *Authenticator) IssueToken(p Person) (token string, expires time.Time, err error) {
-	if p.Source == SourceHub && p.session == 0 {
-		return "", time.Time{}, ErrRenew
-	}
 	return a.hub.issue(p, false)
 }
 
@@ -172,8 +164,8 @@ func (a *Authenticator) EndSessions(p Person) {
 }
 
 // issue makes a token for p: a session's when session is set. One made from a hub-issued token
-// (a session's kubeconfig, a kubeconfig's session) expires with it, and carries on how its
-// person signed in and with which static token.
+// expires with it, and carries on how its person signed in and with which static token: no
+// chain of tokens outlives the first, or the users list's say over it (stillHolds).
 func (h *hubTokens) issue(p Person, session bool) (string, time.Time, error) {
 	if p.Name == "" {
 		return "", time.Time{}, errors.New("issue token: the person has no name")
@@ -205,47 +197,47 @@ func (h *hubTokens) issue(p Person, session bool) (string, time.Time, error) {
 // until when the answer holds: its expiry, with the leeway. The keys are
 // fixed for the hub's life, so nothing else can change it.
 func (h *hubTokens) verify(raw string) (Person, time.Time, error) {
-	p, exp, err := h.check(raw, h.now())
+	p, err := h.check(raw, h.now())
 	if err != nil {
 		return Person{}, time.Time{}, err
 	}
-	return p, exp.Add(hubLeeway), nil
+	return p, p.expires.Add(hubLeeway), nil
 }
 
 // check verifies raw's signature and claims at now, and returns whom it
-// names and when it expires.
-func (h *hubTokens) check(raw string, now time.Time) (Person, time.Time, error) {
+// names, with when it expires.
+func (h *hubTokens) check(raw string, now time.Time) (Person, error) {
 	tok, err := jwt.ParseSigned(raw, []jose.SignatureAlgorithm{jose.EdDSA})
 	if err != nil {
-		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token that can't be read: %v", ErrInvalidToken, err)
+		return Person{}, fmt.Errorf("%w: a hub-issued token that can't be read: %v", ErrInvalidToken, err)
 	}
 	pub, ok := h.keys[tok.Headers[0].KeyID]
 	if !ok {
-		return Person{}, time.Time{}, fmt.Errorf("%w: %w (did the hub restart without %s, or was its key replaced?); get a new kubeconfig", ErrInvalidToken, ErrOtherKey, SettingSigningKeyFile)
+		return Person{}, fmt.Errorf("%w: %w (did the hub restart without %s, or was its key replaced?); get a new kubeconfig", ErrInvalidToken, ErrOtherKey, SettingSigningKeyFile)
 	}
 	var std jwt.Claims
 	var extra hubClaims
 	if err := tok.Claims(pub, &std, &extra); err != nil {
 		if errors.Is(err, jose.ErrCryptoFailure) {
-			return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token whose signature doesn't match the hub's key", ErrInvalidToken)
+			return Person{}, fmt.Errorf("%w: a hub-issued token whose signature doesn't match the hub's key", ErrInvalidToken)
 		}
-		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token with claims the hub doesn't write", ErrInvalidToken)
+		return Person{}, fmt.Errorf("%w: a hub-issued token with claims the hub doesn't write", ErrInvalidToken)
 	}
 	if std.Expiry == nil || std.Subject == "" {
-		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token without an expiry or a name", ErrInvalidToken)
+		return Person{}, fmt.Errorf("%w: a hub-issued token without an expiry or a name", ErrInvalidToken)
 	}
 	err = std.ValidateWithLeeway(jwt.Expected{Issuer: hubIssuer, AnyAudience: jwt.Audience{h.audience}, Time: now}, hubLeeway)
 	switch {
 	case errors.Is(err, jwt.ErrExpired):
-		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token for %q that expired at %s; get a new kubeconfig", ErrExpired, std.Subject, std.Expiry.Time().UTC().Format(time.RFC3339))
+		return Person{}, fmt.Errorf("%w: a hub-issued token for %q that expired at %s; get a new kubeconfig", ErrExpired, std.Subject, std.Expiry.Time().UTC().Format(time.RFC3339))
 	case errors.Is(err, jwt.ErrInvalidAudience):
-		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token for %q meant for another hub (%q, and this hub is %q)", ErrInvalidToken, std.Subject, short(strings.Join(std.Audience, ", ")), h.audience)
+		return Person{}, fmt.Errorf("%w: a hub-issued token for %q meant for another hub (%q, and this hub is %q)", ErrInvalidToken, std.Subject, short(strings.Join(std.Audience, ", ")), h.audience)
 	case err != nil:
-		return Person{}, time.Time{}, fmt.Errorf("%w: a hub-issued token for %q: %v", ErrInvalidToken, std.Subject, err)
+		return Person{}, fmt.Errorf("%w: a hub-issued token for %q: %v", ErrInvalidToken, std.Subject, err)
 	}
 	p := Person{Name: std.Subject, Groups: extra.Groups, Source: SourceHub, from: extra.From, cred: extra.Cred,
 		session: extra.Session, expires: std.Expiry.Time()}
-	return p, p.expires, nil
+	return p, nil
 }
 
 // peekJWT reports whether token looks like a compact JWT (three base64url parts, the middle one

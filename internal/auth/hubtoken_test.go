@@ -197,7 +197,7 @@ func BenchmarkHubToken(b *testing.B) {
 	}
 	b.Run("check", func(b *testing.B) {
 		for b.Loop() {
-			if _, _, err := a.hub.check(tok, time.Now()); err != nil {
+			if _, err := a.hub.check(tok, time.Now()); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -292,19 +292,28 @@ func TestHubTokenKeyRotation(t *testing.T) {
 	}
 }
 
-func TestIssueTokenRefuses(t *testing.T) {
+// TestIssueTokenLimits: a hub token asked for with a hub token expires
+// with it, so renewing one with itself never extends it; and no token is
+// made for no one.
+func TestIssueTokenLimits(t *testing.T) {
 	log, buf := testLogger()
-	a := newAuth(t, Config{Logger: log})
+	clock := newFakeClock()
+	a := newAuth(t, Config{Logger: log, Now: clock.Now})
 	if !strings.Contains(buf.String(), "TETHER_TOKEN_SIGNING_KEY_FILE is not set") {
 		t.Errorf("no warning about the key made at start: %s", buf)
 	}
-	tok, _, err := a.IssueToken(Person{Name: "alice", Source: SourceProxy})
+	tok, exp, err := a.IssueToken(Person{Name: "alice", Source: SourceProxy})
 	if err != nil {
 		t.Fatal(err)
 	}
+	clock.Advance(time.Hour)
 	p, _, _ := a.Authenticate(bearer(tok))
-	if _, _, err := a.IssueToken(p); !errors.Is(err, ErrRenew) {
-		t.Errorf("renewing a hub token with itself: %v", err)
+	renewed, renewedExp, err := a.IssueToken(p)
+	if err != nil || !renewedExp.Equal(exp) {
+		t.Errorf("renewing a hub token with itself, an hour on: expires %s (%v), want its own expiry %s", renewedExp, err, exp)
+	}
+	if q, ok, err := a.Authenticate(bearer(renewed)); !ok || err != nil || q.Name != "alice" {
+		t.Errorf("the renewed token: %+v %v %v", q, ok, err)
 	}
 	if _, _, err := a.IssueToken(Person{Source: SourceProxy}); err == nil {
 		t.Error("issued a token for no one")

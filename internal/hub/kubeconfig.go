@@ -2,7 +2,6 @@ package hub
 
 import (
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -33,13 +32,9 @@ func (h *Hub) serveKubeconfig(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Tether doesn't know who you are: sign in first.", http.StatusUnauthorized)
 		return
 	}
-	// A browser session's kubeconfig expires when the session does: no
-	// token makes a longer-lived one.
+	// Asked for with a hub-issued token (a page session's, a kubeconfig's),
+	// the kubeconfig expires with it: no token makes a longer-lived one.
 	token, _, err := h.cfg.Auth.IssueToken(p)
-	if errors.Is(err, auth.ErrRenew) {
-		http.Error(w, "A kubeconfig's own token can't make another kubeconfig: sign in again to get a new one.", http.StatusForbidden)
-		return
-	}
 	if err != nil {
 		h.log.Error("Can't sign a kubeconfig token", "user", p.Name, "err", err)
 		http.Error(w, "The hub can't sign a token now.", http.StatusInternalServerError)

@@ -17,23 +17,10 @@ func TestSignOutEndsTheSession(t *testing.T) {
 	fc := newFakeCluster(t)
 	h, _ := proxyHub(t, fc, "", func(c *Config) { c.EventsKeepAlive = 50 * time.Millisecond })
 	h.cfg.PublicURL = h.url
+	cookie := func(value string) http.Header {
+		return http.Header{"Cookie": {sessionCookie + "=" + value}, "Origin": {h.url}}
+	}
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	withCookie := func(method, path, value string) *http.Request {
-		req, _ := http.NewRequestWithContext(t.Context(), method, h.url+path, nil)
-		req.AddCookie(&http.Cookie{Name: sessionCookie, Value: value})
-		req.Header.Set("Origin", h.url)
-		return req
-	}
-	do := func(req *http.Request) (int, string) {
-		t.Helper()
-		resp, err := noFollow.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
 
 	login, _ := http.NewRequest("POST", h.url+"/login", strings.NewReader("token="+aliceToken))
 	login.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -52,10 +39,10 @@ func TestSignOutEndsTheSession(t *testing.T) {
 	if session == "" {
 		t.Fatalf("sign-in: %d, no session cookie", resp.StatusCode)
 	}
-	if code, body := do(withCookie("GET", "/api/clusters", session)); code != http.StatusOK {
+	if code, body, _ := call(t, "GET", h.url+"/api/clusters", "", cookie(session)); code != http.StatusOK {
 		t.Fatalf("/api/clusters in the session: %d %s", code, body)
 	}
-	code, kc := do(withCookie("GET", "/api/kubeconfig", session))
+	code, kc, _ := call(t, "GET", h.url+"/api/kubeconfig", "", cookie(session))
 	m := regexp.MustCompile(`token: (\S+)`).FindStringSubmatch(kc)
 	if code != http.StatusOK || m == nil {
 		t.Fatalf("the kubeconfig in the session: %d\n%s", code, kc)
@@ -64,9 +51,16 @@ func TestSignOutEndsTheSession(t *testing.T) {
 	if kubeconfig == session {
 		t.Fatal("the kubeconfig holds the session's own token: signing out would end it")
 	}
+	// Its token gets a kubeconfig of its own too, expiring with it
+	// (internal/auth TestSessionsExpireWithTheirSource).
+	if code, body, _ := call(t, "GET", h.url+"/api/kubeconfig", kubeconfig, nil); code != http.StatusOK || !strings.Contains(body, "token: ") {
+		t.Errorf("a kubeconfig asked for with the kubeconfig's token: %d %.200s", code, body)
+	}
 
 	// Another tab follows the fleet's events.
-	events, err := http.DefaultClient.Do(withCookie("GET", "/api/events", session))
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", h.url+"/api/events", nil)
+	req.Header = cookie(session)
+	events, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,15 +68,15 @@ func TestSignOutEndsTheSession(t *testing.T) {
 	ended := make(chan struct{})
 	go func() { io.Copy(io.Discard, events.Body); close(ended) }()
 
-	if code, _ := do(withCookie("POST", "/logout", session)); code != http.StatusSeeOther {
+	if code, _, _ := call(t, "POST", h.url+"/logout", "", cookie(session)); code != http.StatusSeeOther {
 		t.Fatalf("sign-out: %d, want 303", code)
 	}
 	for _, path := range []string{"/api/clusters", "/api/kubeconfig", "/api/resources?kind=pods"} {
-		if code, body := do(withCookie("GET", path, session)); code != http.StatusUnauthorized {
+		if code, body, _ := call(t, "GET", h.url+path, "", cookie(session)); code != http.StatusUnauthorized {
 			t.Errorf("%s with the cookie of a session signed out: %d %.100s, want 401", path, code, body)
 		}
 	}
-	if code, body := do(withCookie("GET", "/", session)); code != http.StatusOK || !strings.Contains(body, `id="token"`) {
+	if code, body, _ := call(t, "GET", h.url+"/", "", cookie(session)); code != http.StatusOK || !strings.Contains(body, `id="token"`) {
 		t.Errorf("the page with that cookie: %d, want the sign-in form\n%.300s", code, body)
 	}
 	select {
