@@ -37,6 +37,7 @@ FUZZ_TARGETS = \
 	./internal/hub:FuzzParseCA \
 	./internal/hub:FuzzParseQuery \
 	./internal/hub:FuzzWatchBody \
+	./internal/hub:FuzzAuditLine \
 	./internal/tunnel:FuzzSession \
 	./internal/tunnel:FuzzWebSocket \
 	./internal/tunnel:FuzzHandshake

@@ -2,7 +2,6 @@ package hub
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -58,7 +57,7 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 	if groups == nil {
 		groups = []string{}
 	}
-	line, err := json.Marshal(auditRecord{
+	rec := auditRecord{
 		Time:      start.UTC(),
 		Person:    rt.person.Name,
 		Groups:    groups,
@@ -72,12 +71,14 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 		Bytes:     w.bytes + w.hijacked.Load(),
 		RequestID: rt.id,
 		Remote:    r.RemoteAddr,
-	})
-	if err == nil {
-		h.auditMu.Lock()
-		_, err = h.cfg.Audit.Write(append(line, '\n'))
-		h.auditMu.Unlock()
 	}
+	h.auditMu.Lock()
+	h.auditLine = append(rec.appendJSON(h.auditLine[:0]), '\n')
+	_, err := h.cfg.Audit.Write(h.auditLine)
+	if cap(h.auditLine) > maxKeptAuditLine {
+		h.auditLine = nil // a long path's line isn't kept
+	}
+	h.auditMu.Unlock()
 	if err != nil {
 		// A full disk, say: the line is lost, so say so, where operators
 		// look (the log, rate-limited, and a metric to alert on).
@@ -90,6 +91,10 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 
 // maxAuditPath is the longest path an audit line holds whole.
 const maxAuditPath = 4 << 10
+
+// maxKeptAuditLine is the largest buffer the hub keeps for its next audit
+// line: one for any line that holds no long path or long names.
+const maxKeptAuditLine = 2 << 10
 
 // verb names what a request does in Kubernetes' words, from its method and
 // path alone: /api/v1/namespaces/a/pods is a list, /api/v1/namespaces/a/pods/p

@@ -3,6 +3,8 @@ package hub
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -295,4 +297,30 @@ func fuzzHub(f *testing.F, cfg auth.Config) *Hub {
 		f.Fatal(err)
 	}
 	return h
+}
+
+// FuzzAuditLine: whatever names, path and numbers a request brings, its
+// audit line is what json.Marshal writes for the same record: valid JSON,
+// one line, every string escaped as encoding/json escapes it.
+func FuzzAuditLine(f *testing.F) {
+	f.Add("alice@example.com", "admins", "token", "/api/v1/namespaces/a/pods", int64(1764633600123456789), 0.0123, int64(512))
+	f.Add("\x00\"\\\b\f\n\r\t<>&\u2028\u2029", "\xff\xfe", "", "/a%2Fb?\x7f", int64(0), 5e-7, int64(-1))
+	f.Add("ä€😀", "", "oidc", "", int64(math.MinInt64), 1e21, int64(1<<62))
+	f.Fuzz(func(t *testing.T, person, group, source, path string, unixNano int64, seconds float64, n int64) {
+		if math.IsInf(seconds, 0) || math.IsNaN(seconds) {
+			return // a time.Duration's Seconds is always finite
+		}
+		rec := auditRecord{
+			Time: time.Unix(0, unixNano).UTC(), Person: person, Groups: []string{group, person}, Source: source,
+			Cluster: group, Verb: source, Method: person, Path: path, Status: int(n % 1000),
+			Duration: seconds, Bytes: n, RequestID: path, Remote: group,
+		}
+		want, err := json.Marshal(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rec.appendJSON(nil); string(got) != string(want) {
+			t.Fatalf("audit line\n%s\nwant what json.Marshal writes:\n%s", got, want)
+		}
+	})
 }

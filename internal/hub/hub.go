@@ -106,8 +106,9 @@ type Hub struct {
 	watches       map[*watchBody]struct{} // watch answers in flight (watchend.go)
 	endingWatches bool                    // EndWatches was called
 
-	auditMu sync.Mutex // serializes audit lines
-	events  broker     // tells /api/events streams what changed
+	auditMu   sync.Mutex // serializes audit lines, and guards auditLine
+	auditLine []byte     // the last line written, its buffer reused
+	events    broker     // tells /api/events streams what changed
 
 	inventory *inventory.Store // every cluster's inventory
 	access    accessCache      // what people may list, per cluster (SPEC section 5)
