@@ -35,6 +35,17 @@ func runChild(role string, args []string) int {
 			defer pprof.StopCPUProfile()
 		}
 	}
+	if dir := os.Getenv("BENCH_ALLOCS_DIR"); dir != "" {
+		// For finding what allocates: `go tool pprof -sample_index=alloc_space`
+		// on the file, written as the child ends; with BENCH_MEMPROFILERATE
+		// for the hub, to sample more than one allocation per 512 KiB.
+		defer func() {
+			if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.allocs", role, os.Getpid()))); err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
+	}
 	if dir := os.Getenv("BENCH_TRACE_DIR"); dir != "" {
 		// For finding where a request waits: `go tool trace` on the file.
 		if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.trace", role, os.Getpid()))); err == nil {

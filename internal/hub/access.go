@@ -154,7 +154,7 @@ func (h *Hub) reviewAccess(ctx context.Context, cluster string, forwardToken boo
 		}
 		req.Header.Set("Authorization", "Bearer "+bearer)
 	} else {
-		req.Header.Set("Authorization", "Bearer "+c.serviceAccountToken())
+		req.Header.Set("Authorization", c.serviceAccountAuth())
 		req.Header.Set("Impersonate-User", user)
 		for _, g := range groups {
 			req.Header.Add("Impersonate-Group", g)

@@ -149,7 +149,7 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent) (*
 		agentVersion: m.AgentVersion,
 		apiServer:    m.APIServer,
 		ca:           ca,
-		saToken:      m.ServiceAccountToken,
+		saAuth:       bearer(m.ServiceAccountToken),
 		since:        time.Now(),
 		done:         make(chan struct{}),
 	}

@@ -62,8 +62,11 @@ type agentConn struct {
 
 	writeMu sync.Mutex // guards writes to ctl
 
-	mu      sync.Mutex // guards the following
-	saToken string     // the agent's service account token, for probes
+	mu sync.Mutex // guards the following
+	// saAuth is Authorization for the agent's service account token,
+	// "Bearer <token>": made once per token, not once per request (a
+	// token is about a kilobyte).
+	saAuth string
 	// transport goes to the API server, through the tunnel, TLS checked
 	// against ca. It is made on first use: an idle agent's hub holds
 	// no transport (about 1 KiB each with its TLS config, and more once
@@ -296,7 +299,7 @@ func (c *agentConn) handleControl(m protocol.Message) error {
 		}
 	case protocol.TypeToken:
 		c.mu.Lock()
-		c.saToken = m.ServiceAccountToken
+		c.saAuth = bearer(m.ServiceAccountToken)
 		c.mu.Unlock()
 		c.hub.log.Info(fmt.Sprintf("The agent of %q sent a new service account token", c.name), "agent", c.name)
 	case protocol.TypeBye:
@@ -605,8 +608,12 @@ func parseCA(data []byte) [][]byte {
 	}
 }
 
-func (c *agentConn) serviceAccountToken() string {
+// serviceAccountAuth returns the Authorization value that carries the
+// agent's service account token.
+func (c *agentConn) serviceAccountAuth() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.saToken
+	return c.saAuth
 }
+
+func bearer(token string) string { return "Bearer " + token }

@@ -210,7 +210,7 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 		out.Header.Set("Authorization", "Bearer "+rt.person.Bearer)
 		return
 	}
-	out.Header.Set("Authorization", "Bearer "+rt.conn.serviceAccountToken())
+	out.Header.Set("Authorization", rt.conn.serviceAccountAuth())
 	out.Header.Set("Impersonate-User", rt.user)
 	for _, g := range rt.groups {
 		out.Header.Add("Impersonate-Group", g)

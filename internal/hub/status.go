@@ -252,7 +252,7 @@ func (h *Hub) get(ctx context.Context, t http.RoundTripper, c *agentConn, path s
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.serviceAccountToken())
+	req.Header.Set("Authorization", c.serviceAccountAuth())
 	resp, err := t.RoundTrip(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
