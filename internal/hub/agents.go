@@ -149,7 +149,7 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent) (*
 		agentVersion: m.AgentVersion,
 		apiServer:    m.APIServer,
 		ca:           ca,
-		saAuth:       bearer(m.ServiceAccountToken),
+		saAuth:       authorization(m.ServiceAccountToken),
 		since:        time.Now(),
 		done:         make(chan struct{}),
 	}

@@ -299,7 +299,7 @@ func (c *agentConn) handleControl(m protocol.Message) error {
 		}
 	case protocol.TypeToken:
 		c.mu.Lock()
-		c.saAuth = bearer(m.ServiceAccountToken)
+		c.saAuth = authorization(m.ServiceAccountToken)
 		c.mu.Unlock()
 		c.hub.log.Info(fmt.Sprintf("The agent of %q sent a new service account token", c.name), "agent", c.name)
 	case protocol.TypeBye:
@@ -616,4 +616,5 @@ func (c *agentConn) serviceAccountAuth() string {
 	return c.saAuth
 }
 
-func bearer(token string) string { return "Bearer " + token }
+// authorization returns the Authorization value that carries a bearer token.
+func authorization(token string) string { return "Bearer " + token }

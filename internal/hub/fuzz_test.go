@@ -76,7 +76,7 @@ func FuzzRewrite(f *testing.F) {
 	f.Add("Tether-Request-Id", "forged", "Impersonate-Uid", "0", "erin", "b")
 	h := fuzzHub(f, auth.Config{Users: testUsers, ProxyUserHeader: "X-Remote-User", ProxyGroupsHeader: "X-Remote-Group",
 		ProxyTrusted: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
-	conn := &agentConn{hub: h, name: "c", saAuth: bearer("service-account-token")}
+	conn := &agentConn{hub: h, name: "c", saAuth: authorization("service-account-token")}
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, user, group string) {
 		in := httptest.NewRequest("GET", "/clusters/c/api", nil)
 		in.Header[k1] = append(in.Header[k1], v1)
@@ -225,7 +225,7 @@ func FuzzRewritePath(f *testing.F) {
 	f.Add("%2Fx")
 	f.Add("/%63")
 	h := fuzzHub(f, auth.Config{Users: testUsers})
-	conn := &agentConn{hub: h, name: "c", saAuth: bearer("service-account-token")}
+	conn := &agentConn{hub: h, name: "c", saAuth: authorization("service-account-token")}
 	const prefix = "/clusters/c"
 	f.Fuzz(func(t *testing.T, path string) {
 		u, err := url.ParseRequestURI(prefix + path)
