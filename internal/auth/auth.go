@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -78,7 +79,7 @@ type Person struct {
 
 // credOf names a static token by the start of its SHA-256: the users list
 // holds the hashes, so naming one gives nothing away.
-func credOf(h fleet.Hash) string { return h.String()[:16] }
+func credOf(h fleet.Hash) string { return hex.EncodeToString(h[:8]) }
 
 // String names the person for logs: never the token.
 func (p Person) String() string { return fmt.Sprintf("%q (%s)", p.Name, p.Source) }
@@ -255,8 +256,8 @@ func schemeHint(v string) string {
 
 // fromBearer tries token as a static token, a hub-issued token, then an OIDC ID token.
 func (a *Authenticator) fromBearer(ctx context.Context, token string) (Person, error) {
-	if u, ok := a.users.lookup(token); ok {
-		return Person{Name: u.Name, Groups: u.Groups, Source: SourceToken, cred: credOf(fleet.HashToken(token))}, nil
+	if u, h, ok := a.users.lookup(token); ok {
+		return Person{Name: u.Name, Groups: u.Groups, Source: SourceToken, cred: credOf(h)}, nil
 	}
 	if p, ok := a.verified.recall(token, a.cfg.now()); ok {
 		return a.stillHolds(p)

@@ -113,18 +113,20 @@ func (u *users) replace(list []User) {
 	u.cur.Store(&idx)
 }
 
-// lookup finds the user whose token this is. It looks the token's hash up in a map rather than
-// comparing in constant time: the hash of a secret with at least 32 characters leaks nothing
-// useful through timing, and the lookup must cost the same for thousands of users as for one.
-func (u *users) lookup(token string) (User, bool) {
+// lookup finds the user whose token this is, and returns the token's hash too. It looks the
+// hash up in a map rather than comparing in constant time: the hash of a secret with at least 32
+// characters leaks nothing useful through timing, and the lookup must cost the same for
+// thousands of users as for one.
+func (u *users) lookup(token string) (User, fleet.Hash, bool) {
 	if u == nil {
-		return User{}, false
+		return User{}, fleet.Hash{}, false
 	}
-	found, ok := u.cur.Load().byHash[fleet.HashToken(token)]
+	h := fleet.HashToken(token)
+	found, ok := u.cur.Load().byHash[h]
 	if !ok {
-		return User{}, false
+		return User{}, fleet.Hash{}, false
 	}
-	return *found, true
+	return *found, h, true
 }
 
 // named finds the user with this name in the list in force.
