@@ -15,7 +15,8 @@ import (
 
 // auditRecord is one line of the audit log (SPEC section 3). Every field
 // SPEC names is on every line: person and groups too, "" and [] for a
-// request whose person isn't known (a 401).
+// request whose person isn't known (a 401). appendJSON writes it: a field
+// added here goes there too, or FuzzAuditLine's seeds fail.
 type auditRecord struct {
 	Time      time.Time `json:"time"`
 	Person    string    `json:"person"`
