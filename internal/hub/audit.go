@@ -16,11 +16,12 @@ import (
 // auditRecord is one line of the audit log (SPEC section 3). Every field
 // SPEC names is on every line: person and groups too, "" and [] for a
 // request whose person isn't known (a 401). appendJSON writes it: a field
-// added here goes there too, or FuzzAuditLine's seeds fail.
+// added here goes there too (TestAppendJSONWritesEveryField fails until it
+// does).
 type auditRecord struct {
 	Time      time.Time `json:"time"`
 	Person    string    `json:"person"`
-	Groups    []string  `json:"groups"` // [] when none, never null
+	Groups    []string  `json:"groups"` // [] when none, never null (appendJSON)
 	Source    string    `json:"source,omitempty"`
 	Cluster   string    `json:"cluster"`
 	Verb      string    `json:"verb"`
@@ -54,14 +55,10 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 		// an audit line keeps its start and says how long it was.
 		path = fmt.Sprintf("%s…(%d bytes)", strings.ToValidUTF8(path[:maxAuditPath], ""), len(path))
 	}
-	groups := rt.person.Groups
-	if groups == nil {
-		groups = []string{}
-	}
 	rec := auditRecord{
 		Time:      start.UTC(),
 		Person:    rt.person.Name,
-		Groups:    groups,
+		Groups:    rt.person.Groups,
 		Source:    rt.person.Source,
 		Cluster:   cluster,
 		Verb:      verb(r.Method, path, r.URL.Query().Get("watch")),

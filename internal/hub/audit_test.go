@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -130,6 +131,39 @@ func TestAuditLineOfALongPath(t *testing.T) {
 	}
 	if want := fmt.Sprintf("…(%d bytes)", len(long)); len(rec.Path) > 5<<10 || !strings.HasPrefix(rec.Path, long[:4<<10]) || !strings.HasSuffix(rec.Path, want) {
 		t.Errorf("audit path of %d bytes, ending %q; want the first 4 KiB and %q", len(rec.Path), rec.Path[max(0, len(rec.Path)-30):], want)
+	}
+}
+
+// TestAppendJSONWritesEveryField: with every field of auditRecord set, the
+// line the hub writes is json.Marshal's, so a field added to the record
+// and left out of appendJSON fails here, whatever FuzzAuditLine sets.
+func TestAppendJSONWritesEveryField(t *testing.T) {
+	var rec auditRecord
+	v := reflect.ValueOf(&rec).Elem()
+	for i := range v.NumField() {
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(v.Type().Field(i).Name)
+		case reflect.Int, reflect.Int64:
+			f.SetInt(int64(i + 1))
+		case reflect.Float64:
+			f.SetFloat(float64(i) + 0.5)
+		case reflect.Slice:
+			f.Set(reflect.ValueOf([]string{"a", "b"}))
+		default:
+			if f.Type() != reflect.TypeFor[time.Time]() {
+				t.Fatalf("auditRecord.%s is a %s, which this test can't fill: teach it", v.Type().Field(i).Name, f.Type())
+			}
+			f.Set(reflect.ValueOf(time.Date(2026, 12, 2, 8, 0, 0, 123, time.UTC)))
+		}
+	}
+	want, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.appendJSON(nil); string(got) != string(want) {
+		t.Errorf("audit line\n%s\nwant what json.Marshal writes:\n%s", got, want)
 	}
 }
 

@@ -8,7 +8,9 @@ import (
 )
 
 // appendJSON appends rec as one JSON object, byte for byte what
-// json.Marshal writes for it (FuzzAuditLine holds the two equal).
+// json.Marshal writes for it (FuzzAuditLine holds the two equal), but for
+// nil Groups, which it writes as [] rather than null: SPEC has groups on
+// every line, a list.
 //
 // Written out because the audit line is on every request: json.Marshal's
 // reflection and allocations cost the hub 18 µs of its 480 µs of CPU per

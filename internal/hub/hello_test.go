@@ -2,12 +2,14 @@ package hub
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/tunnel"
 )
@@ -69,15 +71,36 @@ func TestHelloTooLarge(t *testing.T) {
 	}
 }
 
+// TestTokenRotation: the agent sends its service account's new token, and
+// the hub's probes and the requests it relays for people both carry it.
 func TestTokenRotation(t *testing.T) {
 	fc := newFakeCluster(t)
-	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: 50 * time.Millisecond})
+	people, err := auth.New(auth.Config{Users: testUsers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { people.Close() })
+	h := startHub(t, Config{Agents: testAgents("eu-1"), Auth: people, ProbeInterval: 50 * time.Millisecond})
 	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.TokenReread = 100 * time.Millisecond })
 	eventually(t, 5*time.Second, "the probe uses the first token", func() bool { return fc.lastToken() == "service-account-token-1" })
+	relayedAuthorization := func() string {
+		code, body, _ := call(t, "GET", h.url+"/clusters/eu-1/api", aliceToken, nil)
+		var got struct{ Header http.Header }
+		if err := json.Unmarshal([]byte(body), &got); code != http.StatusOK || err != nil {
+			t.Fatalf("%d %v: %s", code, err, body)
+		}
+		return got.Header.Get("Authorization")
+	}
+	if got := relayedAuthorization(); got != "Bearer service-account-token-1" {
+		t.Errorf("a person's request reached the API server with Authorization %q, want the first token", got)
+	}
 	fc.writeToken(t, "service-account-token-2")
 	// One reread interval, plus a probe interval, plus slack for a loaded
 	// machine.
 	eventually(t, 5*time.Second, "the hub uses the new token", func() bool { return fc.lastToken() == "service-account-token-2" })
+	if got := relayedAuthorization(); got != "Bearer service-account-token-2" {
+		t.Errorf("after the new token, a person's request reached the API server with Authorization %q, want the new token", got)
+	}
 	if !strings.Contains(a.logs.String(), "Sent the hub the service account's new token") {
 		t.Errorf("agent log:\n%s", a.logs)
 	}
