@@ -387,16 +387,18 @@ func (h *Hub) connected(name string) *agentConn {
 
 // AgentsChanged disconnects the agents that a new agents list removed,
 // whose token it revoked, or whose CA it no longer pins. They connect again
-// and are refused if they should be. It tells the event streams about every
-// cluster added, removed or changed, so open fleet pages show new clusters,
-// new labels and who may see what, and drop clusters that are gone; an
-// entry changed in a way people don't see (a token, a pinned CA) is
+// and are refused if they should be. It forgets what the hub kept of the
+// clusters removed: inventory, status and request metrics. It tells the
+// event streams about every cluster added, removed or changed, so open
+// fleet pages show new clusters, new labels and who may see what, and drop
+// clusters that are gone; an entry changed in a way people don't see (a token, a pinned CA) is
 // announced too, which costs one event. It returns once the agents it
 // disconnects are gone; one that doesn't answer holds up none of the
 // others.
 func (h *Hub) AgentsChanged(c fleet.Change) {
 	for _, name := range c.Removed {
 		h.inventory.Forget(name)
+		h.metrics.forgetCluster(name)
 		h.mu.Lock()
 		if h.agents[name] == nil { // else once its agent has gone (setStatus)
 			delete(h.status, name)

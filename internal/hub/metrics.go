@@ -70,6 +70,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// forgetCluster drops the request series of a cluster the agents list no
+// longer names. A fleet that adds and removes clusters (short-lived ones for
+// tests, say) would otherwise export every name it ever listed until the
+// hub restarts: 21 series of its duration histogram each, and a count per
+// answer code. A request to it still in flight is counted as "unknown" when
+// it ends: audit labels it by the list in force then.
+func (m *metrics) forgetCluster(name string) {
+	m.requests.DeletePartialMatch(prometheus.Labels{"cluster": name})
+	m.requestDuration.DeleteLabelValues(name)
+}
+
 // clusterReadyDesc is tether_cluster_ready, one series per cluster, read
 // from the clusters' statuses when scraped: a cluster gone from the agents
 // list is gone from it too, and nothing is kept in step.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tetherhq/tether/internal/fleet"
 )
 
 // TestMetricsMove checks that the hub's metrics are there and follow load:
@@ -87,5 +89,62 @@ tether_cluster_ready{cluster="ops"} 1
 `
 	if err := testutil.GatherAndCompare(h.reg, strings.NewReader(want), "tether_cluster_ready"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRemovedClusterLeavesTheMetrics: a cluster the agents list no longer
+// names drops its request series, and a cluster still listed keeps its own.
+func TestRemovedClusterLeavesTheMetrics(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeInterval = time.Hour })
+	for _, name := range []string{"open", "ops"} {
+		if code, body, _ := call(t, "GET", h.url+"/clusters/"+name+"/api", bobToken, nil); code != 200 {
+			t.Fatalf("%s: %d %s", name, code, body)
+		}
+	}
+	series := func(metric, cluster string) int {
+		t.Helper()
+		families, err := h.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, f := range families {
+			if f.GetName() != metric {
+				continue
+			}
+			for _, m := range f.Metric {
+				for _, l := range m.Label {
+					if l.GetName() == "cluster" && l.GetValue() == cluster {
+						n++
+					}
+				}
+			}
+		}
+		return n
+	}
+	for _, name := range []string{"open", "ops"} {
+		if series("tether_requests_total", name) == 0 || series("tether_request_duration_seconds", name) == 0 {
+			t.Fatalf("no request series for %s before the change", name)
+		}
+	}
+
+	var keep []fleet.Agent
+	for _, a := range h.cfg.Agents.List() {
+		if a.Name != "open" {
+			keep = append(keep, a)
+		}
+	}
+	h.AgentsChanged(h.cfg.Agents.Replace(keep))
+	if n := series("tether_requests_total", "open") + series("tether_request_duration_seconds", "open"); n != 0 {
+		t.Errorf("the removed cluster still has %d request series", n)
+	}
+	if series("tether_requests_total", "ops") != 1 || series("tether_request_duration_seconds", "ops") != 1 {
+		t.Error("the cluster still listed lost its request series")
+	}
+	// A request to the name now gone is counted as unknown, not as it.
+	call(t, "GET", h.url+"/clusters/open/api", bobToken, nil)
+	if n := series("tether_requests_total", "open"); n != 0 {
+		t.Errorf("a request after the change made %d series for the removed cluster", n)
 	}
 }
