@@ -391,10 +391,10 @@ func (h *Hub) connected(name string) *agentConn {
 // clusters removed: inventory, status and request metrics. It tells the
 // event streams about every cluster added, removed or changed, so open
 // fleet pages show new clusters, new labels and who may see what, and drop
-// clusters that are gone; an entry changed in a way people don't see (a token, a pinned CA) is
-// announced too, which costs one event. It returns once the agents it
-// disconnects are gone; one that doesn't answer holds up none of the
-// others.
+// clusters that are gone; an entry changed in a way people don't see (a
+// token, a pinned CA) is announced too, which costs one event. It returns
+// once the agents it disconnects are gone; one that doesn't answer holds up
+// none of the others.
 func (h *Hub) AgentsChanged(c fleet.Change) {
 	for _, name := range c.Removed {
 		h.inventory.Forget(name)
