@@ -68,7 +68,7 @@ build:
 ## test: everything CI runs: the Kubernetes build (cached), vet, the tests with -race, the short performance check, and a short fuzz of every target.
 test: kube helm chromium vet unit perf-check fuzz
 
-## bench: the full performance suite (about 7 minutes); writes docs/PERFORMANCE.md and bench/results.json.
+## bench: the full performance suite (about 10 minutes once the Kubernetes build is cached); writes docs/PERFORMANCE.md and bench/results.json.
 bench:
 	$(GO) run ./bench
 
