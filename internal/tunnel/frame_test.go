@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -147,6 +148,62 @@ func TestFramesForGoneStreamsAreDropped(t *testing.T) {
 	case <-s.Done():
 		t.Fatalf("the session ended: %v", s.ended())
 	default:
+	}
+}
+
+// TestPeerThatReadsNothingEndsTheSession: a peer that sends pings, each
+// to be answered, and reads none of the answers makes the session queue
+// them only up to maxQueued, then end.
+func TestPeerThatReadsNothingEndsTheSession(t *testing.T) {
+	s, peer := rawPeer(t) // nothing reads peer: the first answer's write stalls
+	burst := bytes.Repeat(frame(header{typ: typePing, flags: flagSYN, length: 7}), 1000)
+	for range 2 * maxQueued / 1000 {
+		peer.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if _, err := peer.Write(burst); err != nil {
+			break // the session ended
+		}
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the session still runs")
+	}
+	if err := s.ended(); !errors.Is(err, errProtocol) {
+		t.Errorf("the session ended with %v, want a protocol error", err)
+	}
+	s.mu.Lock()
+	n := len(s.queued)
+	s.mu.Unlock()
+	if n > maxQueued {
+		t.Errorf("%d frames queued, want at most %d", n, maxQueued)
+	}
+}
+
+// TestDataFrameHoldsAPiece: a data frame's header claiming a window of
+// 1 MiB, with nothing after it, makes the read loop hold a piece of
+// maxFrame, not the length claimed.
+func TestDataFrameHoldsAPiece(t *testing.T) {
+	const sessions = 8
+	heap := func() int64 {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return int64(m.HeapAlloc)
+	}
+	before := heap()
+	var keep []net.Conn
+	for range sessions {
+		s, peer := rawPeer(t)
+		framesFrom(peer)
+		peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: 2}))
+		keep = append(keep, accept(t, s)) // its window is StreamWindow now
+		// net.Pipe: Write returns once the read loop has taken the byte.
+		peer.Write(frame(header{typ: typeData, stream: 2, length: 1 << 20}, 'x'))
+	}
+	held := (heap() - before) / sessions
+	runtime.KeepAlive(keep)
+	if held > maxFrame+64<<10 {
+		t.Errorf("a frame's header and one byte hold %d KiB per session, want at most a piece of %d KiB", held>>10, maxFrame>>10)
 	}
 }
 

@@ -59,7 +59,8 @@ type Session struct {
 	queued   []header // frames the read loop may not wait to write
 	flushing bool     // a goroutine is writing queued
 
-	grown atomic.Int64 // what the streams' windows grew by, together
+	grown   atomic.Int64 // what the streams' windows grew by, together
+	flooded atomic.Bool  // queued reached maxQueued: the read loop ends the session
 
 	arrived chan struct{} // cap 1: the backlog grew
 	done    chan struct{} // closed when the session ends
@@ -308,9 +309,20 @@ func (s *Session) queue(h header) {
 	s.queueLocked(h)
 }
 
+// maxQueued bounds the frames waiting in queued. A peer that keeps reading
+// leaves a few per stream at most; only one that sends what must be
+// answered (pings, opens past the backlog) and reads nothing gets here,
+// and the read loop then ends the session, as net/http2 does past its
+// maxQueuedControlFrames.
+const maxQueued = 1 << 14
+
 // queueLocked is queue with s.mu held.
 func (s *Session) queueLocked(h header) {
 	if s.err != nil {
+		return
+	}
+	if len(s.queued) >= maxQueued {
+		s.flooded.Store(true)
 		return
 	}
 	s.queued = append(s.queued, h)
@@ -357,6 +369,9 @@ func (s *Session) readLoop() {
 		h, err := decodeHeader(&b)
 		if err == nil {
 			err = s.dispatch(h)
+		}
+		if err == nil && s.flooded.Load() {
+			err = fmt.Errorf("%w: %d frames wait for a peer that reads none of them", errProtocol, maxQueued)
 		}
 		if err != nil {
 			s.end(err)
@@ -427,12 +442,20 @@ func (s *Session) receive(st *stream, h header) error {
 		st.abandon()
 		s.queue(header{typ: typeWindow, flags: flagRST, stream: h.stream})
 	case admitOK:
-		buf := getChunk(int(h.length))
-		if _, err := io.ReadFull(s.t, *buf); err != nil {
-			putChunk(buf)
-			return err
+		// Read in pieces of at most maxFrame, the most Tether sends in one
+		// frame, so a header that claims a whole window of 1 MiB or more,
+		// then sends nothing, holds one piece (hashicorp/yamux sends up to
+		// its window in one frame).
+		for left := h.length; left > 0; {
+			n := min(left, maxFrame)
+			buf := getChunk(int(n))
+			if _, err := io.ReadFull(s.t, *buf); err != nil {
+				putChunk(buf)
+				return err
+			}
+			st.receive(buf)
+			left -= n
 		}
-		st.receive(buf)
 		return nil
 	}
 	_, err := io.CopyN(io.Discard, s.t, int64(h.length))

@@ -431,7 +431,12 @@ func (st *stream) peerWaits() (grant uint32) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	limit := st.s.cfg.MaxStreamWindow
-	if st.window >= limit || st.closed || st.reset || st.finRecv || st.unreadLocked() > int(st.window/4) {
+	// The share unread is of what the peer was given: the whole window
+	// once this side's SYN or ACK enlarged it, the initial 256 KiB before,
+	// while a stream waits to be accepted.
+	unread := st.unreadLocked()
+	given := unread + int(st.credit) + int(st.recvWin)
+	if st.window >= limit || st.closed || st.reset || st.finRecv || unread > given/4 {
 		return 0
 	}
 	grant = st.s.growBy(min(st.window, limit-st.window))
@@ -573,10 +578,11 @@ func (st *stream) RemoteAddr() net.Addr { return st.s.RemoteAddr() }
 
 // Chunks of received data come from pools by size, and go back once read:
 // an idle stream holds no buffer. The sizes fit a small message, a TLS
-// record (16 KiB and its overhead), and the frames of 64 KiB to 1 MiB that
-// bulk senders write; the largest frame Tether writes fits with room for
-// its headers, since a client's frames are built in one. Caches, not state.
-var chunkSizes = [...]int{4 << 10, 17 << 10, 64 << 10, maxFrame + 64, 1 << 20}
+// record (16 KiB and its overhead), and the frames of 64 KiB to 256 KiB
+// that bulk senders write (a larger frame is received in pieces of
+// maxFrame); the largest frame Tether writes fits with room for its
+// headers, since a client's frames are built in one. Caches, not state.
+var chunkSizes = [...]int{4 << 10, 17 << 10, 64 << 10, maxFrame + 64}
 
 var chunkPools [len(chunkSizes)]sync.Pool
 

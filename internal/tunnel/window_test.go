@@ -120,6 +120,35 @@ func TestWaitingPeerGetsAWiderWindow(t *testing.T) {
 	waitsFor(t, peer, frames, 4, 0) // a quarter of the window and more unread
 }
 
+// TestNoGrowthBeforeAccept: a stream waiting to be accepted has been given
+// only the initial window, and a peer that has filled it and waits has
+// found a reader that hasn't started, not one that keeps up: no growth,
+// and none of the session's allowance spent.
+func TestNoGrowthBeforeAccept(t *testing.T) {
+	s, peer := rawPeer(t)
+	frames := framesFrom(peer)
+	peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: 2}))
+	peer.Write(frame(header{typ: typeData, stream: 2, length: initialWindow}, make([]byte, initialWindow)...))
+	waitsFor(t, peer, frames, 2, 0)
+	if g := s.grown.Load(); g != 0 {
+		t.Errorf("the session's windows grew by %d for a stream nobody read", g)
+	}
+	// Accepted and read, the same stream grows when its peer waits again.
+	go io.Copy(io.Discard, accept(t, s))
+	if h := next(t, frames); h.typ != typeWindow || h.flags != flagACK {
+		t.Fatalf("after Accept: %s, want the ACK", h)
+	}
+	waitFor(t, "the reader to read it all", func() bool {
+		s.mu.Lock()
+		st := s.streams[2]
+		s.mu.Unlock()
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.unreadLocked() == 0
+	})
+	waitsFor(t, peer, frames, 2, s.cfg.StreamWindow)
+}
+
 // TestWindowGrowthIsTheSessions: the streams of a session grow their
 // windows out of one MaxWindowGrowth, and a stream that ends gives its
 // growth back.
@@ -183,7 +212,11 @@ func waitsFor(t *testing.T, peer net.Conn, frames <-chan header, id, want uint32
 // TestNoGrantWhileWriteToIsBehind: bytes WriteTo took and can't write yet
 // are unread too: a peer waiting then gets no wider window.
 func TestNoGrantWhileWriteToIsBehind(t *testing.T) {
-	s, peer := rawPeer(t)
+	// A window of two frames, so that half of it is one frame, one chunk,
+	// all of it taken by WriteTo.
+	cfg := DefaultConfig()
+	cfg.StreamWindow = 2 * maxFrame
+	s, peer := rawPeerWith(t, cfg)
 	frames := framesFrom(peer)
 	peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: 2}))
 	in := accept(t, s)
