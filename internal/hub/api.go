@@ -233,6 +233,10 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
+		case <-h.stopping:
+			// The hub is stopping: EventSource connects again, to the
+			// next hub, on its own.
+			return
 		case <-keepAlive.C:
 			// Who the stream is for is asked again: a person taken off the
 			// users list, or whose token expired, stops getting events; one

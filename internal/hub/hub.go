@@ -105,6 +105,7 @@ type Hub struct {
 	watchMu       sync.Mutex              // guards the following
 	watches       map[*watchBody]struct{} // watch answers in flight (watchend.go)
 	endingWatches bool                    // EndWatches was called
+	stopping      chan struct{}           // closed by EndWatches: the fleet pages' event streams end
 
 	auditMu   sync.Mutex // serializes audit lines, and guards auditLine
 	auditLine []byte     // the last line written, its buffer reused
@@ -213,6 +214,7 @@ func New(cfg Config) (*Hub, error) {
 		lastCA:    map[string]string{},
 		requests:  newInflight(),
 		watches:   map[*watchBody]struct{}{},
+		stopping:  make(chan struct{}),
 		inventory: inventory.NewStore(),
 		access:    accessCache{ttl: cfg.AccessTTL},
 	}

@@ -186,3 +186,37 @@ func TestShutdownEndsWatches(t *testing.T) {
 		t.Errorf("the hub waited out the grace %s after it was told to stop:\n%s", time.Since(stopped), logs)
 	}
 }
+
+// TestShutdownEndsEventStreams: a fleet page left open (its
+// /api/events stream) must not hold a stopping hub for the whole grace
+// period, as watches don't (TestShutdownEndsWatches).
+func TestShutdownEndsEventStreams(t *testing.T) {
+	addr, logs, stop, served := serveForShutdown(t, "TETHER_SHUTDOWN_GRACE_SECONDS", "20")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/api/events", nil)
+	req.Header.Set("Authorization", "Bearer "+annToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	stop()
+	go io.Copy(io.Discard, br)
+	select {
+	case <-served:
+	case <-time.After(25 * time.Second):
+		t.Fatal("Serve didn't return")
+	}
+	if d := time.Since(stopped); d > 10*time.Second || strings.Contains(logs.String(), "Requests still open") {
+		t.Errorf("an open event stream held the stopping hub for %s (the whole grace):\n%s", d.Round(time.Second), logs)
+	}
+}

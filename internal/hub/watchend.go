@@ -183,10 +183,14 @@ func (h *Hub) forgetWatch(b *watchBody) {
 }
 
 // EndWatches ends every watch answer in flight at its next event's end,
-// and those that start from now on at once: a stopping hub calls it as it
-// stops taking requests.
+// and those that start from now on at once, and the fleet pages' event
+// streams (/api/events) now: a stopping hub calls it as it stops taking
+// requests, so that none of them holds it for the whole grace.
 func (h *Hub) EndWatches() {
 	h.watchMu.Lock()
+	if !h.endingWatches {
+		close(h.stopping)
+	}
 	h.endingWatches = true
 	all := make([]*watchBody, 0, len(h.watches))
 	for b := range h.watches {
