@@ -213,7 +213,9 @@ func (c *countedConn) Write(b []byte) (int, error) {
 }
 
 func (w *countingWriter) WriteHeader(code int) {
-	if !w.wroteHeader {
+	// A 1xx (100 Continue, 103 Early Hints) the proxy passes on comes
+	// before the answer: the answer's status is the one to record.
+	if !w.wroteHeader && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		w.status, w.wroteHeader = code, true
 	}
 	w.ResponseWriter.WriteHeader(code)

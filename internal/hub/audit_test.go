@@ -1,9 +1,12 @@
 package hub
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
@@ -189,4 +192,54 @@ func BenchmarkAuditLine(b *testing.B) {
 			_ = append(line, '\n')
 		}
 	})
+}
+
+// TestAuditAfter100Continue: a client that sends
+// "Expect: 100-continue" (curl does for large bodies) gets the API server's
+// 100 Continue passed on by the proxy, and the audit line must still name
+// the final status, not 100.
+func TestAuditAfter100Continue(t *testing.T) {
+	fc := newFakeCluster(t)
+	fc.srv.Config.Handler.(*http.ServeMux).HandleFunc("/create", func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // reading the body sends 100 Continue
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "{}")
+	})
+	h, audit := proxyHub(t, fc, "")
+	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := `{"kind":"ConfigMap"}`
+	io.WriteString(c, "POST /clusters/open/create HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer "+aliceToken+
+		"\r\nImpersonate-User: admin\r\nExpect: 100-continue\r\nContent-Type: application/json\r\nContent-Length: 20\r\n\r\n"+body)
+	br := bufio.NewReader(c)
+	var final *http.Response
+	for final == nil || final.StatusCode < 200 {
+		if final, err = http.ReadResponse(br, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if final.StatusCode != http.StatusCreated {
+		t.Fatalf("status %d, want 201", final.StatusCode)
+	}
+	if final.Header.Get("Warning") == "" {
+		t.Errorf("the final answer lost the hub's Warning about the Impersonate-* headers removed")
+	}
+	var line struct {
+		Path   string `json:"path"`
+		Status int    `json:"status"`
+	}
+	eventually(t, 5*time.Second, "the audit line", func() bool {
+		for l := range strings.Lines(audit.String()) {
+			if json.Unmarshal([]byte(l), &line) == nil && line.Path == "/create" {
+				return true
+			}
+		}
+		return false
+	})
+	if line.Status != http.StatusCreated {
+		t.Errorf("the audit line says status %d; the client got 201", line.Status)
+	}
 }

@@ -36,6 +36,7 @@ type route struct {
 	user   string   // impersonated, prefixed
 	groups []string // impersonated, prefixed
 	id     string   // request id
+	warn   bool     // the client sent Impersonate-* headers: the answer says they were removed
 }
 
 // serveCluster proxies a person's request to a cluster's API server:
@@ -75,6 +76,10 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 	}
 	rt.entry = entry
 	if sentImpersonation(r.Header) {
+		// Set here for the hub's own answers below. A proxied answer gets
+		// it in ModifyResponse instead, since a 1xx passed on before the
+		// answer (100 Continue) clears the headers set here.
+		rt.warn = true
 		rw.Header().Add("Warning", impersonationWarning)
 	}
 	if !entry.ForwardToken {
@@ -92,6 +97,7 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		writeStatus(rw, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Cluster %q is Unreachable: %s", name, MessageNotConnected))
 		return
 	}
+	rw.Header().Del("Warning") // ModifyResponse or proxyError adds it again
 	h.proxy.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), clusterKey{}, rt)))
 }
 
@@ -149,6 +155,9 @@ func (h *Hub) newProxy() *httputil.ReverseProxy {
 		// started a timer's goroutine that flushed the head on its own,
 		// and contended with the answer's writes for their lock.
 		ModifyResponse: func(resp *http.Response) error {
+			if rt, _ := resp.Request.Context().Value(clusterKey{}).(route); rt.warn {
+				resp.Header.Add("Warning", impersonationWarning)
+			}
 			closeFailedUpgrades(resp)
 			h.trackWatch(resp)
 			return nil
@@ -252,6 +261,9 @@ func (h *Hub) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		name = rt.conn.name
 	}
 	h.log.Warn(fmt.Sprintf("A request to cluster %q failed: %v", name, err), "cluster", name, "request", rt.id)
+	if rt.warn {
+		w.Header().Add("Warning", impersonationWarning)
+	}
 	writeStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Tether can't reach cluster %q's API server: %v", name, err))
 }
 
