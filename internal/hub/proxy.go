@@ -67,6 +67,13 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt.person = p
+	if p.Source == auth.SourceProxy && !h.sameOrigin(r) {
+		// The auth proxy's headers come from its own cookie, in a browser:
+		// another site's page must not open an exec or port-forward
+		// WebSocket (no CORS stands in its way) as the person.
+		writeStatus(rw, http.StatusForbidden, "Forbidden", "Requests from other sites are refused.")
+		return
+	}
 	entry, visible := h.visible(name, p)
 	if !visible {
 		// A cluster someone may not see answers exactly like one that

@@ -541,3 +541,42 @@ func TestUnauthorizedSaysWhatToDo(t *testing.T) {
 		t.Errorf("an expired token: %q", got)
 	}
 }
+
+// TestForeignOriginWithProxyHeaders: an auth proxy's headers come from its
+// cookie when a browser sends the request, so another site's page could
+// open an exec WebSocket (which CORS doesn't stop) as the person. A request
+// signed in by the proxy's headers with a foreign Origin is refused; the
+// hub's own Origin, or none (kubectl, client-go), goes through, and so does
+// a bearer token, which no browser sends on its own.
+func TestForeignOriginWithProxyHeaders(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	for _, tc := range []struct {
+		who, origin string
+		want        int
+	}{
+		{"X-Remote-User: alice", "https://evil.example", http.StatusForbidden},
+		{"X-Remote-User: alice", "https://hub.example.com", http.StatusSwitchingProtocols},
+		{"X-Remote-User: alice", "", http.StatusSwitchingProtocols},
+		{"Authorization: Bearer " + aliceToken, "https://evil.example", http.StatusSwitchingProtocols},
+	} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		origin := ""
+		if tc.origin != "" {
+			origin = "Origin: " + tc.origin + "\r\n"
+		}
+		io.WriteString(c, "GET /clusters/open/echo-upgrade HTTP/1.1\r\nHost: hub.example.com\r\n"+tc.who+"\r\n"+
+			origin+"Connection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != tc.want {
+			t.Errorf("an upgrade signed in with %q, Origin %q: %s, want %d", tc.who, tc.origin, resp.Status, tc.want)
+		}
+	}
+}
