@@ -101,6 +101,11 @@ func (m Message) String() string {
 // ErrTooLarge is returned for a message over MaxMessageSize.
 var ErrTooLarge = errors.New("protocol: message too large")
 
+// MaxMillis bounds every duration a message carries in milliseconds: a
+// year, the most any setting allows, and far inside a time.Duration, even
+// doubled, as the agent's silence rule doubles the heartbeat.
+const MaxMillis = 365 * 24 * 60 * 60 * 1000
+
 // Validate checks that m is a message this version understands, with the
 // fields its type needs.
 func (m *Message) Validate() error {
@@ -113,8 +118,8 @@ func (m *Message) Validate() error {
 			return fmt.Errorf("protocol: hello needs caCert, serviceAccountToken and apiServer")
 		}
 	case TypeWelcome:
-		if m.HeartbeatMillis <= 0 {
-			return fmt.Errorf("protocol: welcome needs a positive heartbeatMillis, not %d", m.HeartbeatMillis)
+		if m.HeartbeatMillis <= 0 || m.HeartbeatMillis > MaxMillis {
+			return fmt.Errorf("protocol: welcome needs a heartbeatMillis from 1 to %d (a year), not %d", MaxMillis, m.HeartbeatMillis)
 		}
 	case TypeRefused:
 		if m.Status == 0 {
@@ -125,8 +130,8 @@ func (m *Message) Validate() error {
 			return fmt.Errorf("protocol: token needs serviceAccountToken")
 		}
 	case TypeGoAway:
-		if m.ReconnectAfterMillis < 0 {
-			return fmt.Errorf("protocol: goaway with a negative reconnectAfterMillis %d", m.ReconnectAfterMillis)
+		if m.ReconnectAfterMillis < 0 || m.ReconnectAfterMillis > MaxMillis {
+			return fmt.Errorf("protocol: goaway needs a reconnectAfterMillis from 0 to %d (a year), not %d", MaxMillis, m.ReconnectAfterMillis)
 		}
 	case TypePing, TypePong, TypeBye, TypeDial:
 	default:

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestRoundTrip(t *testing.T) {
@@ -65,7 +66,12 @@ func TestReadRejects(t *testing.T) {
 		{"hello without version", frame(`{"type":"hello","caCert":"x","serviceAccountToken":"y","apiServer":"z"}`), "protocol version"},
 		{"hello without token", frame(`{"type":"hello","protocol":1,"caCert":"x","apiServer":"z"}`), "needs caCert"},
 		{"welcome without heartbeat", frame(`{"type":"welcome"}`), "heartbeatMillis"},
-		{"negative goaway delay", frame(`{"type":"goaway","reconnectAfterMillis":-1}`), "negative"},
+		{"negative goaway delay", frame(`{"type":"goaway","reconnectAfterMillis":-1}`), "not -1"},
+		// A time.Duration in nanoseconds holds 292 years: a heartbeat that
+		// overflowed one crashed the agent's ticker.
+		{"heartbeat past a year", frame(`{"type":"welcome","hubVersion":"v1","heartbeatMillis":31536000001}`), "heartbeatMillis from 1 to 31536000000"},
+		{"heartbeat past a Duration", frame(`{"type":"welcome","hubVersion":"v1","heartbeatMillis":9223372036855}`), "not 9223372036855"},
+		{"goaway delay past a year", frame(`{"type":"goaway","reconnectAfterMillis":31536000001}`), "reconnectAfterMillis from 0 to 31536000000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -154,6 +160,25 @@ func TestUpdateRoundTripAndLimits(t *testing.T) {
 	b, _ := json.Marshal(many)
 	if _, err := DecodeUpdate(b); err == nil {
 		t.Error("an update over MaxUpdateItems was accepted")
+	}
+}
+
+// TestLongKindErrorIsCut: a kind's error over the limit (a webhook's long
+// message) is cut to it, on a character's boundary, and the rest of the
+// update is taken: refusing it refused the cluster's whole inventory.
+func TestLongKindErrorIsCut(t *testing.T) {
+	long := strings.Repeat("é", maxField) // two bytes each
+	b, _ := json.Marshal(&Update{Snapshot: true, Kinds: []KindState{{Kind: "pods", Error: long}, {Kind: "nodes"}}})
+	u, err := DecodeUpdate(b)
+	if err != nil {
+		t.Fatalf("an update with a long kind error: %v", err)
+	}
+	e := u.Kinds[0].Error
+	if len(e) > maxField || !utf8.ValidString(e) || !strings.HasSuffix(e, "é…") {
+		t.Errorf("the long error became %d bytes ending %q, want at most %d, cut between characters and marked", len(e), e[max(len(e)-8, 0):], maxField)
+	}
+	if len(u.Kinds) != 2 || !u.Snapshot {
+		t.Errorf("the rest of the update: %+v", u)
 	}
 }
 
