@@ -13,6 +13,15 @@ import (
 // a stack trace.
 const maxConditionMessage = 256
 
+// clip cuts s to at most n bytes, on a character's boundary, and marks the
+// cut with "…".
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
+}
+
 // Summarize reduces obj, of kind k, to the fields the hub shows. It keeps
 // nothing of obj: the result shares no maps or slices with it.
 func Summarize(k Kind, obj *unstructured.Unstructured) protocol.Resource {
@@ -156,10 +165,7 @@ func conditions(o map[string]any, path ...string) []protocol.Condition {
 		if !ok {
 			continue
 		}
-		msg := str(m, "message")
-		if len(msg) > maxConditionMessage {
-			msg = msg[:maxConditionMessage] + "…"
-		}
+		msg := clip(str(m, "message"), maxConditionMessage)
 		out = append(out, protocol.Condition{Type: str(m, "type"), Status: str(m, "status"), Reason: str(m, "reason"), Message: msg})
 	}
 	return out

@@ -299,9 +299,14 @@ func (w *Watcher) start(ctx context.Context, sc scope, k Kind, version string) {
 	}()
 }
 
-// describe is err for people. A url.Error names the request's whole URL,
-// a watch's query and all, as long as the rest together; its path is
-// enough beside the kind.
+// maxKindError bounds a kind's error as the agent sends it: a webhook's
+// message or an x509 error listing every name can run to kilobytes, and
+// the hub cuts any over 4 KiB.
+const maxKindError = 1024
+
+// describe is err for people, at most maxKindError bytes. A url.Error
+// names the request's whole URL, a watch's query and all, as long as the
+// rest together; its path is enough beside the kind.
 func describe(err error) string {
 	s := err.Error()
 	var ue *url.Error
@@ -310,7 +315,7 @@ func describe(err error) string {
 			s = strings.Replace(s, ue.Error(), fmt.Sprintf("%s %q: %v", ue.Op, u.Path, ue.Err), 1)
 		}
 	}
-	return s
+	return clip(s, maxKindError)
 }
 
 // noteErr records the last list or watch error of sc, or clears it.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // The inventory stream (SPEC section 5). After its hello is welcomed, the
@@ -15,7 +16,8 @@ import (
 const (
 	// MaxUpdateItems bounds the upserts and deletes in one Update.
 	MaxUpdateItems = 5000
-	// maxField bounds every string field of a Resource.
+	// maxField bounds a Resource's kind, name and namespace, and a kind
+	// state's fields; MaxMessageSize bounds the rest.
 	maxField = 4096
 )
 
@@ -89,6 +91,8 @@ type Condition struct {
 }
 
 // Validate checks that u is within the limits and every object is named.
+// A kind's error over the limit is cut to it, not refused: it is text for
+// people, and refusing it would refuse the cluster's whole inventory.
 func (u *Update) Validate() error {
 	if n := len(u.Upserts) + len(u.Deletes); n > MaxUpdateItems {
 		return fmt.Errorf("protocol: inventory update with %d objects, over %d", n, MaxUpdateItems)
@@ -103,9 +107,13 @@ func (u *Update) Validate() error {
 			return err
 		}
 	}
-	for _, k := range u.Kinds {
-		if k.Kind == "" || len(k.Kind) > maxField || len(k.Namespace) > maxField || len(k.Error) > maxField {
+	for i := range u.Kinds {
+		k := &u.Kinds[i]
+		if k.Kind == "" || len(k.Kind) > maxField || len(k.Namespace) > maxField {
 			return fmt.Errorf("protocol: inventory kind state %q is malformed", k.Kind)
+		}
+		if len(k.Error) > maxField {
+			k.Error = strings.ToValidUTF8(k.Error[:maxField-len("…")], "") + "…"
 		}
 	}
 	return nil
