@@ -100,10 +100,12 @@ const maxKeptAuditLine = 2 << 10
 func verb(method, path, watch string) string {
 	switch method {
 	case http.MethodGet, http.MethodHead:
-		if watch == "true" || watch == "1" {
+		parts := resourceParts(path)
+		// A watch is asked with ?watch, or on the older paths under
+		// .../v1/watch/, which Kubernetes still serves.
+		if watch == "true" || watch == "1" || len(parts) > 0 && parts[0] == "watch" {
 			return "watch"
 		}
-		parts := resourceParts(path)
 		if len(parts) == 1 {
 			return "list"
 		}

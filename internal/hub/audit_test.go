@@ -243,3 +243,31 @@ func TestAuditAfter100Continue(t *testing.T) {
 		t.Errorf("the audit line says status %d; the client got 201", line.Status)
 	}
 }
+
+// TestVerb: the audit line's verb is Kubernetes' name for what the request
+// does.
+func TestVerb(t *testing.T) {
+	for _, tc := range []struct{ method, path, watch, want string }{
+		{"GET", "/api/v1/pods", "", "list"},
+		{"GET", "/api/v1/namespaces/a/pods", "", "list"},
+		{"GET", "/api/v1/namespaces/a/pods/p", "", "get"},
+		{"GET", "/api/v1/namespaces/a/pods/p/log", "", "get"},
+		{"GET", "/api/v1/namespaces/a/pods", "true", "watch"},
+		{"GET", "/apis/apps/v1/deployments", "1", "watch"},
+		{"GET", "/api/v1/watch/pods", "", "watch"},
+		{"GET", "/api/v1/watch/namespaces/a/pods/p", "", "watch"},
+		{"GET", "/apis/apps/v1/watch/namespaces/a/deployments", "", "watch"},
+		{"GET", "/version", "", "get"},
+		{"HEAD", "/api/v1/nodes", "", "list"},
+		{"POST", "/api/v1/namespaces/a/pods", "", "create"},
+		{"PUT", "/api/v1/namespaces/a/pods/p", "", "update"},
+		{"PATCH", "/api/v1/namespaces/a/pods/p", "", "patch"},
+		{"DELETE", "/api/v1/namespaces/a/pods/p", "", "delete"},
+		{"DELETE", "/api/v1/namespaces/a/pods", "", "deletecollection"},
+		{"OPTIONS", "/api", "", "options"},
+	} {
+		if got := verb(tc.method, tc.path, tc.watch); got != tc.want {
+			t.Errorf("%s %s (watch=%q): %q, want %q", tc.method, tc.path, tc.watch, got, tc.want)
+		}
+	}
+}
