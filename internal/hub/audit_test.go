@@ -244,6 +244,44 @@ func TestAuditAfter100Continue(t *testing.T) {
 	}
 }
 
+// TestAuditOfAnAbandonedRequest: a request whose client left before any
+// answer came is audited with 499, as nginx logs it, not with the 200 no
+// one sent.
+func TestAuditOfAnAbandonedRequest(t *testing.T) {
+	fc := newFakeCluster(t)
+	fc.srv.Config.Handler.(*http.ServeMux).HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
+		fc.note(r)
+		<-r.Context().Done()
+	})
+	h, audit := proxyHub(t, fc, "")
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		eventually(t, 5*time.Second, "the request at the API server", func() bool { return fc.count("/hang") > 0 })
+		cancel()
+	}()
+	req, _ := http.NewRequestWithContext(ctx, "GET", h.url+"/clusters/open/hang", nil)
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the request was answered: %s", resp.Status)
+	}
+	var line struct {
+		Path   string `json:"path"`
+		Status int    `json:"status"`
+	}
+	eventually(t, 5*time.Second, "the audit line", func() bool {
+		for l := range strings.Lines(audit.String()) {
+			if json.Unmarshal([]byte(l), &line) == nil && line.Path == "/hang" {
+				return true
+			}
+		}
+		return false
+	})
+	if line.Status != statusClientClosed {
+		t.Errorf("the audit line says status %d for a request no answer reached, want %d", line.Status, statusClientClosed)
+	}
+}
+
 // TestVerb: the audit line's verb is Kubernetes' name for what the request
 // does.
 func TestVerb(t *testing.T) {

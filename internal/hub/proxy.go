@@ -258,10 +258,19 @@ func closeFailedUpgrades(resp *http.Response) {
 	}
 }
 
+// statusClientClosed is what the audit line and metrics record for a
+// request whose client left before the answer: nginx's 499, as no status
+// went out.
+const statusClientClosed = 499
+
 func (h *Hub) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	rt, _ := r.Context().Value(clusterKey{}).(route)
 	if errors.Is(err, context.Canceled) {
-		return // the client went away
+		// The client went away.
+		if cw, ok := w.(*countingWriter); ok && !cw.wroteHeader {
+			cw.status = statusClientClosed
+		}
+		return
 	}
 	name := ""
 	if rt.conn != nil {
