@@ -137,8 +137,9 @@ func (a *Agent) dialFailed(resp *http.Response, err error) result {
 const maxRetryAfter = 10 * time.Minute
 
 // retryAfter reads a Retry-After value in seconds (the only form a hub
-// sends), capped at maxRetryAfter. Anything else, an HTTP date included, is
-// not ok, and the agent backs off as usual.
+// sends), from 1 s, the shortest backoff, so that a proxy answering every
+// attempt with 0 makes no loop, to maxRetryAfter. Anything else, an HTTP
+// date included, is not ok, and the agent backs off as usual.
 func retryAfter(v string) (time.Duration, bool) {
 	v = strings.TrimSpace(v)
 	if v == "" || len(v) > 10 || strings.TrimLeft(v, "0123456789") != "" {
@@ -152,7 +153,7 @@ func retryAfter(v string) (time.Duration, bool) {
 	if s > int(maxRetryAfter/time.Second) {
 		return maxRetryAfter, true
 	}
-	return time.Duration(s) * time.Second, true
+	return time.Duration(max(s, 1)) * time.Second, true
 }
 
 // refusedAfterHello sorts the hub's refusal of the hello as dialFailed

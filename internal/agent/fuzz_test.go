@@ -103,7 +103,7 @@ func FuzzOptionsFromEnv(f *testing.F) {
 }
 
 // FuzzRetryAfter: a hub's Retry-After never makes the agent wait less than
-// nothing or more than the cap, and only digits count.
+// a second or more than the cap, and only digits count.
 func FuzzRetryAfter(f *testing.F) {
 	for _, s := range []string{"0", "1", " 30 ", "-1", "1.5", "9999999999", "99999999999999999999", "Wed, 21 Oct 2026 07:28:00 GMT", "", "+5", "0x10", "٣"} {
 		f.Add(s)
@@ -116,7 +116,7 @@ func FuzzRetryAfter(f *testing.F) {
 			}
 			return
 		}
-		if d < 0 || d > maxRetryAfter {
+		if d < time.Second || d > maxRetryAfter {
 			t.Fatalf("Retry-After %q: wait %s", v, d)
 		}
 		if strings.Trim(strings.TrimSpace(v), "0123456789") != "" {
@@ -131,7 +131,7 @@ func TestRetryAfter(t *testing.T) {
 		want time.Duration
 		ok   bool
 	}{
-		{"0", 0, true}, {"5", 5 * time.Second, true}, {" 7 ", 7 * time.Second, true},
+		{"0", time.Second, true}, {"1", time.Second, true}, {"5", 5 * time.Second, true}, {" 7 ", 7 * time.Second, true},
 		{"9999999999", maxRetryAfter, true}, {"-1", 0, false}, {"+5", 0, false}, {"1.5", 0, false},
 		{"99999999999999999999", 0, false}, {"Wed, 21 Oct 2026 07:28:00 GMT", 0, false}, {"", 0, false},
 	} {
