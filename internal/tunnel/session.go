@@ -127,6 +127,11 @@ func (s *Session) Accept(ctx context.Context) (net.Conn, error) {
 			s.backlog = s.backlog[1:]
 			if len(s.backlog) == 0 {
 				s.backlog = nil
+			} else {
+				// arrived holds one signal: two streams that came while two
+				// Accepts were on their way to waiting left one, and the
+				// second Accept waits for this.
+				notify(s.arrived)
 			}
 			s.mu.Unlock()
 			if err := st.sendWindow(flagACK); err != nil {
