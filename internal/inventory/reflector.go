@@ -209,6 +209,9 @@ func (r *reflector) list(ctx context.Context) (string, error) {
 		}
 		for _, o := range page.Items {
 			key, res := r.summarize(o)
+			if res.Name == "" {
+				continue // unnamed: see summarize
+			}
 			fresh[key] = res
 		}
 		rv, cont = page.Metadata.ResourceVersion, page.Metadata.Continue
@@ -295,6 +298,9 @@ func (r *reflector) watch(ctx context.Context, rv string) (last string, gone boo
 		switch ev.Type {
 		case "ADDED", "MODIFIED", "DELETED":
 			key, res := r.summarize(ev.Object)
+			if res.Name == "" {
+				continue // unnamed: see summarize
+			}
 			r.mu.Lock()
 			old, had := r.items[key]
 			if ev.Type == "DELETED" {
@@ -332,7 +338,9 @@ func objectRV(o map[string]any) string {
 	return s
 }
 
-// summarize returns the store key (namespace/name) and summary of o.
+// summarize returns the store key (namespace/name) and summary of o. An
+// object without a name, which no API server sends, is unnamed: left out,
+// as the hub refuses an update with one, and with it the whole inventory.
 func (r *reflector) summarize(o map[string]any) (string, protocol.Resource) {
 	u := &unstructured.Unstructured{Object: o}
 	key := u.GetName()

@@ -265,6 +265,32 @@ func TestAPageTooLargeIsAskedForInSmallerPages(t *testing.T) {
 	}
 }
 
+// TestObjectsWithoutANameAreLeftOut: an object without a name, which no
+// API server sends but one could, is left out of the list and the watch:
+// the hub refuses any update with one, and with it the whole inventory.
+func TestObjectsWithoutANameAreLeftOut(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") != "" {
+			json.NewEncoder(w).Encode(map[string]any{"type": "ADDED", "object": map[string]any{"metadata": map[string]any{"namespace": "a", "resourceVersion": "8"}}})
+			json.NewEncoder(w).Encode(map[string]any{"type": "ADDED", "object": map[string]any{"metadata": map[string]any{"name": "p2", "namespace": "a", "resourceVersion": "9"}}})
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"metadata": map[string]any{"resourceVersion": "7"}, "items": []any{
+			map[string]any{"metadata": map[string]any{"name": "p1", "namespace": "a"}},
+			map[string]any{"metadata": map[string]any{"namespace": "a"}},
+		}})
+	}))
+	var changed changes
+	r := fakeAPIServer(t, srv).NewReflector("pods", "", time.Minute, 500, changed.add)
+	runReflector(t, r)
+	eventually(t, 10*time.Second, "the named pods", func() bool { return slices.Equal(r.Names(), []string{"a/p1", "a/p2"}) })
+	if c := changed.take(); slices.Contains(c, "") {
+		t.Errorf("changes reported: %q; want none without a name", c)
+	}
+}
+
 // TestWatchesRefusedAndListsAllowedWaitBetween: a Role that grants list but
 // not watch has each watch refused right after a list that works. The
 // reflector lists again, as a refused watch may mean rights taken away, but
