@@ -207,3 +207,41 @@ func TestReadFromEnds(t *testing.T) {
 		}
 	})
 }
+
+// TestReadFromEndsWithItsStream: ReadFrom waiting on an idle source, after
+// the peer's FIN, returns once the peer resets the stream or the session
+// ends, rather than wait for the source to say something: the agent's relay
+// would otherwise hold its API server connection, and the session's Close
+// its handler, for as long as the API server keeps a half-closed
+// connection open.
+func TestReadFromEndsWithItsStream(t *testing.T) {
+	for _, end := range []string{"reset", "session"} {
+		t.Run(end, func(t *testing.T) {
+			s, peer := rawPeer(t)
+			framesFrom(peer)
+			peer.Write(frame(header{typ: typeWindow, flags: flagSYN | flagFIN, stream: 2}))
+			st := accept(t, s)
+			src, _ := tcpPair(t) // says nothing
+			done := make(chan error, 1)
+			go func() {
+				_, err := st.(io.ReaderFrom).ReadFrom(src)
+				done <- err
+			}()
+			want := ErrStreamReset
+			if end == "reset" {
+				peer.Write(frame(header{typ: typeWindow, flags: flagRST, stream: 2}))
+			} else {
+				want = ErrClosed
+				s.Close()
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, want) {
+					t.Errorf("ReadFrom = %v, want %v", err, want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("ReadFrom still waits on its source after the stream's %s", end)
+			}
+		})
+	}
+}

@@ -53,6 +53,11 @@ type stream struct {
 	sink     syscall.RawConn
 	draining int   // bytes WriteTo took and is writing: the read loop queues
 	sunk     int64 // what the read loop wrote into sink
+	// source, while ReadFrom reads one that takes deadlines, is that
+	// reader: the stream's end (Close, a reset, the session's end) puts its
+	// read deadline in the past, so a read waiting on an idle source
+	// returns (readfrom.go).
+	source readDeadliner
 }
 
 // OnReadable has f called whenever the stream conn, one of a session's,
@@ -314,6 +319,7 @@ func (st *stream) Close() error {
 	unread := len(st.chunks) > 0
 	st.dropChunks()
 	st.stopTimersLocked()
+	st.wakeSourceLocked()
 	notify(st.readable)
 	notify(st.writable)
 	var flags uint16
@@ -349,6 +355,7 @@ func (st *stream) closeTimedOut() {
 	st.mu.Lock()
 	late := !st.finRecv && !st.reset
 	st.reset = true
+	st.wakeSourceLocked()
 	st.mu.Unlock()
 	if late {
 		st.s.forget(st)
@@ -478,6 +485,7 @@ func (st *stream) peerReset() {
 	st.mu.Lock()
 	st.reset = true
 	st.stopTimersLocked()
+	st.wakeSourceLocked()
 	st.readableLocked()
 	notify(st.writable)
 	st.mu.Unlock()
@@ -490,6 +498,7 @@ func (st *stream) abandon() {
 	st.reset = true
 	st.dropChunks()
 	st.stopTimersLocked()
+	st.wakeSourceLocked()
 	notify(st.readable)
 	notify(st.writable)
 	st.mu.Unlock()
@@ -516,6 +525,7 @@ func (st *stream) stopTimers() {
 // returns its error.
 func (st *stream) tellEnded() {
 	st.mu.Lock()
+	st.wakeSourceLocked()
 	if st.onReadable != nil {
 		st.onReadable()
 	}
