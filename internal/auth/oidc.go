@@ -153,7 +153,7 @@ func (o *oidcSource) provider() (*oidc.IDTokenVerifier, oauth2.Endpoint, error) 
 			algs = append(algs, a)
 		}
 	}
-	keys := &issuerKeys{url: meta.KeysURL, client: o.client, life: o.life, now: o.now}
+	keys := &issuerKeys{url: meta.KeysURL, client: o.client, life: o.life, now: o.now, spawn: o.spawn}
 	cfg := &oidc.Config{ClientID: o.cfg.ClientID, Now: o.now, SupportedSigningAlgs: algs}
 	return oidc.NewVerifier(o.cfg.Issuer, keys, cfg), p.Endpoint(), nil
 }
@@ -191,6 +191,22 @@ func (o *oidcSource) getVerifier(ctx context.Context) (*oidc.IDTokenVerifier, er
 		return nil, fmt.Errorf("%w: %s (%v)", ErrOIDCUnavailable, o.cfg.Issuer, o.lastErr)
 	}
 	return o.verifier, nil
+}
+
+// spawn runs f in a goroutine the Authenticator's Close waits for, unless
+// the source is closed.
+func (o *oidcSource) spawn(f func()) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return false
+	}
+	o.wg.Add(1)
+	go func() {
+		defer o.wg.Done()
+		f()
+	}()
+	return true
 }
 
 func (o *oidcSource) close() {

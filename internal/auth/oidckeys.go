@@ -45,6 +45,9 @@ type issuerKeys struct {
 	client *http.Client
 	life   context.Context
 	now    func() time.Time
+	// spawn runs a fetch in a goroutine its owner waits for, and reports
+	// false, running nothing, once the owner is closing.
+	spawn func(func()) bool
 
 	mu       sync.Mutex // guards the following
 	keys     []jose.JSONWebKey
@@ -110,11 +113,10 @@ func (k *issuerKeys) refresh(ctx context.Context, seen uint64) ([]jose.JSONWebKe
 			}
 		}
 		done = make(chan struct{})
-		k.inflight, k.started = done, k.now()
 		// In a goroutine of its own, with the hub's life, not the
 		// request's: whoever waits for it shares it, and each may leave
 		// when their request ends, the one that started it too.
-		go func() {
+		fetch := func() {
 			keys, err := k.fetch(k.life)
 			k.mu.Lock()
 			if err == nil {
@@ -124,7 +126,12 @@ func (k *issuerKeys) refresh(ctx context.Context, seen uint64) ([]jose.JSONWebKe
 			k.fetches++
 			close(done)
 			k.mu.Unlock()
-		}()
+		}
+		if !k.spawn(fetch) {
+			k.mu.Unlock()
+			return nil, errors.New("the hub is stopping")
+		}
+		k.inflight, k.started = done, k.now()
 	}
 	k.mu.Unlock()
 	select {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ func TestIssuerKeysWaitEndsWithTheRequest(t *testing.T) {
 	// Should the wait not end with the request, the issuer answers after
 	// 10 s, and the test fails instead of hanging.
 	slow := time.AfterFunc(10*time.Second, func() { close(release) })
-	k := &issuerKeys{url: srv.URL, client: srv.Client(), life: t.Context(), now: time.Now}
+	k := &issuerKeys{url: srv.URL, client: srv.Client(), life: t.Context(), now: time.Now, spawn: spawnForTest(t)}
 
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
@@ -51,7 +52,7 @@ func TestIssuerKeysFetchedSinceTheyWereRead(t *testing.T) {
 		w.Write([]byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"a"}]}`))
 	}))
 	defer srv.Close()
-	k := &issuerKeys{url: srv.URL, client: srv.Client(), life: t.Context(), now: time.Now}
+	k := &issuerKeys{url: srv.URL, client: srv.Client(), life: t.Context(), now: time.Now, spawn: spawnForTest(t)}
 
 	// Two requests read the keys (none yet); the first fetches them.
 	if _, err := k.refresh(t.Context(), 0); err != nil {
@@ -68,5 +69,15 @@ func TestIssuerKeysFetchedSinceTheyWereRead(t *testing.T) {
 	// within the cooldown.
 	if _, err := k.refresh(t.Context(), 1); err == nil || !strings.Contains(err.Error(), "fetches them again") {
 		t.Errorf("a request that saw the last fetch: %v; want the cooldown's refusal", err)
+	}
+}
+
+// spawnForTest runs each fetch in a goroutine the test waits for as it ends.
+func spawnForTest(t *testing.T) func(func()) bool {
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	return func(f func()) bool {
+		wg.Go(f)
+		return true
 	}
 }
