@@ -98,6 +98,12 @@ func (h *Hub) allowList(ctx context.Context, name string, p auth.Person) (allow 
 		if allowed, ok := h.access.get(k, now); ok {
 			return allowed
 		}
+		if failed() != nil {
+			// A review failed already, and the answer says the cluster
+			// can't be asked: asking again, for every namespace, would
+			// only wait up to ProbeTimeout again each time.
+			return false
+		}
 		allowed, err := h.reviewAccess(ctx, name, entry.ForwardToken, p.Bearer, user, groups, kind, namespace)
 		if err != nil {
 			h.log.Debug("Can't ask the cluster what a person may list", "cluster", name, "user", user, "kind", kind, "err", err)
@@ -115,7 +121,11 @@ func (h *Hub) allowList(ctx context.Context, name string, p auth.Person) (allow 
 		if ask(kind, "") {
 			return true
 		}
-		return namespace != "" && ask(kind, namespace)
+		// Only a namespaced kind is listed in one namespace: a
+		// cluster-scoped one that an agent sent with a namespace (none
+		// does) counts as cluster-wide.
+		k, _ := inventory.LookupKind(kind)
+		return namespace != "" && k.Namespaced && ask(kind, namespace)
 	}, failed
 }
 

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -89,5 +90,34 @@ func TestResourcesWhenAccessCantBeChecked(t *testing.T) {
 	}
 	if code, body, _ := call(t, "GET", h.url+"/api/resources?kind=pods", aliceToken, nil); code != 200 || strings.TrimSpace(body) != "[]" {
 		t.Errorf("fleet-wide: %d %s; want 200 without open's pod", code, body)
+	}
+}
+
+// TestAccessAskedOnceOfASlowCluster: when the cluster doesn't answer access
+// reviews in time, the hub can only answer 503; it must not wait a whole
+// review timeout again for every namespace that has matches.
+func TestAccessAskedOnceOfASlowCluster(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	fc := newFakeCluster(t)
+	answerAccessReviews(t, fc, func(string, string, string) bool {
+		time.Sleep(3 * timeout) // longer than the hub waits
+		return true
+	})
+	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeTimeout = timeout })
+	var pods []protocol.Resource
+	for i := range 20 {
+		pods = append(pods, res("pods", fmt.Sprintf("team-%d", i), "web", true))
+	}
+	feed(t, h, h.inventory.Receiver("open"), "open", &protocol.Update{Snapshot: true, Complete: true,
+		Kinds: []protocol.KindState{{Kind: "pods"}}, Upserts: pods})
+	start := time.Now()
+	code, body, _ := call(t, "GET", h.url+"/api/clusters/open/resources?kind=pods", aliceToken, nil)
+	took := time.Since(start)
+	if code != http.StatusServiceUnavailable {
+		t.Fatalf("%d %s, want 503", code, body)
+	}
+	n := fc.count(reviewsPath)
+	if took > 10*timeout || n > 2 {
+		t.Errorf("the answer took %s and sent %d access reviews for 20 namespaces; one failed review already decides it (503)", took, n)
 	}
 }
