@@ -77,12 +77,15 @@ func (a Agent) AcceptsHash(h Hash) bool {
 
 // CAMatches reports whether caPEM, the ca.crt an agent sent, is the one its entry pins; true
 // when the entry pins none.
-func (a Agent) CAMatches(caPEM []byte) bool {
+func (a Agent) CAMatches(caPEM []byte) bool { return a.AcceptsCA(HashToken(string(caPEM))) }
+
+// AcceptsCA is CAMatches for a ca.crt whose SHA-256 is sum.
+func (a Agent) AcceptsCA(sum Hash) bool {
 	if a.CASHA256 == "" {
 		return true
 	}
 	want, err := ParseHash(a.CASHA256)
-	return err == nil && equalHash(HashToken(string(caPEM)), want)
+	return err == nil && equalHash(sum, want)
 }
 
 func (a Agent) equal(b Agent) bool {

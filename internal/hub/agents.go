@@ -67,7 +67,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 		h.log.Debug("An agent's upgrade failed", "agent", name, "remote", r.RemoteAddr, "err", err)
 		return
 	}
-	c, err := h.hello(r, sess, entry)
+	c, err := h.hello(r, sess, entry, fleet.HashToken(strings.TrimSpace(token)))
 	if err != nil {
 		h.metrics.connects.WithLabelValues("bad_hello").Inc()
 		// Rate-limited like refusals: whoever holds a token can send
@@ -102,7 +102,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 
 // hello reads the agent's hello and checks it. It returns nil and no error
 // when it refused the agent and told it why; the welcome is serveConn's.
-func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent) (*agentConn, error) {
+func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent, tokenHash fleet.Hash) (*agentConn, error) {
 	deadline := time.Now().Add(h.cfg.HelloTimeout)
 	ctx, cancel := context.WithDeadline(r.Context(), deadline)
 	defer cancel()
@@ -146,6 +146,8 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent) (*
 		remote:       r.RemoteAddr,
 		sess:         sess,
 		ctl:          ctl,
+		tokenHash:    tokenHash,
+		caHash:       sum,
 		agentVersion: m.AgentVersion,
 		apiServer:    m.APIServer,
 		ca:           ca,

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/tunnel"
 )
@@ -47,6 +48,8 @@ type agentConn struct {
 	remote       string
 	sess         *tunnel.Session
 	ctl          net.Conn
+	tokenHash    fleet.Hash // its token's SHA-256, and its CA's: checked again against
+	caHash       fleet.Hash // the list in force when it is registered, and at reloads
 	agentVersion string
 	apiServer    string
 	// ca is the DER of the certificates the agent sent for its API
@@ -108,6 +111,17 @@ func (h *Hub) serveConn(c *agentConn) bool {
 		h.admission.giveBack()
 		c.welcome()
 		c.goAway(goAwayShutdown, h.spreadDelay()) // it came as the hub closed
+		return false
+	}
+	// The list may have changed since the upgrade checked the token
+	// (AgentsChanged dropped the agents registered then, not this one):
+	// check again, under h.mu, against the list in force now.
+	if !c.admitted() {
+		h.mu.Unlock()
+		h.admission.giveBack()
+		h.metrics.connects.WithLabelValues("unauthorized").Inc()
+		h.logRefusal(c.name, c.remote, "whose token or CA the agents list no longer admits")
+		protocol.Write(c.ctl, protocol.Message{Type: protocol.TypeRefused, Status: http.StatusUnauthorized, Error: "the hub's agents list no longer admits this agent"})
 		return false
 	}
 	prev := h.agents[c.name]

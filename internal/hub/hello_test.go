@@ -10,6 +10,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/tunnel"
 )
@@ -210,5 +211,61 @@ func TestWelcomedOnceRegistered(t *testing.T) {
 			t.Fatalf("connection %d: welcomed before the hub routes to it", i)
 		}
 		sess.Close()
+	}
+}
+
+// TestTokenRevokedDuringTheHandshake: an agent whose token was checked at the
+// upgrade, and whose hello comes after the agents list revoked that token
+// (a reload while the handshake was open, up to HelloTimeout), must not
+// stay connected: AgentsChanged dropped the agents connected then, and
+// this one wasn't yet.
+func TestTokenRevokedDuringTheHandshake(t *testing.T) {
+	fc := newFakeCluster(t)
+	list := testAgents("eu-1")
+	h := startHub(t, Config{Agents: list, ProbeInterval: time.Hour})
+	sess := rawAgent(t, h) // authenticated with testToken
+	ctl, err := sess.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The list reloads: eu-1's token is rotated away.
+	change := list.Replace([]fleet.Agent{{Name: "eu-1", TokenHashes: []fleet.Hash{fleet.HashToken("another-token-of-at-least-32-characters")}, Groups: fleet.Groups{Everyone: true}}})
+	if len(change.TokensRevoked) != 1 {
+		t.Fatalf("change %+v, want eu-1's token revoked", change)
+	}
+	h.AgentsChanged(change)
+	hello := protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version, AgentVersion: "test", CACert: string(fc.ca.CertPEM),
+		ServiceAccountToken: "service-account-token-1", APIServer: fc.addr()}
+	if err := protocol.Write(ctl, hello); err != nil {
+		t.Fatal(err)
+	}
+	m, err := protocol.Read(ctl)
+	if err != nil || m.Type != protocol.TypeRefused || m.Status != http.StatusUnauthorized {
+		t.Errorf("the hello of an agent whose token was revoked during its handshake was answered %+v, %v; want a refusal, 401", m, err)
+	}
+	if c := h.connected("eu-1"); c != nil {
+		t.Errorf("an agent whose token was revoked during its handshake is connected")
+	}
+}
+
+// TestRotationKeepsTheAgentOnTheNewToken: SPEC section 2 takes two
+// tokenSha256 "so a token can be rotated without downtime". Once the agent
+// runs with the new token, removing the old one from the list must not
+// disconnect it (which ends every exec, port-forward and watch through it).
+func TestRotationKeepsTheAgentOnTheNewToken(t *testing.T) {
+	fc := newFakeCluster(t)
+	oldHash := fleet.HashToken("the-old-token-of-at-least-32-characters")
+	entry := func(hashes ...fleet.Hash) []fleet.Agent {
+		return []fleet.Agent{{Name: "eu-1", TokenHashes: hashes, Groups: fleet.Groups{Everyone: true}}}
+	}
+	list := fleet.New(entry(oldHash, fleet.HashToken(testToken)))
+	h := startHub(t, Config{Agents: list})
+	a := startAgent(t, h.url, "eu-1", fc) // with testToken, the new one
+	eventually(t, 5*time.Second, "connected", a.Connected)
+	conn := h.connected("eu-1")
+	h.AgentsChanged(list.Replace(entry(fleet.HashToken(testToken)))) // the old token's hash goes
+	time.Sleep(time.Second)
+	if h.connected("eu-1") != conn {
+		t.Errorf("removing the old token's hash disconnected the agent that uses the new one:\n%s", h.logs)
 	}
 }

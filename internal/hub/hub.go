@@ -418,9 +418,19 @@ func (h *Hub) AgentsChanged(c fleet.Change) {
 	slices.Sort(drop)
 	for _, name := range slices.Compact(drop) { // a revoked token and an unpinned CA name one agent twice
 		if conn := h.connected(name); conn != nil {
+			if conn.admitted() {
+				continue // its own token and CA are in force: a rotation dropped the other token
+			}
 			h.log.Info(fmt.Sprintf("The agents list changed for %q: disconnecting its agent", name), "agent", name)
 			gs = append(gs, goodbye{c: conn, kind: goAwayRemoved})
 		}
 	}
 	sayGoodbye(gs)
+}
+
+// admitted reports whether the agents list in force admits c as it
+// connected: its name, its token and the CA it sent.
+func (c *agentConn) admitted() bool {
+	cur, ok := c.hub.cfg.Agents.Lookup(c.name)
+	return ok && cur.AcceptsHash(c.tokenHash) && cur.AcceptsCA(c.caHash)
 }
