@@ -174,6 +174,19 @@ func (h *hubTokens) issue(p Person, session bool) (string, time.Time, error) {
 	exp, claims := now.Add(h.ttl), hubClaims{Groups: p.Groups, From: p.Source, Cred: p.cred}
 	if p.Source == SourceHub {
 		exp, claims.From = p.expires, p.from
+		if !exp.After(now) {
+			// Accepted within hubLeeway of its expiry, it would make a
+			// token that has already expired: a cookie a browser drops at
+			// once, a kubeconfig that doesn't work.
+			return "", time.Time{}, fmt.Errorf("issue token: %w: the hub-issued token it would be made from expired at %s; get a new kubeconfig",
+				ErrExpired, exp.UTC().Format(time.RFC3339))
+		}
+	}
+	if claims.From == SourceToken {
+		// The users list gives its people their groups when the token is
+		// used (stillHolds): carried here, they would only make a page
+		// session's cookie larger.
+		claims.Groups = nil
 	}
 	if session {
 		claims.Session = now.UnixNano()

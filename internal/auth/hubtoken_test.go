@@ -137,6 +137,30 @@ func TestHubTokenExpiry(t *testing.T) {
 	}
 }
 
+// TestNoTokenFromATokenInItsLeeway: a hub-issued token taken within the
+// leeway after its expiry makes no session or kubeconfig token, which would
+// expire with it, before it was made: the browser dropped such a cookie
+// at once, and the person saw the sign-in form again with no word.
+func TestNoTokenFromATokenInItsLeeway(t *testing.T) {
+	clock := newFakeClock()
+	a := newAuth(t, Config{TTL: time.Hour, Now: clock.Now})
+	kube, _, err := a.IssueToken(Person{Name: "alice", Source: SourceProxy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour + 30*time.Second)
+	p, ok, err := a.Authenticate(bearer(kube))
+	if !ok || err != nil {
+		t.Fatalf("within the leeway: %v %v", ok, err)
+	}
+	if _, exp, err := a.IssueSession(p); !errors.Is(err, ErrExpired) {
+		t.Errorf("a session made from it: expires %s, %v; want ErrExpired", exp, err)
+	}
+	if _, exp, err := a.IssueToken(p); !errors.Is(err, ErrExpired) {
+		t.Errorf("a kubeconfig's token made from it: expires %s, %v; want ErrExpired", exp, err)
+	}
+}
+
 // TestHubTokenVerifiedOnce: a token's signature is checked once and the
 // answer remembered, for the same person, without letting the token outlive
 // its expiry (TestHubTokenExpiry) or the remembered tokens grow without
@@ -357,6 +381,11 @@ func TestHubTokenHoldsWhileListed(t *testing.T) {
 		if g, err := groups(fromList); err != nil || !slices.Equal(g, []string{"dev"}) {
 			t.Fatalf("alice's hub token: groups %v, %v; want [dev]", g, err)
 		}
+	}
+	// The list gives them: the token doesn't carry them, and a page
+	// session's cookie stays small for someone in many groups.
+	if payload, err := base64.RawURLEncoding.DecodeString(strings.Split(fromList, ".")[1]); err != nil || strings.Contains(string(payload), `"groups"`) {
+		t.Errorf("the token of someone on the users list carries groups: %s %v", payload, err)
 	}
 
 	// Her groups change in the list: the token has the list's now.

@@ -2,6 +2,7 @@ package hub
 
 import (
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -35,6 +36,11 @@ func (h *Hub) serveKubeconfig(w http.ResponseWriter, r *http.Request) {
 	// Asked for with a hub-issued token (a page session's, a kubeconfig's),
 	// the kubeconfig expires with it: no token makes a longer-lived one.
 	token, _, err := h.cfg.Auth.IssueToken(p)
+	if errors.Is(err, auth.ErrExpired) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
+		http.Error(w, "Your token has expired: sign in again, or get a new kubeconfig.", http.StatusUnauthorized)
+		return
+	}
 	if err != nil {
 		h.log.Error("Can't sign a kubeconfig token", "user", p.Name, "err", err)
 		http.Error(w, "The hub can't sign a token now.", http.StatusInternalServerError)

@@ -2,9 +2,12 @@ package hub
 
 import (
 	"encoding/base64"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 
 	"golang.org/x/oauth2"
@@ -13,8 +16,39 @@ import (
 )
 
 // sessionCookie holds a signed-in browser's hub-issued token. It is taken
-// by the page and /api/*, never by /clusters/ (SPEC section 3).
+// by the page and /api/*, never by /clusters/ (SPEC section 3). A token
+// longer than sessionPiece, a person's groups are in it, goes in pieces:
+// tether_session, then tether_session_1 and on, up to maxSessionPieces, as
+// browsers drop a cookie over 4 KiB without a word.
 const sessionCookie = "tether_session"
+
+const (
+	sessionPiece = 3800
+	// maxSessionPieces: an ingress takes about 8 KiB of Cookie header by
+	// default; past this the page asks for a kubeconfig instead.
+	maxSessionPieces = 4
+)
+
+// sessionCookieName names the i-th piece of the session cookie.
+func sessionCookieName(i int) string {
+	if i == 0 {
+		return sessionCookie
+	}
+	return sessionCookie + "_" + strconv.Itoa(i)
+}
+
+// sessionToken joins the session cookie's pieces.
+func sessionToken(r *http.Request) string {
+	var b strings.Builder
+	for i := range maxSessionPieces {
+		c, err := r.Cookie(sessionCookieName(i))
+		if err != nil || c.Value == "" {
+			break
+		}
+		b.WriteString(c.Value)
+	}
+	return b.String()
+}
 
 // cookiePerson authenticates r by its bearer token or proxy headers, and
 // else by its session cookie.
@@ -28,12 +62,12 @@ func (h *Hub) cookiePerson(r *http.Request) (auth.Person, bool, error) {
 
 // sessionPerson authenticates r by its session cookie alone.
 func (h *Hub) sessionPerson(r *http.Request) (auth.Person, bool, error) {
-	c, err := r.Cookie(sessionCookie)
-	if err != nil || c.Value == "" {
+	token := sessionToken(r)
+	if token == "" {
 		return auth.Person{}, false, nil
 	}
 	r2 := r.Clone(r.Context())
-	r2.Header = http.Header{"Authorization": {"Bearer " + c.Value}}
+	r2.Header = http.Header{"Authorization": {"Bearer " + token}}
 	return h.cfg.Auth.Authenticate(r2)
 }
 
@@ -86,15 +120,38 @@ const maxLoginForm = 64 << 10
 // longer-lived one.
 func (h *Hub) startSession(w http.ResponseWriter, r *http.Request, p auth.Person, next string) {
 	session, expires, err := h.cfg.Auth.IssueSession(p)
+	if errors.Is(err, auth.ErrExpired) {
+		h.renderLogin(w, r, "That token has expired: get a new kubeconfig, or sign in another way.", http.StatusUnauthorized)
+		return
+	}
 	if err != nil {
 		http.Error(w, "The hub can't sign a session now.", http.StatusInternalServerError)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: session, Path: h.pageBase(), Expires: expires,
-		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r),
-	})
+	n := (len(session) + sessionPiece - 1) / sessionPiece
+	if n > maxSessionPieces {
+		h.renderLogin(w, r, fmt.Sprintf("You are in too many groups (%d) for a browser to hold your session; a kubeconfig from %sapi/kubeconfig works.",
+			len(p.Groups), h.pageBase()), http.StatusBadRequest)
+		return
+	}
+	for i := range maxSessionPieces {
+		c := h.sessionCookiePiece(r, i)
+		if i < n {
+			c.Value, c.Expires = session[i*sessionPiece:min((i+1)*sessionPiece, len(session))], expires
+		} else if _, err := r.Cookie(c.Name); err == nil {
+			c.MaxAge = -1 // a piece of a longer session before this one
+		} else {
+			continue
+		}
+		http.SetCookie(w, c)
+	}
 	http.Redirect(w, r, next, http.StatusSeeOther)
+}
+
+// sessionCookiePiece is the i-th piece of the session cookie, without its
+// value.
+func (h *Hub) sessionCookiePiece(r *http.Request, i int) *http.Cookie {
+	return &http.Cookie{Name: sessionCookieName(i), Path: h.pageBase(), HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r)}
 }
 
 // serveLogout ends the browser's session: the cookie is cleared, and its
@@ -107,7 +164,13 @@ func (h *Hub) serveLogout(w http.ResponseWriter, r *http.Request) {
 	if p, ok, err := h.sessionPerson(r); ok && err == nil {
 		h.cfg.Auth.EndSessions(p)
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: h.pageBase(), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r)})
+	for i := range maxSessionPieces {
+		if _, err := r.Cookie(sessionCookieName(i)); err == nil || i == 0 {
+			c := h.sessionCookiePiece(r, i)
+			c.MaxAge = -1
+			http.SetCookie(w, c)
+		}
+	}
 	http.Redirect(w, r, h.pageBase(), http.StatusSeeOther)
 }
 
