@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -77,6 +78,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("the hub can't listen on %s: %w (is another tether dev running? choose another with --addr)", cfg.Addr, err)
 	}
 	defer ln.Close() // hub.Serve closes it too, once it has it
+	// With port 0 the kernel picks one: the hub's URL, the kubeconfig and
+	// the agent need the port it picked.
+	cfg.Addr = ln.Addr().String()
 	log := cfg.Logger
 	// The first run builds it, and localkube logs that, with how long it takes.
 	fmt.Fprintln(cfg.Out, "Starting a local Kubernetes API server…")
@@ -109,7 +113,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	certFile, keyFile := filepath.Join(cluster.Dir, "hub.crt"), filepath.Join(cluster.Dir, "hub.key")
-	if err := writeHubCert(ca, certFile, keyFile); err != nil {
+	if err := writeHubCert(ca, certFile, keyFile, host); err != nil {
 		return err
 	}
 	// A key of the run's own, in a file as TETHER_TOKEN_SIGNING_KEY_FILE
@@ -254,8 +258,12 @@ func writeSigningKey(file string) error {
 	return os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
 }
 
-func writeHubCert(ca *pki.CA, certFile, keyFile string) error {
-	cert, key, err := ca.Issue(pki.Leaf{CommonName: "tether dev hub", Hosts: []string{"127.0.0.1", "localhost", "::1"}})
+func writeHubCert(ca *pki.CA, certFile, keyFile, host string) error {
+	hosts := []string{"127.0.0.1", "localhost", "::1"}
+	if !slices.Contains(hosts, host) {
+		hosts = append(hosts, host) // another loopback address, like 127.0.0.2
+	}
+	cert, key, err := ca.Issue(pki.Leaf{CommonName: "tether dev hub", Hosts: hosts})
 	if err != nil {
 		return err
 	}

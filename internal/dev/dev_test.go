@@ -2,15 +2,19 @@ package dev
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"net"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/tetherhq/tether/internal/localkube"
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -90,5 +94,44 @@ func TestRunSaysAtOnceTheAddressIsTaken(t *testing.T) {
 	}
 	if out.Len() > 0 {
 		t.Errorf("it began before it found the address taken:\n%s", out.String())
+	}
+}
+
+// TestRunOnAnyLoopbackAddress: every loopback address passes Run's check,
+// port 0 included, so what Run prints, the kubeconfig and the agent name
+// the hub where it really listens: the port the kernel picked (they said
+// port 0), and an address the hub's certificate names (it named 127.0.0.1
+// and ::1 only, and the agent on 127.0.0.2 never connected).
+func TestRunOnAnyLoopbackAddress(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a local API server")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out, logs := &syncbuf.Buffer{}, &syncbuf.Buffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Config{Addr: "127.0.0.2:0", Logger: slog.New(slog.NewTextHandler(logs, nil)), Out: out})
+	}()
+	deadline := time.After(3 * time.Minute)
+	for !strings.Contains(logs.String(), "Connected to") {
+		if strings.Contains(logs.String(), "Can't reach the hub") {
+			t.Fatalf("with --addr 127.0.0.2:0 the agent can't reach the hub:\n%s", logs)
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("Run returned %v:\n%s", err, out)
+		case <-deadline:
+			t.Fatalf("the agent never connected:\n%s", logs)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	m := regexp.MustCompile(`hub:\s+https://127\.0\.0\.2:(\d+)`).FindStringSubmatch(out.String())
+	if m == nil || m[1] == "0" {
+		t.Errorf("Run printed no hub address on 127.0.0.2 with the port it listens on:\n%s", out)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
 	}
 }
