@@ -123,8 +123,16 @@ func ParseHubURL(raw string) (*url.URL, error) {
 		return nil, errors.New("TETHER_HUB_URL must be set")
 	}
 	u, err := url.Parse(raw)
+	if err == nil && u.User != nil {
+		raw = u.Redacted() // the error quotes it, without its password
+	}
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.Hostname() == "" {
 		return nil, fmt.Errorf("TETHER_HUB_URL must be the hub's address, like https://tether.example.com, not %q", raw)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("TETHER_HUB_URL must be the hub's address, with a port from 1 to 65535 if any, like https://tether.example.com:8443, not %q", raw)
+		}
 	}
 	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" { // ForceQuery: a bare "?"
 		return nil, fmt.Errorf("TETHER_HUB_URL must be the hub's address without a query or fragment, like https://tether.example.com/tether, not %q", raw)

@@ -65,8 +65,16 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 	}
 	if raw := strings.TrimSpace(getenv("TETHER_PUBLIC_URL")); raw != "" {
 		u, err := url.Parse(raw)
+		if err == nil && u.User != nil {
+			raw = u.Redacted() // the errors quote it, without its password
+		}
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return Options{}, fmt.Errorf("TETHER_PUBLIC_URL must be the hub's address as people open it, like https://tether.example.com, not %q", raw)
+		}
+		if p := u.Port(); p != "" {
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+				return Options{}, fmt.Errorf("TETHER_PUBLIC_URL must be the hub's address, with a port from 1 to 65535 if any, like https://tether.example.com:8443, not %q", raw)
+			}
 		}
 		if u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
 			// Kubeconfigs append paths to it, and sign-in compares origins.
