@@ -108,7 +108,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// kubectl sends credentials over TLS only, so the hub serves HTTPS with
 	// a certificate from a CA made for this run.
-	ca, err := pki.NewCA("tether dev", 7*24*time.Hour)
+	ca, err := pki.NewCA("tether dev", localkube.Lifetime)
 	if err != nil {
 		return err
 	}

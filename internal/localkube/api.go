@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // HTTPClient returns a client that trusts the cluster's CA and sends no
@@ -158,7 +159,7 @@ func object(apiVersion, kind, namespace, name string) map[string]any {
 }
 
 // NewServiceAccountToken asks the API server (TokenRequest) for a new token
-// of the agent's ServiceAccount, valid for 24 hours. Each call returns a
+// of the agent's ServiceAccount, valid for the cluster's Lifetime. Each call returns a
 // different token, all of them valid at once, as when the kubelet renews a
 // pod's token.
 func (c *Cluster) NewServiceAccountToken(ctx context.Context) (string, error) {
@@ -166,12 +167,12 @@ func (c *Cluster) NewServiceAccountToken(ctx context.Context) (string, error) {
 }
 
 // tokenFor asks the API server (TokenRequest) for a token of the service
-// account namespace/name, valid for 24 hours.
+// account namespace/name, valid for the cluster's Lifetime.
 func (c *Cluster) tokenFor(ctx context.Context, namespace, name string) (string, error) {
 	req := map[string]any{
 		"apiVersion": "authentication.k8s.io/v1",
 		"kind":       "TokenRequest",
-		"spec":       map[string]any{"expirationSeconds": 24 * 60 * 60},
+		"spec":       map[string]any{"expirationSeconds": int64(Lifetime / time.Second)},
 	}
 	var resp struct {
 		Status struct{ Token string }

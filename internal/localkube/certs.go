@@ -41,6 +41,11 @@ type keyMaterial struct {
 	adminToken                          string
 }
 
+// Lifetime is how long a cluster's certificates and the tokens it makes
+// are valid: a year, so that a `tether dev` left running doesn't stop
+// working (they were valid for a day).
+const Lifetime = 365 * 24 * time.Hour
+
 // kubeletClientName is the common name of the API server's client
 // certificate for kubelets, the only one the node's kubelet takes.
 const kubeletClientName = "kube-apiserver-kubelet-client"
@@ -48,10 +53,10 @@ const kubeletClientName = "kube-apiserver-kubelet-client"
 // newKeyMaterial makes a CA, the certificates it signs (the API server's, the
 // kubelet's, and the API server's client certificate for the kubelet), and
 // the service account signing key: all ECDSA P-256, fast to generate, valid
-// for a day since a cluster lives only as long as a test or a `tether dev`
-// session.
+// for a year: a cluster lives only as long as a test or a `tether dev`
+// session, and a session may be left running for days.
 func newKeyMaterial() (*keyMaterial, error) {
-	ca, err := pki.NewCA("localkube CA", 24*time.Hour)
+	ca, err := pki.NewCA("localkube CA", Lifetime)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -153,6 +156,28 @@ func TestCluster(t *testing.T) {
 		}
 		if !bySA || !asAlice {
 			t.Errorf("audit log: a request by %s: %v; one as alice with request id req-1: %v", c.ServiceAccountName, bySA, asAlice)
+		}
+	})
+
+	t.Run("lasts as long as a tether dev may run", func(t *testing.T) {
+		// A certificate or the agent's token that expired after a day
+		// broke a tether dev left running overnight.
+		const month = 30 * 24 * time.Hour
+		block, _ := pem.Decode(c.CAPEM)
+		cert, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left := time.Until(cert.NotAfter); left < month {
+			t.Errorf("the cluster's CA expires in %s", left.Round(time.Hour))
+		}
+		var claims struct{ Exp int64 }
+		payload, err := base64.RawURLEncoding.DecodeString(strings.Split(token, ".")[1])
+		if err != nil || json.Unmarshal(payload, &claims) != nil {
+			t.Fatalf("the service account token's claims: %v %s", err, payload)
+		}
+		if left := time.Until(time.Unix(claims.Exp, 0)); left < month {
+			t.Errorf("the service account token expires in %s", left.Round(time.Hour))
 		}
 	})
 
