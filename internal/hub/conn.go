@@ -130,13 +130,14 @@ func (h *Hub) serveConn(c *agentConn) bool {
 		// A takeover keeps the cluster's one slot: the gauge counts
 		// clusters with an agent, never two for one.
 		h.metrics.connected.Inc()
-	}
-	h.mu.Unlock()
-	if prev != nil {
+	} else {
 		// The connection taken over may still be sending its inventory:
-		// from here on only this one's (opened once it is welcomed) counts.
+		// from here on only this one's (opened once it is welcomed)
+		// counts. Under h.mu, so that a third connection taking over
+		// from this one ends this one's, never its own.
 		h.inventory.End(c.name)
 	}
+	h.mu.Unlock()
 	// Welcomed once registered, before the connection it takes over from
 	// is told to go. If the welcome can't be sent, the session ends, and
 	// the control stream's end finishes the connection below.
