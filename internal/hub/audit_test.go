@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
 // TestAuditLineHasEveryField: SPEC section 3 names the fields of each audit
@@ -227,19 +229,7 @@ func TestAuditAfter100Continue(t *testing.T) {
 	if final.Header.Get("Warning") == "" {
 		t.Errorf("the final answer lost the hub's Warning about the Impersonate-* headers removed")
 	}
-	var line struct {
-		Path   string `json:"path"`
-		Status int    `json:"status"`
-	}
-	eventually(t, 5*time.Second, "the audit line", func() bool {
-		for l := range strings.Lines(audit.String()) {
-			if json.Unmarshal([]byte(l), &line) == nil && line.Path == "/create" {
-				return true
-			}
-		}
-		return false
-	})
-	if line.Status != http.StatusCreated {
+	if line := auditLineOf(t, audit, "/create"); line.Status != http.StatusCreated {
 		t.Errorf("the audit line says status %d; the client got 201", line.Status)
 	}
 }
@@ -265,21 +255,25 @@ func TestAuditOfAnAbandonedRequest(t *testing.T) {
 		resp.Body.Close()
 		t.Fatalf("the request was answered: %s", resp.Status)
 	}
-	var line struct {
-		Path   string `json:"path"`
-		Status int    `json:"status"`
+	if line := auditLineOf(t, audit, "/hang"); line.Status != statusClientClosed {
+		t.Errorf("the audit line says status %d for a request no answer reached, want %d", line.Status, statusClientClosed)
 	}
-	eventually(t, 5*time.Second, "the audit line", func() bool {
+}
+
+// auditLineOf waits for the audit line of the request to path, and
+// returns it.
+func auditLineOf(t *testing.T, audit *syncbuf.Buffer, path string) auditRecord {
+	t.Helper()
+	var line auditRecord
+	eventually(t, 5*time.Second, "the audit line of "+path, func() bool {
 		for l := range strings.Lines(audit.String()) {
-			if json.Unmarshal([]byte(l), &line) == nil && line.Path == "/hang" {
+			if json.Unmarshal([]byte(l), &line) == nil && line.Path == path {
 				return true
 			}
 		}
 		return false
 	})
-	if line.Status != statusClientClosed {
-		t.Errorf("the audit line says status %d for a request no answer reached, want %d", line.Status, statusClientClosed)
-	}
+	return line
 }
 
 // TestVerb: the audit line's verb is Kubernetes' name for what the request

@@ -408,20 +408,7 @@ func TestUpgradeIsAudited(t *testing.T) {
 		t.Fatalf("read back %d bytes, %v", len(back), err)
 	}
 	c.Close()
-	var line struct {
-		Path   string `json:"path"`
-		Status int    `json:"status"`
-		Bytes  int64  `json:"bytes"`
-	}
-	eventually(t, 5*time.Second, "the upgrade's audit line", func() bool {
-		for l := range strings.Lines(audit.String()) {
-			if json.Unmarshal([]byte(l), &line) == nil && line.Path == "/echo-upgrade" {
-				return true
-			}
-		}
-		return false
-	})
-	if line.Status != http.StatusSwitchingProtocols || line.Bytes < int64(len(msg)) {
+	if line := auditLineOf(t, audit, "/echo-upgrade"); line.Status != http.StatusSwitchingProtocols || line.Bytes < int64(len(msg)) {
 		t.Errorf("the audit line says status %d and %d bytes; want 101 and at least the %d bytes echoed", line.Status, line.Bytes, len(msg))
 	}
 }
