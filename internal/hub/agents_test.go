@@ -307,6 +307,10 @@ func TestShutdownSendsAgentsAwayWithSpread(t *testing.T) {
 			if !strings.Contains(a.logs.String(), tc.log) {
 				t.Errorf("agent log:\n%s", a.logs)
 			}
+			// The agent closes first, as asked: that is not why it went.
+			if !strings.Contains(h.logs.String(), `why="the hub is shutting down"`) {
+				t.Errorf("the hub logs the disconnect with another reason:\n%s", h.logs)
+			}
 		})
 	}
 }

@@ -90,6 +90,9 @@ type agentConn struct {
 	closeOnce sync.Once
 	done      chan struct{} // closed when the connection is ending
 	why       error         // why it ended; set before done is closed
+	// leaving is why goAway sends the agent away, once it has begun: the
+	// end it brings (the agent closing, as asked) is recorded as that.
+	leaving atomic.Pointer[error]
 
 	// Set by serveConn before the control stream is read, used by finish.
 	cancel            context.CancelFunc
@@ -211,6 +214,9 @@ func (c *agentConn) end(err error) { c.endClosing(err, 1000, "") }
 func (c *agentConn) endClosing(err error, code int, reason string) {
 	c.closeOnce.Do(func() {
 		c.why = err
+		if l := c.leaving.Load(); l != nil {
+			c.why = *l
+		}
 		close(c.done)
 	})
 	if code == 1000 && reason == "" {
@@ -240,6 +246,7 @@ func (c *agentConn) goAway(kind goAwayKind, delay time.Duration) {
 		m = protocol.Message{Type: protocol.TypeGoAway, Reason: protocol.ReasonRemoved}
 		code, why = closeRemoved, errors.New("the agents list no longer admits it")
 	}
+	c.leaving.Store(&why)
 	if c.send(m) == nil {
 		// Let the agent read the goaway and close first. Closing the TCP
 		// connection while the agent's last bytes (a pong, a window

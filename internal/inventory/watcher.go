@@ -129,6 +129,9 @@ func (w *Watcher) Run(ctx context.Context) {
 // permits.
 func (w *Watcher) reconcile(ctx context.Context) {
 	served, err := w.served(ctx)
+	if ctx.Err() != nil {
+		return // stopping: what discovery says now is only that
+	}
 	if err != nil && len(served) == 0 {
 		w.log.Warn("Can't discover the cluster's APIs; the inventory waits", "err", err)
 		w.mu.Lock()
