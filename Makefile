@@ -27,6 +27,7 @@ FUZZ_TARGETS = \
 	./internal/agent:FuzzParseHubURL \
 	./internal/agent:FuzzOptionsFromEnv \
 	./internal/agent:FuzzRetryAfter \
+	./internal/logging:FuzzRedactURL \
 	./internal/inventory:FuzzParseDiscovery \
 	./internal/inventory:FuzzSummarize \
 	./internal/hub:FuzzAgentUpgradeHeaders \

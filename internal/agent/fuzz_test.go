@@ -17,7 +17,7 @@ func FuzzParseHubURL(f *testing.F) {
 	for _, s := range []string{
 		"https://tether.example.com", "http://10.0.0.1:8080/tether/", " https://h/ ", "tether.example.com",
 		"https://user:pass@h", "https://h?x=1", "https://h#f", "ftp://h", "https://", "https://:443",
-		"https://[::1]:8443/base", "https://h/%2F..%2F", "https://h/a b", "http://h:99999", "https://h\n",
+		"https://[::1]:8443/base", "https://h/%2F..%2F", "https://h/a b", "http://h:99999", "https://h\n", "https://me:hunter2@h/%zz",
 	} {
 		f.Add(s)
 	}
@@ -26,6 +26,18 @@ func FuzzParseHubURL(f *testing.F) {
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "TETHER_HUB_URL must ") {
 				t.Fatalf("error doesn't name the setting: %v", err)
+			}
+			// A password where a host would be, parseable or not, is never
+			// quoted.
+			if _, rest, ok := strings.Cut(strings.TrimSpace(raw), "://"); ok {
+				if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+					rest = rest[:end]
+				}
+				if userinfo, _, ok := strings.Cut(rest, "@"); ok {
+					if _, pw, ok := strings.Cut(userinfo, ":"); ok && len(pw) >= 4 && strings.Contains(err.Error(), ":"+pw+"@") {
+						t.Fatalf("the error quotes the password %q: %v", pw, err)
+					}
+				}
 			}
 			return
 		}

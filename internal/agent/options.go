@@ -15,6 +15,7 @@ import (
 	"unicode"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/logging"
 	"github.com/tetherhq/tether/internal/protocol"
 )
 
@@ -123,9 +124,7 @@ func ParseHubURL(raw string) (*url.URL, error) {
 		return nil, errors.New("TETHER_HUB_URL must be set")
 	}
 	u, err := url.Parse(raw)
-	if err == nil && u.User != nil {
-		raw = u.Redacted() // the error quotes it, without its password
-	}
+	raw = logging.RedactURL(raw) // the errors quote it, without its password
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || u.Hostname() == "" {
 		return nil, fmt.Errorf("TETHER_HUB_URL must be the hub's address, like https://tether.example.com, not %q", raw)
 	}

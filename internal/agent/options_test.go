@@ -86,6 +86,8 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"hub URL with port 0", map[string]string{"TETHER_HUB_URL": "https://tether.example.com:0/tether"}, "with a port from 1 to 65535"},
 		{"hub URL with a password", map[string]string{"TETHER_HUB_URL": "https://me:hunter2@tether.example.com"},
 			`TETHER_HUB_URL must be the hub's address, like https://tether.example.com, not "https://me:xxxxx@tether.example.com"`},
+		{"hub URL with a password that doesn't parse", map[string]string{"TETHER_HUB_URL": "https://me:hunter2@tether.example.com/%zz"},
+			`TETHER_HUB_URL must be the hub's address, like https://tether.example.com, not "https://xxxxx@tether.example.com/%zz"`},
 		{"bad name", map[string]string{"TETHER_AGENT_NAME": "EU_1"}, `TETHER_AGENT_NAME must be the cluster's name in the hub's agents list: "EU_1" is not a DNS label`},
 		{"no token", map[string]string{"TETHER_AGENT_TOKEN": " \n"}, "TETHER_AGENT_TOKEN must be set"},
 		{"token on two lines", map[string]string{"TETHER_AGENT_TOKEN": "secret-agent-token\nsecret-agent-token"}, "TETHER_AGENT_TOKEN must be the token on one line"},

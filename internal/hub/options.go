@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/logging"
 )
 
 // Options are the hub's settings, as SPEC section 2 names them.
@@ -65,9 +66,7 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 	}
 	if raw := strings.TrimSpace(getenv("TETHER_PUBLIC_URL")); raw != "" {
 		u, err := url.Parse(raw)
-		if err == nil && u.User != nil {
-			raw = u.Redacted() // the errors quote it, without its password
-		}
+		raw = logging.RedactURL(raw) // the errors quote it, without its password
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return Options{}, fmt.Errorf("TETHER_PUBLIC_URL must be the hub's address as people open it, like https://tether.example.com, not %q", raw)
 		}
