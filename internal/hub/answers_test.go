@@ -1,8 +1,11 @@
 package hub
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -138,5 +141,46 @@ func TestPathWithoutACluster(t *testing.T) {
 	}
 	if code, body, _ := call(t, "GET", h.url+"/tether/api/nothing", aliceToken, nil); code != http.StatusNotFound || strings.Contains(body, "Status") {
 		t.Errorf("GET /tether/api/nothing = %d %.200s, want net/http's 404: it isn't a Kubernetes path", code, body)
+	}
+}
+
+// TestStatusBelow100 : an API server (reached through an agent
+// the hub doesn't fully trust, but TLS is end to end, so the API server
+// itself) answers a GET with a status under 100. apiClient takes every
+// code under 200 for an informational answer and hands it to the proxy's
+// Got1xxResponse, which calls WriteHeader(50): net/http panics, the
+// handler dies, and the client gets no answer at all.
+// TestStatusBelow100: an API server's status 000 to 099 parses, but is no
+// answer: the person gets a 503, not a connection the proxy's WriteHeader
+// panicked on.
+func TestStatusBelow100(t *testing.T) {
+	fc := newFakeCluster(t)
+	fc.srv.Config.Handler.(*http.ServeMux).HandleFunc("/odd", func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 050 Odd\r\nContent-Length: 0\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		brw.Flush()
+	})
+	h, audit := proxyHub(t, fc, "")
+	// A GET goes by the hub's own client; the rest by net/http's transport.
+	for _, method := range []string{"GET", "POST"} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, method+" /clusters/open/odd HTTP/1.1\r\nHost: hub\r\nContent-Length: 0\r\nAuthorization: Bearer "+aliceToken+"\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		c.Close()
+		if err != nil {
+			t.Fatalf("%s: no answer at all from the hub (%v); audit: %s", method, err, audit)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("%s: answer %d, want 503; audit %s", method, resp.StatusCode, audit)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -331,6 +332,22 @@ func (c *apiClient) close() {
 	c.expiring.Wait()
 }
 
+// nothingReadAhead reports whether crypto/tls holds nothing of the
+// connection's input beyond the answer just read: records it read along
+// with the answer's last ones (an answer no one asked for) wait there,
+// where neither the bufio reader nor the stream shows them. net/http's
+// transport sees them as its read loop peeks at the idle connection.
+func (pc *apiConn) nothingReadAhead() bool {
+	if pc.tc.SetReadDeadline(time.Now()) != nil {
+		return false
+	}
+	var b [1]byte
+	n, err := pc.tc.Read(b[:])
+	var ne net.Error
+	quiet := n == 0 && errors.As(err, &ne) && ne.Timeout()
+	return quiet && pc.tc.SetReadDeadline(time.Time{}) == nil
+}
+
 // errSwitched is an answer switching protocols to a request that asked for
 // no upgrade.
 var errSwitched = errors.New("the API server switched protocols unasked")
@@ -367,6 +384,10 @@ func (pc *apiConn) exchange(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 		switch {
+		case resp.StatusCode < 100:
+			// 000 to 099 parse, but mean nothing; passed on, the proxy's
+			// WriteHeader panics on them.
+			return nil, fmt.Errorf("the API server answered with status %03d", resp.StatusCode)
 		case resp.StatusCode == http.StatusSwitchingProtocols:
 			return nil, errSwitched
 		case resp.StatusCode < 200:
@@ -427,7 +448,7 @@ func (b *apiBody) finish(atEnd bool) {
 		return
 	}
 	// stop reports false once the request's end has closed the connection.
-	if b.stop() && atEnd && b.reuse && b.pc.br.Buffered() == 0 {
+	if b.stop() && atEnd && b.reuse && b.pc.br.Buffered() == 0 && b.pc.nothingReadAhead() {
 		b.pc.client.put(b.pc)
 		return
 	}

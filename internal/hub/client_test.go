@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/internal/gather"
 )
 
 // apiServer is a TLS server for apiClient's tests that counts the
@@ -446,5 +448,64 @@ func TestClientPassesInformationalAnswersOn(t *testing.T) {
 	req, _ = http.NewRequest("GET", "https://"+APIServerName+"/endless", nil)
 	if _, err := c.RoundTrip(req); !errors.Is(err, errTooManyInformational) {
 		t.Errorf("eight 1xx answers: %v, want %v", err, errTooManyInformational)
+	}
+}
+
+// holdListener wraps accepted connections in a gather.Conn, so that a
+// handler can send two TLS records in one write.
+type holdListener struct{ net.Listener }
+
+func (l holdListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &gather.Conn{Conn: c}, nil
+}
+
+// TestClientDropsAnAnswerNoOneAskedFor: an API server sends a
+// second answer no one asked for right after the first, in a TLS record of
+// its own that arrives with the first. crypto/tls reads it ahead into its
+// own buffer; apiClient looks only at its bufio reader (and the tunnel
+// stream), keeps the connection, and gives that answer to the next request.
+// net/http's transport would see it on the idle connection and close it.
+// TestClientDropsAnAnswerNoOneAskedFor: bytes the API server sent after an
+// answer, in the same write as its end, wait inside crypto/tls, where
+// neither the bufio reader nor the stream shows them: the connection is
+// not kept, or the next request, perhaps another person's, gets them as
+// its answer (net/http's transport closes such a connection too).
+func TestClientDropsAnAnswerNoOneAskedFor(t *testing.T) {
+	s := &apiServer{srv: httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/first" {
+			io.WriteString(w, "fresh")
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		g := conn.(*tls.Conn).NetConn().(*gather.Conn)
+		g.Hold()
+		io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+		io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale")
+		g.Release()
+		for { // later requests on this connection get their own answers
+			if _, err := http.ReadRequest(brw.Reader); err != nil {
+				return
+			}
+			io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
+		}
+	}))}
+	s.srv.Listener = holdListener{s.srv.Listener}
+	s.srv.StartTLS()
+	t.Cleanup(s.srv.Close)
+	c := s.client(t, time.Minute)
+	if _, body := s.get(t, c, "/first"); body != "first" {
+		t.Fatalf("first answer %q", body)
+	}
+	if _, body := s.get(t, c, "/second"); body != "fresh" {
+		t.Errorf("the second request got %q, an answer sent for no request; want %q", body, "fresh")
 	}
 }

@@ -162,6 +162,12 @@ func (h *Hub) newProxy() *httputil.ReverseProxy {
 		// started a timer's goroutine that flushed the head on its own,
 		// and contended with the answer's writes for their lock.
 		ModifyResponse: func(resp *http.Response) error {
+			if resp.StatusCode < 100 {
+				// 000 to 099 parse, but are no answer: passed on, the
+				// server's WriteHeader panics on them. The hub's own client
+				// refuses them too (apiConn.exchange).
+				return fmt.Errorf("the API server answered with status %03d", resp.StatusCode)
+			}
 			if rt, _ := resp.Request.Context().Value(clusterKey{}).(route); rt.warn {
 				resp.Header.Add("Warning", impersonationWarning)
 			}
