@@ -61,7 +61,7 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 		Groups:    rt.person.Groups,
 		Source:    rt.person.Source,
 		Cluster:   cluster,
-		Verb:      verb(r.Method, path, r.URL.Query().Get("watch")),
+		Verb:      verb(r.Method, path, isWatch(path, r.URL.RawQuery)),
 		Method:    r.Method,
 		Path:      path,
 		Status:    w.status,
@@ -97,15 +97,13 @@ const maxKeptAuditLine = 2 << 10
 // verb names what a request does in Kubernetes' words, from its method and
 // path alone: /api/v1/namespaces/a/pods is a list, /api/v1/namespaces/a/pods/p
 // a get.
-func verb(method, path, watch string) string {
+func verb(method, path string, watch bool) string {
 	switch method {
 	case http.MethodGet, http.MethodHead:
-		parts := resourceParts(path)
-		// A watch is asked with ?watch, or on the older paths under
-		// .../v1/watch/, which Kubernetes still serves.
-		if watch == "true" || watch == "1" || len(parts) > 0 && parts[0] == "watch" {
+		if watch {
 			return "watch"
 		}
+		parts := resourceParts(path)
 		if len(parts) == 1 {
 			return "list"
 		}

@@ -279,13 +279,15 @@ func auditLineOf(t *testing.T, audit *syncbuf.Buffer, path string) auditRecord {
 // TestVerb: the audit line's verb is Kubernetes' name for what the request
 // does.
 func TestVerb(t *testing.T) {
-	for _, tc := range []struct{ method, path, watch, want string }{
+	for _, tc := range []struct{ method, path, query, want string }{
 		{"GET", "/api/v1/pods", "", "list"},
 		{"GET", "/api/v1/namespaces/a/pods", "", "list"},
 		{"GET", "/api/v1/namespaces/a/pods/p", "", "get"},
 		{"GET", "/api/v1/namespaces/a/pods/p/log", "", "get"},
-		{"GET", "/api/v1/namespaces/a/pods", "true", "watch"},
-		{"GET", "/apis/apps/v1/deployments", "1", "watch"},
+		{"GET", "/api/v1/namespaces/a/pods", "watch=true", "watch"},
+		{"GET", "/apis/apps/v1/deployments", "watch=1", "watch"},
+		{"GET", "/api/v1/pods", "watch=True&resourceVersion=5", "watch"},
+		{"GET", "/api/v1/pods", "watch=false", "list"},
 		{"GET", "/api/v1/watch/pods", "", "watch"},
 		{"GET", "/api/v1/watch/namespaces/a/pods/p", "", "watch"},
 		{"GET", "/apis/apps/v1/watch/namespaces/a/deployments", "", "watch"},
@@ -298,8 +300,8 @@ func TestVerb(t *testing.T) {
 		{"DELETE", "/api/v1/namespaces/a/pods", "", "deletecollection"},
 		{"OPTIONS", "/api", "", "options"},
 	} {
-		if got := verb(tc.method, tc.path, tc.watch); got != tc.want {
-			t.Errorf("%s %s (watch=%q): %q, want %q", tc.method, tc.path, tc.watch, got, tc.want)
+		if got := verb(tc.method, tc.path, isWatch(tc.path, tc.query)); got != tc.want {
+			t.Errorf("%s %s?%s: %q, want %q", tc.method, tc.path, tc.query, got, tc.want)
 		}
 	}
 }

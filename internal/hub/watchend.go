@@ -6,6 +6,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 )
@@ -32,11 +33,7 @@ func watchFraming(resp *http.Response) (framing, bool) {
 	if req == nil || req.Method != http.MethodGet || resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Encoding") != "" {
 		return 0, false
 	}
-	// Parsed only when it may say so: this runs for every answer.
-	if !strings.Contains(req.URL.RawQuery, "watch=") {
-		return 0, false
-	}
-	if w := req.URL.Query().Get("watch"); w != "true" && w != "1" {
+	if !isWatch(req.URL.Path, req.URL.RawQuery) {
 		return 0, false
 	}
 	mt, _, err := mime.ParseMediaType(resp.Header.Get("Content-Type"))
@@ -50,6 +47,23 @@ func watchFraming(resp *http.Response) (framing, bool) {
 		return lengthPrefixed, true
 	}
 	return 0, false
+}
+
+// isWatch says whether the API server takes a request for path and query
+// for a watch: watch=<v> with any v but "0" or "false" in any case
+// (apimachinery's Convert_Slice_string_To_bool; the Python client sends
+// watch=True), or one of the older paths under .../v1/watch/.
+func isWatch(path, rawQuery string) bool {
+	if parts := resourceParts(path); len(parts) > 0 && parts[0] == "watch" {
+		return true
+	}
+	// Parsed only when it may say so: this runs for every answer.
+	if !strings.Contains(rawQuery, "watch") {
+		return false
+	}
+	q, _ := url.ParseQuery(rawQuery)
+	vs, ok := q["watch"]
+	return ok && vs[0] != "0" && !strings.EqualFold(vs[0], "false")
 }
 
 type framing int

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"net/http"
+	"net/url"
 	"testing"
 )
 
@@ -224,4 +226,40 @@ func FuzzWatchBody(f *testing.F) {
 			rest = rest[4+n:]
 		}
 	})
+}
+
+// TestEveryWatchIsTaken: the API server takes watch=<v> for
+// a watch unless v is "0" or "false" in any case (apimachinery's
+// Convert_Slice_string_To_bool); the Python client sends watch=True. And
+// the older /api/v1/watch/... paths are watches with no watch= at all.
+// watchFraming knows only "true" and "1", so those watches are not ended at
+// an event's end on shutdown: they run for the whole grace, then are cut.
+// TestEveryWatchIsTaken: a stopping hub ends at an event's end every answer
+// the API server gives as a watch: watch=<anything but 0 or false>, as
+// apimachinery reads it (the Python client sends True), and the older
+// .../watch/... paths.
+func TestEveryWatchIsTaken(t *testing.T) {
+	for target, want := range map[string]bool{
+		"/api/v1/namespaces/default/pods?watch=true":                   true,
+		"/api/v1/namespaces/default/pods?watch=True":                   true,
+		"/api/v1/namespaces/default/pods?watch=TRUE&resourceVersion=5": true,
+		"/api/v1/namespaces/default/pods?watch":                        true,
+		"/api/v1/watch/namespaces/default/pods":                        true,
+		"/apis/apps/v1/watch/deployments":                              true,
+		"/api/v1/namespaces/default/pods?watch=false":                  false,
+		"/api/v1/namespaces/default/pods?watch=0":                      false,
+		"/api/v1/namespaces/default/pods?watchers=1":                   false,
+		"/api/v1/namespaces/default/pods":                              false,
+		"/api/v1/namespaces/watch/pods":                                false,
+	} {
+		u, _ := url.Parse("https://" + APIServerName + target)
+		resp := &http.Response{
+			StatusCode: http.StatusOK,
+			Header:     http.Header{"Content-Type": {"application/json"}},
+			Request:    &http.Request{Method: http.MethodGet, URL: u},
+		}
+		if _, ok := watchFraming(resp); ok != want {
+			t.Errorf("%s: taken for a watch %v, want %v", target, ok, want)
+		}
+	}
 }
