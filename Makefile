@@ -99,6 +99,7 @@ static:
 chromium:
 	@if command -v chromium >/dev/null || [ -x /usr/bin/chromium ]; then :; \
 	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	elif [ -n "$$CI" ]; then echo "Browser tests need Chromium, and only root can install it here: sudo apt-get install chromium"; exit 1; \
 	else echo "Browser tests need Chromium: sudo apt-get install chromium"; fi
 
 vet:

@@ -9,6 +9,7 @@ import (
 	"io"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -144,10 +145,14 @@ func TestUpdateRoundTripAndLimits(t *testing.T) {
 		t.Errorf("round trip: %+v, want %+v", out, in)
 	}
 	for name, body := range map[string]string{
-		"unnamed object": `{"upserts":[{"kind":"pods","namespace":"a"}]}`,
-		"no kind":        `{"deletes":[{"name":"x"}]}`,
-		"empty kind":     `{"kinds":[{"kind":""}]}`,
-		"not json":       `{"upserts":`,
+		"unnamed object":  `{"upserts":[{"kind":"pods","namespace":"a"}]}`,
+		"no kind":         `{"deletes":[{"name":"x"}]}`,
+		"empty kind":      `{"kinds":[{"kind":""}]}`,
+		"not json":        `{"upserts":`,
+		"long name":       `{"upserts":[{"kind":"pods","name":"` + strings.Repeat("n", maxField+1) + `"}]}`,
+		"long kind":       `{"deletes":[{"kind":"` + strings.Repeat("k", maxField+1) + `","name":"x"}]}`,
+		"long namespace":  `{"deletes":[{"kind":"pods","namespace":"` + strings.Repeat("s", maxField+1) + `","name":"x"}]}`,
+		"long kind state": `{"kinds":[{"kind":"` + strings.Repeat("k", maxField+1) + `"}]}`,
 	} {
 		if _, err := DecodeUpdate([]byte(body)); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -183,7 +188,8 @@ func TestLongKindErrorIsCut(t *testing.T) {
 }
 
 // FuzzReadUpdate feeds the hub's inventory reader what an agent could send:
-// it must return an error or a valid update, never panic or over-allocate.
+// it must return an error or an update within the limits, never panic
+// (TestReadAllocatesWhatArrives bounds what a claimed length allocates).
 func FuzzReadUpdate(f *testing.F) {
 	var buf bytes.Buffer
 	WriteUpdate(&buf, &Update{Snapshot: true, Complete: true, Upserts: []Resource{{ResourceRef: ResourceRef{Kind: "pods", Name: "p"}}}})
@@ -196,8 +202,27 @@ func FuzzReadUpdate(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if err := u.Validate(); err != nil {
-			t.Fatalf("ReadUpdate returned an invalid update: %v", err)
+		// The limits, checked here on their own, not by Validate again.
+		if n := len(u.Upserts) + len(u.Deletes); n > MaxUpdateItems {
+			t.Fatalf("an update of %d objects, over %d", n, MaxUpdateItems)
+		}
+		refs := slices.Collect(func(yield func(ResourceRef) bool) {
+			for _, r := range u.Upserts {
+				yield(r.ResourceRef)
+			}
+			for _, r := range u.Deletes {
+				yield(r)
+			}
+		})
+		for _, r := range refs {
+			if r.Kind == "" || r.Name == "" || len(r.Kind) > maxField || len(r.Name) > maxField || len(r.Namespace) > maxField {
+				t.Fatalf("an object %q %q %q past the limits", r.Kind, r.Namespace, r.Name)
+			}
+		}
+		for _, k := range u.Kinds {
+			if k.Kind == "" || len(k.Kind) > maxField || len(k.Namespace) > maxField || len(k.Error) > maxField {
+				t.Fatalf("a kind state past the limits: %d, %d, %d bytes", len(k.Kind), len(k.Namespace), len(k.Error))
+			}
 		}
 	})
 }

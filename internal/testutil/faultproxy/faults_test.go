@@ -105,21 +105,26 @@ func TestDelayIsLatency(t *testing.T) {
 	const delay = 150 * time.Millisecond
 	p.SetFaults(Up, Faults{Delay: delay})
 	p.SetFaults(Down, Faults{Delay: delay})
-	if rt := roundTrip(t, c, []byte("x")); rt < 2*delay {
+	rt := roundTrip(t, c, []byte("x"))
+	if rt < 2*delay {
 		t.Fatalf("round trip %s with %s each way (%s without)", rt, delay, base)
 	}
-	// Ten messages sent together each wait the delay, not ten delays.
-	start := time.Now()
+	// Ten messages sent one after another each wait the delay, not ten
+	// delays: the last comes back a round trip after it was sent, not
+	// behind the nine before it. Timed from the last write, so that a
+	// slow machine's stretched sleeps don't count.
+	var last time.Time
 	for range 10 {
 		c.Write([]byte("y"))
+		last = time.Now()
 		time.Sleep(5 * time.Millisecond)
 	}
 	got := make([]byte, 10)
 	if _, err := io.ReadFull(c, got); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(start); took > 10*delay {
-		t.Fatalf("10 pipelined messages took %s: the delay adds up instead of overlapping", took)
+	if took := time.Since(last); took > rt+3*delay {
+		t.Fatalf("the last of 10 pipelined messages came back %s after it was sent, the round trip being %s: the delay adds up instead of overlapping", took, rt)
 	}
 }
 
