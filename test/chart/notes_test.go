@@ -108,7 +108,8 @@ func TestHubNotes(t *testing.T) {
 	for _, want := range []string{
 		"WARNING: the hub serves plain HTTP and no ingress is set up",
 		"fleet.agentsSecret is not set: the hub takes no agents",
-		"curl -H \"Authorization: Bearer $TOKEN\" https://tether.example.com/api/kubeconfig",
+		"curl -fsS -H \"Authorization: Bearer $TOKEN\" -o tether.kubeconfig https://tether.example.com/api/kubeconfig",
+		"WARNING: hub.signingKeySecret is not set",
 	} {
 		if !strings.Contains(n, want) {
 			t.Errorf("the hub's notes lack %q:\n%s", want, n)
