@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -109,7 +110,16 @@ func (a *Agent) header() http.Header {
 // connect (try again), honouring Retry-After on a 503.
 func (a *Agent) dialFailed(resp *http.Response, err error) result {
 	if resp == nil {
-		return failed(plainDialError(err))
+		err = plainDialError(err)
+		var unknownCA x509.UnknownAuthorityError
+		switch {
+		case !errors.As(err, &unknownCA):
+		case a.cfg.HubCAFile == "":
+			err = fmt.Errorf("%w (a hub whose certificate comes from a private CA needs that CA in TETHER_HUB_CA)", err)
+		default:
+			err = fmt.Errorf("%w (TETHER_HUB_CA %s doesn't hold the CA that signed it)", err, a.cfg.HubCAFile)
+		}
+		return failed(err)
 	}
 	switch resp.StatusCode {
 	case http.StatusUnauthorized:
@@ -122,6 +132,9 @@ func (a *Agent) dialFailed(resp *http.Response, err error) result {
 	why := fmt.Errorf("it answered %s", resp.Status)
 	if loc := resp.Header.Get("Location"); loc != "" {
 		why = fmt.Errorf("it answered %s, redirecting to %s", resp.Status, loc)
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		why = fmt.Errorf("it answered %s (is TETHER_HUB_URL the hub's address as its TETHER_PUBLIC_URL gives it, base path included?)", resp.Status)
 	}
 	res := failed(why)
 	if resp.StatusCode == http.StatusServiceUnavailable || resp.StatusCode == http.StatusTooManyRequests {

@@ -263,6 +263,16 @@ func TestSessionCookie(t *testing.T) {
 	if code, body, _ := call(t, "GET", h.url+"/", "", http.Header{"X-Remote-User": {"carol"}, "Origin": {h.url}}); code != 200 || !strings.Contains(body, "Signed in as <strong>carol</strong>") {
 		t.Errorf("the page with the hub's own Origin: %d\n%s", code, body)
 	}
+	// A kubeconfig asked for with a token the hub doesn't take says so, not
+	// "sign in first" (the README's curl -f then writes no error page).
+	for token, want := range map[string]string{
+		"":                  "sign in first",
+		"not-a-known-token": "send a bearer token the hub accepts",
+	} {
+		if code, body, _ := call(t, "GET", h.url+"/api/kubeconfig", token, nil); code != http.StatusUnauthorized || !strings.Contains(body, want) {
+			t.Errorf("a kubeconfig asked for with token %q: %d %q, want 401 saying %q", token, code, body, want)
+		}
+	}
 
 	// /clusters/ never takes the cookie.
 	value := strings.TrimPrefix(strings.SplitN(cookie, ";", 2)[0], "tether_session=")

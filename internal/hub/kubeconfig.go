@@ -30,7 +30,11 @@ func (h *Hub) serveKubeconfig(w http.ResponseWriter, r *http.Request) {
 			h.logAuthFailure(r, err)
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
-		http.Error(w, "Tether doesn't know who you are: sign in first.", http.StatusUnauthorized)
+		msg := "Tether doesn't know who you are: sign in first."
+		if err != nil || r.Header.Get("Authorization") != "" {
+			msg = unauthorized(err) // a token came, and isn't one the hub takes
+		}
+		http.Error(w, msg, http.StatusUnauthorized)
 		return
 	}
 	// Asked for with a hub-issued token (a page session's, a kubeconfig's),

@@ -125,6 +125,9 @@ func TestAgentChecksTheHubCertificate(t *testing.T) {
 	eventually(t, 5*time.Second, "the agent reports the bad certificate", func() bool {
 		return strings.Contains(doubting.logs.String(), "Can't reach the hub at "+h.url+": tls: failed to verify certificate")
 	})
+	if !strings.Contains(doubting.logs.String(), "needs that CA in TETHER_HUB_CA") {
+		t.Errorf("the certificate error doesn't say what to set:\n%s", doubting.logs)
+	}
 	if doubting.Connected() {
 		t.Fatal("connected to a hub whose certificate it can't check")
 	}
@@ -262,5 +265,20 @@ func TestCertReloader(t *testing.T) {
 	}
 	if _, err := newCertReloader(certFile, keyFile, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "TETHER_TLS_CERT_FILE and TETHER_TLS_KEY_FILE must be a PEM certificate and its key") {
 		t.Errorf("a bad pair at start: %v", err)
+	}
+}
+
+// TestAgentOnAWrongPathIsToldWhatToCheck: a TETHER_HUB_URL with a path the
+// hub doesn't serve (a base path it hasn't, /api/agent given twice) gets a
+// 404, which the agent logs with what to check, and keeps trying.
+func TestAgentOnAWrongPathIsToldWhatToCheck(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1")})
+	a := startAgent(t, h.url+"/api/agent", "eu-1", fc)
+	eventually(t, 5*time.Second, "the agent logs the 404", func() bool {
+		return strings.Contains(a.logs.String(), "it answered 404 Not Found (is TETHER_HUB_URL the hub's address")
+	})
+	if a.Connected() {
+		t.Fatal("connected on a path the hub doesn't serve")
 	}
 }
