@@ -39,6 +39,7 @@ FUZZ_TARGETS = \
 	./internal/hub:FuzzParseQuery \
 	./internal/hub:FuzzWatchBody \
 	./internal/hub:FuzzAuditLine \
+	./internal/hub:FuzzReturnTo \
 	./internal/tunnel:FuzzSession \
 	./internal/tunnel:FuzzWebSocket \
 	./internal/tunnel:FuzzHandshake

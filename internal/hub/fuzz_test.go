@@ -328,3 +328,29 @@ func FuzzAuditLine(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReturnTo: whatever the sign-in form's next says, the browser is sent
+// to the fleet page or a cluster's page under the hub's base path, and
+// never to another site: no scheme, no host, no // or \ that a browser
+// would take for one.
+func FuzzReturnTo(f *testing.F) {
+	for _, s := range []string{"/cluster/shop", "//evil.example/cluster/x", "/\\evil.example", "https://evil.example/", "/cluster/../x", "/cluster/%2F%2Fevil", ""} {
+		f.Add("", s)
+		f.Add("/tether", "/tether"+s)
+	}
+	f.Fuzz(func(t *testing.T, base, next string) {
+		if !validBasePath(base) {
+			return
+		}
+		h := &Hub{cfg: Config{BasePath: base}}
+		pageBase := h.pageBase()
+		got := h.returnTo(next)
+		if got != pageBase && !strings.HasPrefix(got, pageBase+"cluster/") {
+			t.Fatalf("next %q sends the browser to %q, outside %q", next, got, pageBase)
+		}
+		u, err := url.Parse(got)
+		if err != nil || u.Scheme != "" || u.Host != "" || strings.HasPrefix(got, "//") || strings.ContainsAny(got, "\\\r\n") {
+			t.Fatalf("next %q sends the browser to %q, which names a site", next, got)
+		}
+	})
+}

@@ -249,6 +249,8 @@ func TestSignInReturnsToTheClusterPage(t *testing.T) {
 			base + "/cluster/x?y=1":            base + "/",
 			"/\\evil.example":                  base + "/",
 			base + "/api/kubeconfig":           base + "/",
+			base + "/cluster/a%00":             base + "/cluster/a%00",
+			base + "/cluster/%5Cevil.example":  base + "/cluster/%5Cevil.example",
 		} {
 			if got := h.returnTo(next); got != want {
 				t.Errorf("base %q, next %q: %q, want %q", base, next, got, want)

@@ -106,7 +106,9 @@ func (h *Hub) returnTo(next string) string {
 	// Cleaned, so that no /../ climbs out of it and no // names a host;
 	// and only a cluster's page: the fleet page is the default anyway.
 	if p := path.Clean("/" + u.Path); strings.HasPrefix(p, base+"cluster/") {
-		return p
+		// Escaped again: u.Path is decoded, and a Location header must
+		// not carry what %00 or %5C stood for.
+		return (&url.URL{Path: p}).EscapedPath()
 	}
 	return base
 }
