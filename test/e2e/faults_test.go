@@ -205,6 +205,7 @@ func echoThrough(t *testing.T, addr, msg string) string {
 // open through it; each ends promptly, new requests fail at once, and the
 // hub's streams-open metric goes back to 0 with opened equal to closed.
 func TestAgentKilledDuringRequests(t *testing.T) {
+	setUpPeople(t, "team-a", "team-b") // the tether:admins binding, whichever test runs first
 	metricsAddr := freeAddr(t)
 	_, hubURL := hub(t, map[string]string{"TETHER_METRICS_ADDR": metricsAddr}, "killed")
 	a := agent(t, "killed", hubURL, agentToken)
