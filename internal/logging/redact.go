@@ -7,27 +7,20 @@ import (
 
 // RedactURL is raw, a URL from a setting, fit to quote in an error or a
 // log line: its password, if it has one, is xxxxx. A URL that parses with
-// a user loses only the password (net/url's Redacted); any other loses all
-// that comes before an @ in what would be its host part, whether or not it
-// parses.
+// a user loses only the password (net/url's Redacted). Any other with an @
+// in it, parsed or not, loses all between its scheme and its last @: what
+// stands there can't be told from a password.
 func RedactURL(raw string) string {
 	if u, err := url.Parse(raw); err == nil && u.User != nil {
 		return u.Redacted()
 	}
-	first := strings.Index(raw, "@")
-	if first < 0 {
+	last := strings.LastIndex(raw, "@")
+	if last < 0 {
 		return raw
 	}
-	start := 0
-	if i := strings.LastIndex(raw[:first], "://"); i >= 0 {
-		start = i + len("://")
+	prefix := ""
+	if i := strings.Index(raw, "://"); i >= 0 && i < strings.Index(raw, "@") {
+		prefix = raw[:i+len("://")]
 	}
-	host := raw[start:]
-	if end := strings.IndexAny(host, "/?#"); end >= 0 {
-		host = host[:end]
-	}
-	if at := strings.LastIndex(host, "@"); at >= 0 {
-		return raw[:start] + "xxxxx" + raw[start+at:]
-	}
-	return raw
+	return prefix + "xxxxx" + raw[last:]
 }

@@ -14,7 +14,8 @@ func TestRedactURL(t *testing.T) {
 		"https://me:hunter2@h.example.com:8x":   "https://xxxxx@h.example.com:8x",
 		"me:hunter2@h.example.com":              "xxxxx@h.example.com",
 		"tether.example.com":                    "tether.example.com",
-		"https://h.example.com/a@b%zz":          "https://h.example.com/a@b%zz",
+		"https://h.example.com/a@b%zz":          "https://xxxxx@b%zz",
+		"@://:pass@":                            "xxxxx@",
 	} {
 		if got := RedactURL(in); got != want {
 			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
