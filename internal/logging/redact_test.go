@@ -15,6 +15,7 @@ func TestRedactURL(t *testing.T) {
 		"me:hunter2@h.example.com":              "xxxxx@h.example.com",
 		"tether.example.com":                    "tether.example.com",
 		"https://h.example.com/a@b%zz":          "https://xxxxx@b%zz",
+		"//@://:pass@":                          "xxxxx@",
 		"@://:pass@":                            "xxxxx@",
 	} {
 		if got := RedactURL(in); got != want {
