@@ -13,15 +13,6 @@ import (
 // a stack trace.
 const maxConditionMessage = 256
 
-// clip cuts s to at most n bytes, on a character's boundary, and marks the
-// cut with "…".
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
-}
-
 // Summarize reduces obj, of kind k, to the fields the hub shows. It keeps
 // nothing of obj: the result shares no maps or slices with it.
 func Summarize(k Kind, obj *unstructured.Unstructured) protocol.Resource {
@@ -165,7 +156,7 @@ func conditions(o map[string]any, path ...string) []protocol.Condition {
 		if !ok {
 			continue
 		}
-		msg := clip(str(m, "message"), maxConditionMessage)
+		msg := protocol.Clip(str(m, "message"), maxConditionMessage)
 		out = append(out, protocol.Condition{Type: str(m, "type"), Status: str(m, "status"), Reason: str(m, "reason"), Message: msg})
 	}
 	return out

@@ -318,7 +318,7 @@ func describe(err error) string {
 			s = strings.Replace(s, ue.Error(), fmt.Sprintf("%s %q: %v", ue.Op, u.Path, ue.Err), 1)
 		}
 	}
-	return clip(s, maxKindError)
+	return protocol.Clip(s, maxKindError)
 }
 
 // noteErr records the last list or watch error of sc, or clears it.

@@ -90,6 +90,16 @@ type Condition struct {
 	Message string `json:"message,omitempty"`
 }
 
+// Clip cuts s, text for people, to at most n bytes, on a character's
+// boundary, and marks the cut with "…". The agent clips what it sends, and
+// the hub what it takes, to the limits here.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n-len("…")], "") + "…"
+}
+
 // Validate checks that u is within the limits and every object is named.
 // A kind's error over the limit is cut to it, not refused: it is text for
 // people, and refusing it would refuse the cluster's whole inventory.
@@ -112,9 +122,7 @@ func (u *Update) Validate() error {
 		if k.Kind == "" || len(k.Kind) > maxField || len(k.Namespace) > maxField {
 			return fmt.Errorf("protocol: inventory kind state %q is malformed", k.Kind)
 		}
-		if len(k.Error) > maxField {
-			k.Error = strings.ToValidUTF8(k.Error[:maxField-len("…")], "") + "…"
-		}
+		k.Error = Clip(k.Error, maxField)
 	}
 	return nil
 }

@@ -168,6 +168,25 @@ func TestUpdateRoundTripAndLimits(t *testing.T) {
 	}
 }
 
+// TestClip: text cut for the hub (a condition's message, a kind's error)
+// stays within its bound, cut between characters, and says it was cut.
+func TestClip(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 8, "short"},
+		{"exactly8", 8, "exactly8"},
+		{"a bit longer", 8, "a bit…"},
+		{"ééééé", 8, "éé…"}, // the third é would be cut in half
+	} {
+		if got := Clip(tc.in, tc.n); got != tc.want {
+			t.Errorf("Clip(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+}
+
 // TestLongKindErrorIsCut: a kind's error over the limit (a webhook's long
 // message) is cut to it, on a character's boundary, and the rest of the
 // update is taken: refusing it refused the cluster's whole inventory.
