@@ -54,10 +54,12 @@ func watchFraming(resp *http.Response) (framing, bool) {
 // (apimachinery's Convert_Slice_string_To_bool; the Python client sends
 // watch=True), or one of the older paths under .../v1/watch/.
 func isWatch(path, rawQuery string) bool {
-	if parts := resourceParts(path); len(parts) > 0 && parts[0] == "watch" {
-		return true
+	// Each looked at only when it may say so: this runs for every answer.
+	if strings.Contains(path, "/watch/") {
+		if parts := resourceParts(path); len(parts) > 0 && parts[0] == "watch" {
+			return true
+		}
 	}
-	// Parsed only when it may say so: this runs for every answer.
 	if !strings.Contains(rawQuery, "watch") {
 		return false
 	}
