@@ -305,3 +305,20 @@ func TestVerb(t *testing.T) {
 		}
 	}
 }
+
+// TestWarningOnTheHubsOwnAnswers: the Warning that Impersonate-* headers
+// were removed comes once on the answers the hub writes itself too: a
+// cluster whose agent isn't connected, and one whose API server can't be
+// reached (proxyError), not only on the API server's answers.
+func TestWarningOnTheHubsOwnAnswers(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, _ := proxyHub(t, fc, "")
+	as := http.Header{"Impersonate-User": {"admin"}}
+	if code, body, answer := call(t, "GET", h.url+"/clusters/far/api", aliceToken, as); code != http.StatusServiceUnavailable || len(answer.Values("Warning")) != 1 {
+		t.Errorf("a cluster with no agent: %d %.100s, Warning %q; want 503 and the Warning once", code, body, answer.Values("Warning"))
+	}
+	fc.srv.Close() // the agent is connected; its API server is gone
+	if code, body, answer := call(t, "GET", h.url+"/clusters/open/api", aliceToken, as); code != http.StatusServiceUnavailable || len(answer.Values("Warning")) != 1 {
+		t.Errorf("an API server that can't be reached: %d %.100s, Warning %q; want 503 and the Warning once", code, body, answer.Values("Warning"))
+	}
+}
