@@ -124,7 +124,7 @@ func (h *Hub) serveConn(c *agentConn) bool {
 		h.admission.giveBack()
 		h.metrics.connects.WithLabelValues("unauthorized").Inc()
 		h.logRefusal(c.name, c.remote, "whose token or CA the agents list no longer admits")
-		protocol.Write(c.ctl, protocol.Message{Type: protocol.TypeRefused, Status: http.StatusUnauthorized, Error: "the hub's agents list no longer admits this agent"})
+		c.send(protocol.Message{Type: protocol.TypeRefused, Status: http.StatusUnauthorized, Error: "the hub's agents list no longer admits this agent"})
 		return false
 	}
 	prev := h.agents[c.name]
