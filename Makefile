@@ -24,12 +24,14 @@ FUZZ_TARGETS = \
 	./internal/auth:FuzzCheckIdentity \
 	./internal/auth:FuzzOptionsFromEnv \
 	./internal/auth:FuzzOIDCClaims \
+	./internal/auth:FuzzParseKeys \
 	./internal/agent:FuzzParseHubURL \
 	./internal/agent:FuzzOptionsFromEnv \
 	./internal/agent:FuzzRetryAfter \
 	./internal/logging:FuzzRedactURL \
 	./internal/inventory:FuzzParseDiscovery \
 	./internal/inventory:FuzzSummarize \
+	./internal/inventory:FuzzFollowWatch \
 	./internal/hub:FuzzAgentUpgradeHeaders \
 	./internal/hub:FuzzRewrite \
 	./internal/hub:FuzzRewritePath \

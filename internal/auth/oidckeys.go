@@ -144,8 +144,7 @@ func (k *issuerKeys) refresh(ctx context.Context, seen uint64) ([]jose.JSONWebKe
 	return k.keys, k.err
 }
 
-// fetch reads the issuer's keys. A key go-jose can't read (another kind,
-// say) is left out, as go-oidc does.
+// fetch reads the issuer's keys.
 func (k *issuerKeys) fetch(ctx context.Context) ([]jose.JSONWebKey, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, k.url, nil)
 	if err != nil {
@@ -167,11 +166,21 @@ func (k *issuerKeys) fetch(ctx context.Context) ([]jose.JSONWebKey, error) {
 	if len(body) > maxKeysBytes {
 		return nil, fmt.Errorf("the issuer's keys at %s are more than %d bytes", k.url, maxKeysBytes)
 	}
+	keys, err := parseKeys(body)
+	if err != nil {
+		return nil, fmt.Errorf("the issuer's keys at %s can't be read: %w", k.url, err)
+	}
+	return keys, nil
+}
+
+// parseKeys reads a JWK set. A key go-jose can't read (another kind, say)
+// is left out, as go-oidc does.
+func parseKeys(body []byte) ([]jose.JSONWebKey, error) {
 	var set struct {
 		Keys []json.RawMessage `json:"keys"`
 	}
 	if err := json.Unmarshal(body, &set); err != nil {
-		return nil, fmt.Errorf("the issuer's keys at %s can't be read: %w", k.url, err)
+		return nil, err
 	}
 	keys := make([]jose.JSONWebKey, 0, len(set.Keys))
 	for _, raw := range set.Keys {

@@ -2,6 +2,10 @@ package auth
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/go-jose/go-jose/v4"
 )
 
 // TestIssuerKeysWaitEndsWithTheRequest: a request whose token starts a
@@ -80,4 +86,66 @@ func spawnForTest(t *testing.T) func(func()) bool {
 		wg.Go(f)
 		return true
 	}
+}
+
+// FuzzParseKeys feeds the issuer's key set (its jwks_uri's answer, which the
+// hub fetches over the network) and any token to what verifies tokens with
+// them: nothing panics, a set that doesn't parse gives no keys, and a token
+// the issuer signed verifies whatever other keys the set holds, even keys
+// that claim its key ID.
+func FuzzParseKeys(f *testing.F) {
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		f.Fatal(err)
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: jose.JSONWebKey{Key: priv, KeyID: "k1"}}, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	signed, err := signer.Sign([]byte(`{"sub":"ann"}`))
+	if err != nil {
+		f.Fatal(err)
+	}
+	token, err := signed.CompactSerialize()
+	if err != nil {
+		f.Fatal(err)
+	}
+	own, err := json.Marshal(jose.JSONWebKey{Key: &priv.PublicKey, KeyID: "k1", Algorithm: "ES256", Use: "sig"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	other, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	impostor, _ := json.Marshal(jose.JSONWebKey{Key: &other.PublicKey, KeyID: "k1", Algorithm: "ES256"})
+	f.Add([]byte(`{"keys":[`+string(own)+`]}`), token)
+	f.Add([]byte(`{"keys":[`+string(impostor)+`,{"kty":"oct","k":"c2VjcmV0","kid":"k1"},{"kty":"RSA","n":"AQAB","e":"AQAB"}]}`), token)
+	f.Add([]byte(`{"keys":[{"kty":"EC","crv":"P-256","x":"","y":""},{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo"},7,null]}`), "e30.e30.")
+	f.Add([]byte(`{"keys":{}}`), "a.b.c")
+	f.Fuzz(func(t *testing.T, body []byte, raw string) {
+		keys, err := parseKeys(body)
+		if err != nil {
+			if keys != nil {
+				t.Fatalf("keys %v with the error %v", keys, err)
+			}
+			return
+		}
+		for _, k := range keys {
+			if k.Key == nil {
+				t.Fatalf("kept a key go-jose didn't read: %+v", k)
+			}
+		}
+		if jws, err := jose.ParseSigned(raw, signingAlgs); err == nil && len(jws.Signatures) > 0 {
+			verifyWith(keys, jws)
+		}
+		var issuers jose.JSONWebKey
+		if err := json.Unmarshal(own, &issuers); err != nil {
+			t.Fatal(err)
+		}
+		jws, err := jose.ParseSigned(token, signingAlgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if payload, ok := verifyWith(append(keys, issuers), jws); !ok || string(payload) != `{"sub":"ann"}` {
+			t.Fatalf("the issuer's own token: %q, %v, with %d other keys", payload, ok, len(keys))
+		}
+	})
 }

@@ -286,10 +286,28 @@ func (r *reflector) watch(ctx context.Context, rv string) (last string, gone boo
 		return rv, false, err
 	}
 	r.noteErr(nil)
-	dec := json.NewDecoder(resp.Body)
+	return r.follow(ctx, resp.Body, rv)
+}
+
+// errEventTooLarge ends a watch whose next event is over the reflector's
+// pageBytes: one object can't be larger than a page of a list may be.
+var errEventTooLarge = errors.New("a watch event is larger than the agent reads")
+
+// follow applies the watch events read from body, until it ends, and
+// returns the last resourceVersion seen, as watch does. An event is read
+// whole before it is applied, so each may be at most pageBytes: a stream
+// that never ends one would otherwise take all the agent's memory.
+func (r *reflector) follow(ctx context.Context, body io.Reader, rv string) (last string, gone bool, err error) {
+	var dec *json.Decoder
+	dec = json.NewDecoder(&eventLimit{r: body, max: int64(r.pageBytes), at: func() int64 { return dec.InputOffset() }})
 	for {
 		var ev watchEvent
 		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, errEventTooLarge) {
+				err = fmt.Errorf("watch %s: %w (%d bytes)", r.path, err, r.pageBytes)
+				r.noteErr(err)
+				return rv, false, err
+			}
 			if ctx.Err() != nil || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				return rv, false, nil
 			}
@@ -331,6 +349,25 @@ func (r *reflector) watch(ctx context.Context, rv string) (last string, gone boo
 			return rv, false, err
 		}
 	}
+}
+
+// eventLimit reads a watch for its decoder, and fails once the decoder
+// holds more than max bytes it hasn't finished decoding (at says how far it
+// has): one event that large, or the start of one.
+type eventLimit struct {
+	r    io.Reader
+	max  int64
+	at   func() int64
+	read int64
+}
+
+func (l *eventLimit) Read(p []byte) (int, error) {
+	if l.read-l.at() > l.max {
+		return 0, errEventTooLarge
+	}
+	n, err := l.r.Read(p)
+	l.read += int64(n)
+	return n, err
 }
 
 func objectRV(o map[string]any) string {
