@@ -30,18 +30,18 @@ const (
 )
 
 // sessionCookieName names the i-th piece of the session cookie.
-func sessionCookieName(i int) string {
+func (h *Hub) sessionCookieName(r *http.Request, i int) string {
 	if i == 0 {
-		return sessionCookie
+		return h.cookieName(r, sessionCookie)
 	}
-	return sessionCookie + "_" + strconv.Itoa(i)
+	return h.cookieName(r, sessionCookie+"_"+strconv.Itoa(i))
 }
 
 // sessionToken joins the session cookie's pieces.
-func sessionToken(r *http.Request) string {
+func (h *Hub) sessionToken(r *http.Request) string {
 	var b strings.Builder
 	for i := range maxSessionPieces {
-		c, err := r.Cookie(sessionCookieName(i))
+		c, err := r.Cookie(h.sessionCookieName(r, i))
 		if err != nil || c.Value == "" {
 			break
 		}
@@ -62,7 +62,7 @@ func (h *Hub) cookiePerson(r *http.Request) (auth.Person, bool, error) {
 
 // sessionPerson authenticates r by its session cookie alone.
 func (h *Hub) sessionPerson(r *http.Request) (auth.Person, bool, error) {
-	token := sessionToken(r)
+	token := h.sessionToken(r)
 	if token == "" {
 		return auth.Person{}, false, nil
 	}
@@ -153,7 +153,7 @@ func (h *Hub) startSession(w http.ResponseWriter, r *http.Request, p auth.Person
 // sessionCookiePiece is the i-th piece of the session cookie, without its
 // value.
 func (h *Hub) sessionCookiePiece(r *http.Request, i int) *http.Cookie {
-	return &http.Cookie{Name: sessionCookieName(i), Path: h.pageBase(), HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r)}
+	return h.cookie(r, h.sessionCookieName(r, i))
 }
 
 // serveLogout ends the browser's session: the cookie is cleared, and its
@@ -167,7 +167,7 @@ func (h *Hub) serveLogout(w http.ResponseWriter, r *http.Request) {
 		h.cfg.Auth.EndSessions(p)
 	}
 	for i := range maxSessionPieces {
-		if _, err := r.Cookie(sessionCookieName(i)); err == nil || i == 0 {
+		if _, err := r.Cookie(h.sessionCookieName(r, i)); err == nil || i == 0 {
 			c := h.sessionCookiePiece(r, i)
 			c.MaxAge = -1
 			http.SetCookie(w, c)
@@ -195,22 +195,23 @@ func (h *Hub) serveOIDCLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	next := base64.RawURLEncoding.EncodeToString([]byte(h.returnTo(r.URL.Query().Get("next"))))
-	http.SetCookie(w, &http.Cookie{
-		Name: oidcCookie, Value: state + "." + nonce + "." + verifier + "." + next, Path: h.pageBase(), MaxAge: 600,
-		HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r),
-	})
+	c := h.cookie(r, h.cookieName(r, oidcCookie))
+	c.Value, c.MaxAge = state+"."+nonce+"."+verifier+"."+next, 600
+	http.SetCookie(w, c)
 	http.Redirect(w, r, target, http.StatusFound)
 }
 
 // serveOIDCCallback finishes a sign-in: the state must be this browser's,
 // and the code is traded, with the verifier, for an ID token.
 func (h *Hub) serveOIDCCallback(w http.ResponseWriter, r *http.Request) {
-	c, err := r.Cookie(oidcCookie)
+	name := h.cookieName(r, oidcCookie)
 	parts := []string{}
-	if err == nil {
+	if c, err := r.Cookie(name); err == nil {
 		parts = strings.Split(c.Value, ".")
 	}
-	http.SetCookie(w, &http.Cookie{Name: oidcCookie, Value: "", Path: h.pageBase(), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r)})
+	gone := h.cookie(r, name)
+	gone.MaxAge = -1
+	http.SetCookie(w, gone)
 	if len(parts) != 4 || r.URL.Query().Get("state") != parts[0] {
 		h.renderLogin(w, r, "That sign-in didn't start here, or took too long; try again.", http.StatusBadRequest)
 		return
@@ -237,4 +238,30 @@ func (h *Hub) serveOIDCCallback(w http.ResponseWriter, r *http.Request) {
 // way could read it: it is a hub token, good for TETHER_KUBECONFIG_TTL.
 func (h *Hub) secureCookies(r *http.Request) bool {
 	return r.TLS != nil || strings.HasPrefix(h.cfg.PublicURL, "https://")
+}
+
+// cookieName is what the hub's cookie name goes by. Over HTTPS it takes a
+// prefix browsers enforce, so nobody can plant a cookie of the name (a
+// session of their own, or a sign-in's state): a __Secure- cookie is set
+// only by an https answer, so not by someone on the network answering for
+// plain http to the same host; a __Host- one only by this host itself, not
+// by a sibling under the same domain. __Host- needs Path=/, so a hub under
+// a base path, which shares its host, gets __Secure-. Over plain http
+// (tether dev) browsers take neither.
+func (h *Hub) cookieName(r *http.Request, name string) string {
+	switch {
+	case !h.secureCookies(r):
+		return name
+	case h.pageBase() == "/":
+		return "__Host-" + name
+	default:
+		return "__Secure-" + name
+	}
+}
+
+// cookie is the hub's cookie of that name, without a value: for the
+// page's paths, sent by the browser only to the hub itself, never to
+// scripts or other sites' forms.
+func (h *Hub) cookie(r *http.Request, name string) *http.Cookie {
+	return &http.Cookie{Name: name, Path: h.pageBase(), HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: h.secureCookies(r)}
 }

@@ -56,7 +56,9 @@ func TestKubeconfigFromThePage(t *testing.T) {
 		t.Errorf("the page's kubeconfig is alice's, under her RBAC: %v\n%s", err, out)
 	}
 
-	// Over TLS the session cookie is Secure, HttpOnly and SameSite=Lax.
+	// Over TLS the session cookie is Secure, HttpOnly and SameSite=Lax, and
+	// its name's prefix keeps other hosts from planting one (the browser
+	// above took it).
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(hubCA.CertPEM)
 	client := &http.Client{
@@ -71,7 +73,7 @@ func TestKubeconfigFromThePage(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if c := resp.Header.Get("Set-Cookie"); !strings.Contains(c, "; Secure") || !strings.Contains(c, "HttpOnly") || !strings.Contains(c, "SameSite=Lax") {
+	if c := resp.Header.Get("Set-Cookie"); !strings.HasPrefix(c, "__Host-tether_session=") || !strings.Contains(c, "; Secure") || !strings.Contains(c, "HttpOnly") || !strings.Contains(c, "SameSite=Lax") {
 		t.Errorf("the session cookie over TLS: %q", c)
 	}
 }
