@@ -152,7 +152,7 @@ func (h *Hub) reviewAccess(ctx context.Context, cluster string, forwardToken boo
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.ProbeTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+APIServerName+"/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+c.apiHost()+"/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", bytes.NewReader(body))
 	if err != nil {
 		return false, err
 	}

@@ -149,7 +149,7 @@ func TestAPIServerCertificateCheckedAsCryptoTLSWould(t *testing.T) {
 			roots := x509.NewCertPool()
 			roots.AddCert(ca.cert)
 			theirs := handshake(t, tc.chain, &tls.Config{RootCAs: roots, ServerName: tc.serverName})
-			c := &agentConn{name: "c", ca: [][]byte{ca.cert.Raw}, hub: &Hub{cfg: Config{ServerNames: map[string]string{"c": tc.serverName}}}}
+			c := &agentConn{name: "c", ca: [][]byte{ca.cert.Raw}, hub: &Hub{cfg: Config{Direct: map[string]DirectServer{"c": {ServerName: tc.serverName}}}}}
 			ours := handshake(t, tc.chain, c.apiTLSConfig())
 			if (theirs == nil) != tc.ok {
 				t.Fatalf("crypto/tls's own check: %v; the test expects ok=%v", theirs, tc.ok)

@@ -19,10 +19,26 @@ import (
 )
 
 // APIServerName is the name the hub checks the API server's certificate
-// against: the one every in-cluster client uses. A cluster the hub reaches
-// itself is checked against the host its server URL names instead
-// (Config.ServerNames).
+// against, and sends as the Host of its requests: the one every in-cluster
+// client uses. A cluster the hub reaches itself has its own (DirectServer).
 const APIServerName = "kubernetes.default.svc"
+
+// DirectServer is the API server of a cluster the hub reaches itself, by
+// the address its server URL names, as kubectl pointed at that URL would:
+// one outside the cluster need not have the name kubernetes.default.svc in
+// its certificate, and a proxy in front of it may route by Host.
+type DirectServer struct {
+	Host       string // host:port, as the Host of every request
+	ServerName string // the host its certificate must name
+}
+
+// apiHost is the Host of the hub's requests to c's API server.
+func (c *agentConn) apiHost() string {
+	if d, ok := c.hub.cfg.Direct[c.name]; ok {
+		return d.Host
+	}
+	return APIServerName
+}
 
 // WebSocket close codes the hub sends (docs/protocol.md). The agent learns
 // the reason from a goaway first; the close code is for proxies and people.
@@ -557,8 +573,8 @@ const maxIdleAPIConns = 32
 // per cluster whose API server answers (decision 019).
 func (c *agentConn) apiTLSConfig() *tls.Config {
 	serverName := APIServerName
-	if n, ok := c.hub.cfg.ServerNames[c.name]; ok {
-		serverName = n
+	if d, ok := c.hub.cfg.Direct[c.name]; ok {
+		serverName = d.ServerName
 	}
 	ca := c.ca
 	return &tls.Config{

@@ -29,12 +29,11 @@ type ownAgents struct {
 
 // newOwnAgents makes an agent and a token for each cluster, for a hub
 // served under basePath. entries are what the agents list must also hold
-// for them, serverNames the names their API servers' certificates must
-// have. Its errors (a CA or token file that can't be read) stop the hub at
+// for them, direct their API servers. Its errors (a CA or token file that can't be read) stop the hub at
 // start.
-func newOwnAgents(clusters []fleet.Cluster, basePath string, log *slog.Logger) (o *ownAgents, entries []fleet.Agent, serverNames map[string]string, err error) {
+func newOwnAgents(clusters []fleet.Cluster, basePath string, log *slog.Logger) (o *ownAgents, entries []fleet.Agent, direct map[string]DirectServer, err error) {
 	o = &ownAgents{ln: newMemListener()}
-	serverNames = make(map[string]string, len(clusters))
+	direct = make(map[string]DirectServer, len(clusters))
 	hubURL := &url.URL{Scheme: "http", Host: "tether-hub.internal", Path: strings.TrimSuffix(basePath, "/")}
 	for _, c := range clusters {
 		token, err := fleet.NewToken()
@@ -60,9 +59,9 @@ func newOwnAgents(clusters []fleet.Cluster, basePath string, log *slog.Logger) (
 		}
 		o.agents = append(o.agents, a)
 		entries = append(entries, c.DirectEntry(fleet.HashToken(token)))
-		serverNames[c.Name] = c.ServerName
+		direct[c.Name] = DirectServer{Host: c.Server, ServerName: c.ServerName}
 	}
-	return o, entries, serverNames, nil
+	return o, entries, direct, nil
 }
 
 // run runs the agents until ctx is done.

@@ -89,6 +89,7 @@ func TestClusterTheHubReaches(t *testing.T) {
 	var echo struct {
 		Path   string      `json:"path"`
 		Header http.Header `json:"header"`
+		Host   string      `json:"host"`
 	}
 	if err := json.Unmarshal([]byte(body), &echo); err != nil {
 		t.Fatal(err)
@@ -96,6 +97,11 @@ func TestClusterTheHubReaches(t *testing.T) {
 	if echo.Path != "/api/v1/namespaces?limit=1" || echo.Header.Get("Impersonate-User") != "ann" ||
 		echo.Header.Get("Authorization") != "Bearer service-account-token-1" {
 		t.Errorf("the API server got %s with %v", echo.Path, echo.Header)
+	}
+	// Addressed as its server URL names it, as kubectl pointed there would:
+	// a proxy in front of it may route by Host.
+	if want := strings.TrimPrefix(server, "https://"); echo.Host != want {
+		t.Errorf("the API server got Host %q; want %q", echo.Host, want)
 	}
 
 	if code, _ := get("b", "/clusters/staging/api/v1/namespaces"); code != 404 {

@@ -103,7 +103,7 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)
-		json.NewEncoder(w).Encode(map[string]any{"path": r.URL.RequestURI(), "header": r.Header})
+		json.NewEncoder(w).Encode(map[string]any{"path": r.URL.RequestURI(), "header": r.Header, "host": r.Host})
 	})
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)

@@ -79,11 +79,10 @@ type Config struct {
 	KubeconfigCA func() []byte
 	// Audit gets one JSON line per request to a cluster; nil discards them.
 	Audit io.Writer
-	// ServerNames are the names the API servers of the clusters the hub
-	// reaches itself (TETHER_FLEET_CLUSTERS) must have in their
-	// certificates, by cluster. Every other cluster's API server must be
-	// APIServerName.
-	ServerNames map[string]string
+	// Direct are the API servers of the clusters the hub reaches itself
+	// (TETHER_FLEET_CLUSTERS), by cluster. Every other cluster's API server
+	// is APIServerName.
+	Direct map[string]DirectServer
 	// IdleTimeout is how long a connection to an API server stays open,
 	// unused, for the next request. Zero means 90 s.
 	IdleTimeout time.Duration

@@ -212,8 +212,9 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 	if !strings.HasPrefix(rawRest, "/") {
 		rawRest = ""
 	}
-	out.URL = &url.URL{Scheme: "https", Host: APIServerName, Path: rest, RawPath: rawRest, RawQuery: pr.In.URL.RawQuery}
-	out.Host = APIServerName
+	host := rt.conn.apiHost()
+	out.URL = &url.URL{Scheme: "https", Host: host, Path: rest, RawPath: rawRest, RawQuery: pr.In.URL.RawQuery}
+	out.Host = host
 
 	// Nothing that could speak for someone else gets through, whatever its
 	// case: Go canonicalizes header names, so a lower-cased key is compared

@@ -122,12 +122,13 @@ func TestProxyImpersonatesAndStripsCredentials(t *testing.T) {
 	var got struct {
 		Path   string
 		Header http.Header
+		Host   string
 	}
 	if err := json.Unmarshal([]byte(body), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.Path != "/api/v1/namespaces/a/pods?limit=5" {
-		t.Errorf("the API server saw path %q", got.Path)
+	if got.Path != "/api/v1/namespaces/a/pods?limit=5" || got.Host != APIServerName {
+		t.Errorf("the API server saw path %q, Host %q", got.Path, got.Host)
 	}
 	hd := got.Header
 	if hd.Get("Authorization") != "Bearer service-account-token-1" || hd.Get("Impersonate-User") != "alice" ||

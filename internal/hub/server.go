@@ -37,7 +37,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		h.AgentsChanged(c)
 		warnUnpinnedForwardToken(log, h.cfg.Agents.List(), opts.Clusters)
 	}
-	own, ownEntries, serverNames, err := newOwnAgents(opts.Clusters, opts.BasePath, log)
+	own, ownEntries, direct, err := newOwnAgents(opts.Clusters, opts.BasePath, log)
 	if err != nil {
 		return err
 	}
@@ -90,7 +90,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		Heartbeat:       opts.Heartbeat,
 		ReconnectSpread: opts.ReconnectSpread,
 		Registerer:      reg,
-		ServerNames:     serverNames,
+		Direct:          direct,
 	})
 	if err != nil {
 		return err

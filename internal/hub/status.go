@@ -248,7 +248,7 @@ func (h *Hub) probe(ctx context.Context, c *agentConn) probeResult {
 }
 
 func (h *Hub) get(ctx context.Context, t http.RoundTripper, c *agentConn, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+APIServerName+path, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+c.apiHost()+path, nil)
 	if err != nil {
 		return nil, err
 	}
