@@ -147,7 +147,7 @@ func TestNewErrors(t *testing.T) {
 		{"users file missing", Config{UsersFile: missing},
 			`TETHER_USERS_FILE can't be read: open ` + missing + `: no such file or directory`},
 		{"bad users", Config{Users: "- name: alice\n  token: short\n"},
-			`TETHER_USERS[0] ("alice") needs a token of at least 32 characters, or its tokenSha256 (its token has 5 characters).`},
+			`TETHER_USERS[0] ("alice") needs a token of at least 32 characters, or its tokenSha256.`},
 		{"bad users file", Config{UsersFile: write("users.yaml", "- name: alice\n  tokenSha256: abc\n")},
 			`TETHER_USERS_FILE[0] ("alice") has a tokenSha256 that is not 64 hex characters: it has 3, 0 of them not hex digits (not quoted, as it may be the token itself: that goes in token); make it with: printf %s "$TOKEN" | sha256sum`},
 		{"key missing", Config{SigningKeyFile: missing},

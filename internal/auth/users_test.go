@@ -32,7 +32,7 @@ func TestParseUsersErrors(t *testing.T) {
 		{"not a list", "name: alice", `TETHER_USERS must be a YAML list of entries, each like "- name: alice@example.com", or that YAML base64-encoded; it is a mapping.`},
 		{"no name", "- tokenSha256: " + h, `TETHER_USERS[0] needs a name, like "name: alice@example.com".`},
 		{"no token", "- name: alice", `TETHER_USERS[0] ("alice") needs a token of at least 32 characters, or its tokenSha256.`},
-		{"short token", "- name: alice\n  token: secret", `TETHER_USERS[0] ("alice") needs a token of at least 32 characters, or its tokenSha256 (its token has 6 characters).`},
+		{"short token", "- name: alice\n  token: secret", `TETHER_USERS[0] ("alice") needs a token of at least 32 characters, or its tokenSha256.`},
 		{"three hashes", "- name: alice\n  tokenSha256: [" + h + ", " + sha(tokBob) + ", " + sha(tokCarol) + "]", `TETHER_USERS[0] ("alice") has 3 tokenSha256 values; give one, or two while a token is being rotated.`},
 		{"unknown field", "- name: alice\n  tokenSha256: " + h + "\n  labels: {a: b}", `TETHER_USERS[0] ("alice") has an unknown field "labels"; the fields are name, tokenSha256, token and groups.`},
 		{"typo", "- name: alice\n  tokenSha256: " + h + "\n  Groups: [a]", `TETHER_USERS[0] ("alice") has an unknown field "Groups" (did you mean "groups"?); the fields are name, tokenSha256, token and groups.`},

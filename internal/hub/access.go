@@ -106,7 +106,7 @@ func (h *Hub) allowList(ctx context.Context, name string, p auth.Person) (allow 
 		}
 		allowed, err := h.reviewAccess(ctx, name, entry.ForwardToken, p.Bearer, user, groups, kind, namespace)
 		if err != nil {
-			h.log.Debug("Can't ask the cluster what a person may list", "cluster", name, "user", user, "kind", kind, "err", err)
+			h.log.Debug(fmt.Sprintf("Can't ask the cluster what %q may list", user), "cluster", name, "user", user, "kind", kind, "err", err)
 			mu.Lock()
 			if firstErr == nil {
 				firstErr = err

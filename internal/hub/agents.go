@@ -64,7 +64,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 	sess, err := tunnel.Accept(w, r, h.cfg.Tunnel)
 	if err != nil {
 		h.conns.Done()
-		h.log.Debug("An agent's upgrade failed", "agent", name, "remote", r.RemoteAddr, "err", err)
+		h.log.Debug(fmt.Sprintf("The upgrade of an agent, %q, failed", name), "agent", name, "remote", r.RemoteAddr, "err", err)
 		return
 	}
 	c, err := h.hello(r, sess, entry, fleet.HashToken(strings.TrimSpace(token)))

@@ -46,7 +46,7 @@ func (h *Hub) serveKubeconfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		h.log.Error("Can't sign a kubeconfig token", "user", p.Name, "err", err)
+		h.log.Error(fmt.Sprintf("Can't sign a kubeconfig token for %q", p.Name), "user", p.Name, "err", err)
 		http.Error(w, "The hub can't sign a token now.", http.StatusInternalServerError)
 		return
 	}
