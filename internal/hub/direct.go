@@ -59,9 +59,23 @@ func newOwnAgents(clusters []fleet.Cluster, basePath string, log *slog.Logger) (
 		}
 		o.agents = append(o.agents, a)
 		entries = append(entries, c.DirectEntry(fleet.HashToken(token)))
-		direct[c.Name] = DirectServer{Host: c.Server, ServerName: c.ServerName}
+		direct[c.Name] = DirectServer{Host: hostHeader(c.Server), ServerName: c.ServerName}
 	}
 	return o, entries, direct, nil
+}
+
+// hostHeader is the Host a client sends to server (host:port): without
+// the port when it is https's own, as kubectl sends for a server URL that
+// names none, and a proxy that routes by Host may match no other.
+func hostHeader(server string) string {
+	host, port, err := net.SplitHostPort(server)
+	if err != nil || port != "443" {
+		return server
+	}
+	if strings.Contains(host, ":") {
+		return "[" + host + "]"
+	}
+	return host
 }
 
 // run runs the agents until ctx is done.

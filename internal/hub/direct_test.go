@@ -217,3 +217,17 @@ func optionsOn(t *testing.T, settings map[string]string) Options {
 	opts.Listener = ln
 	return opts
 }
+
+func TestHostHeader(t *testing.T) {
+	for server, want := range map[string]string{
+		"api.example.com:443":  "api.example.com",
+		"api.example.com:6443": "api.example.com:6443",
+		"10.0.0.1:443":         "10.0.0.1",
+		"[2001:db8::1]:443":    "[2001:db8::1]",
+		"[2001:db8::1]:6443":   "[2001:db8::1]:6443",
+	} {
+		if got := hostHeader(server); got != want {
+			t.Errorf("hostHeader(%q) = %q, want %q", server, got, want)
+		}
+	}
+}
