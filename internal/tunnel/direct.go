@@ -40,6 +40,9 @@ func (st *stream) drainTo(w io.Writer, written *int64) error {
 		if len(st.chunks) == 0 {
 			err := st.readErr()
 			wait := st.readable
+			if err != nil {
+				st.passReadableLocked()
+			}
 			st.mu.Unlock()
 			if err != nil {
 				if errors.Is(err, io.EOF) {
@@ -68,8 +71,9 @@ func (st *stream) drainTo(w io.Writer, written *int64) error {
 			return err
 		}
 		if grant > 0 {
-			// An error ends the session; the next turn sees it.
-			st.s.write(header{typ: typeWindow, stream: st.id, length: grant}, nil)
+			// Queued, as Read's: the next chunks needn't wait behind
+			// other streams' frames.
+			st.s.queue(header{typ: typeWindow, stream: st.id, length: grant})
 		}
 	}
 }

@@ -246,3 +246,66 @@ func FuzzSession(f *testing.F) {
 		s.Close()
 	})
 }
+
+// TestDataAfterFINIsNotRead: the peer's FIN says it sent all it will; data
+// it sends after that is no part of the stream, and a Read never returns it,
+// before or after the EOF.
+func TestDataAfterFINIsNotRead(t *testing.T) {
+	s, peer := rawPeer(t)
+	frames := framesFrom(peer)
+	peer.Write(frame(header{typ: typeData, flags: flagSYN, stream: 2, length: 1}, 'a'))
+	in := accept(t, s)
+	for _, f := range [][]byte{
+		frame(header{typ: typeWindow, flags: flagFIN, stream: 2}),
+		frame(header{typ: typeData, stream: 2, length: 1}, 'b'),
+		frame(header{typ: typePing, flags: flagSYN, length: 1}),
+	} {
+		peer.Write(f)
+	}
+	for h := next(t, frames); h.typ != typePing; h = next(t, frames) {
+	} // the read loop is past the data
+	in.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(in)
+	if err != nil || string(got) != "a" {
+		t.Fatalf("read %q, %v; want what came before the FIN, and EOF", got, err)
+	}
+	if n, err := in.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("Read after EOF = %d, %v; want EOF again", n, err)
+	}
+	in.Close()
+	if err := s.ended(); err != nil {
+		t.Errorf("the session ended: %v", err)
+	}
+}
+
+// TestResetBeforeAcceptHoldsNothing: a stream the peer opens, fills and
+// resets before it is accepted is over, and costs nothing: the peer can't
+// make the backlog hold the data of more streams than MaxPeerStreams by
+// resetting each one it fills.
+func TestResetBeforeAcceptHoldsNothing(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxPeerStreams = 2
+	s, peer := rawPeerWith(t, cfg)
+	frames := framesFrom(peer)
+	const streams, size = 8, 64 << 10
+	for i := range streams {
+		id := uint32(2 + 2*i)
+		peer.Write(frame(header{typ: typeData, flags: flagSYN, stream: id, length: size}, make([]byte, size)...))
+		peer.Write(frame(header{typ: typeWindow, flags: flagRST, stream: id}))
+	}
+	peer.Write(frame(header{typ: typePing, flags: flagSYN, length: 1}))
+	for h := next(t, frames); h.typ != typePing; h = next(t, frames) {
+	} // the read loop is past the resets
+	s.mu.Lock()
+	held := 0
+	for _, st := range s.backlog {
+		st.mu.Lock()
+		held += st.unreadLocked()
+		st.mu.Unlock()
+	}
+	waiting := len(s.backlog)
+	s.mu.Unlock()
+	if held > 0 || waiting > 0 {
+		t.Errorf("%d streams reset before Accept wait for it, holding %d KiB", waiting, held>>10)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +46,11 @@ type Session struct {
 	cfg    Config
 	client bool
 
-	wmu sync.Mutex       // one frame at a time onto the transport
-	hdr [headerSize]byte // guarded by wmu
+	// wlock, cap 1, is held to write a frame onto the transport: one at a
+	// time. A channel, not a mutex, so that a wait for it can end with a
+	// stream's deadline or Close, or a context (lockWrite).
+	wlock chan struct{}
+	hdr   [headerSize]byte // guarded by wlock
 
 	mu       sync.Mutex // guards the following
 	streams  map[uint32]*stream
@@ -74,6 +78,7 @@ func newSession(t transport, cfg Config, client bool) *Session {
 		cfg:     cfg,
 		client:  client,
 		nextID:  2,
+		wlock:   make(chan struct{}, 1),
 		arrived: make(chan struct{}, 1),
 		done:    make(chan struct{}),
 	}
@@ -111,7 +116,12 @@ func (s *Session) Open(ctx context.Context) (net.Conn, error) {
 	s.track(st)
 	s.mu.Unlock()
 	// Open the stream and enlarge its window in one frame, as yamux does.
-	if err := st.sendWindow(flagSYN); err != nil {
+	if err := st.sendWindow(ctx.Done(), flagSYN); err != nil {
+		// The peer never heard of it.
+		s.forget(st)
+		if errors.Is(err, errWoken) {
+			return nil, ctx.Err()
+		}
 		return nil, err
 	}
 	return st, nil
@@ -134,7 +144,13 @@ func (s *Session) Accept(ctx context.Context) (net.Conn, error) {
 				notify(s.arrived)
 			}
 			s.mu.Unlock()
-			if err := st.sendWindow(flagACK); err != nil {
+			if err := st.sendWindow(ctx.Done(), flagACK); err != nil {
+				if errors.Is(err, errWoken) {
+					// Nobody will have it: reset it, as yamux does.
+					st.abandon()
+					s.queue(header{typ: typeWindow, flags: flagRST, stream: st.id})
+					return nil, ctx.Err()
+				}
 				return nil, err
 			}
 			return st, nil
@@ -176,7 +192,7 @@ func (s *Session) startHandler(st *stream) {
 	s.workers.Add(1)
 	go func() {
 		defer s.workers.Done()
-		if err := st.sendWindow(flagACK); err != nil {
+		if err := st.sendWindow(nil, flagACK); err != nil {
 			return
 		}
 		s.handle(st)
@@ -239,14 +255,21 @@ func (s *Session) track(st *stream) {
 
 // forget drops st once both sides are done with it, and gives its window's
 // growth back to the session: by then the stream is over, and its window
-// grows no more.
+// grows no more. A stream the peer reset before it was accepted leaves the
+// backlog too, with what it holds: it no longer counts against
+// MaxPeerStreams, and nobody would read it.
 func (s *Session) forget(st *stream) {
 	s.mu.Lock()
 	forgotten := s.streams[st.id] == st
+	unaccepted := false
 	if forgotten {
 		delete(s.streams, st.id)
 		if s.openedByPeer(st.id) {
 			s.peerOpen--
+			if i := slices.Index(s.backlog, st); i >= 0 {
+				s.backlog = slices.Delete(s.backlog, i, i+1)
+				unaccepted = true
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -254,6 +277,9 @@ func (s *Session) forget(st *stream) {
 		st.mu.Lock()
 		s.grown.Add(-int64(st.grown))
 		st.grown = 0
+		if unaccepted {
+			st.dropChunks()
+		}
 		st.mu.Unlock()
 	}
 }
@@ -280,8 +306,36 @@ func (s *Session) growBy(want uint32) uint32 {
 // write sends one frame. An error ends the session: the connection is
 // broken or the peer stopped reading for longer than WriteTimeout.
 func (s *Session) write(h header, body []byte) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+	if err := s.lockWrite(nil); err != nil {
+		return err
+	}
+	defer s.unlockWrite()
+	return s.writeLocked(h, body)
+}
+
+// errWoken: a wait for the write lock ended because its caller was woken.
+var errWoken = errors.New("tunnel: woken while waiting to write")
+
+// lockWrite takes the write lock. It returns errWoken instead if wake
+// fires first, and the session's error if the session ends. The lock is
+// held for as long as a frame takes to write, up to WriteTimeout on a
+// connection that has stopped taking bytes: a stream's deadline, its Close
+// or a context must not wait for that (wake).
+func (s *Session) lockWrite(wake <-chan struct{}) error {
+	select {
+	case s.wlock <- struct{}{}:
+		return nil
+	case <-s.done:
+		return s.ended()
+	case <-wake:
+		return errWoken
+	}
+}
+
+func (s *Session) unlockWrite() { <-s.wlock }
+
+// writeLocked is write with the write lock held.
+func (s *Session) writeLocked(h header, body []byte) error {
 	select {
 	case <-s.done:
 		return s.ended()
@@ -445,6 +499,11 @@ func (s *Session) receive(st *stream, h header) error {
 		return fmt.Errorf("%w: stream %d sent %d bytes past its window", errProtocol, h.stream, h.length)
 	case admitClosed:
 		st.abandon()
+		s.queue(header{typ: typeWindow, flags: flagRST, stream: h.stream})
+	case admitFinished:
+		// The peer is broken on this stream alone: it ends, as a reset
+		// does, and what came before the FIN is still read, then EOF.
+		st.peerReset()
 		s.queue(header{typ: typeWindow, flags: flagRST, stream: h.stream})
 	case admitOK:
 		// Read in pieces of at most maxFrame, the most Tether sends in one

@@ -1,6 +1,7 @@
 package tunnel
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -132,8 +133,13 @@ func notify(c chan struct{}) {
 func (st *stream) StreamID() uint32 { return st.id }
 
 // sendWindow opens or acknowledges the stream with a window frame that
-// enlarges the peer's window to the configured size.
-func (st *stream) sendWindow(flags uint16) error {
+// enlarges the peer's window to the configured size. If wake fires while
+// it waits to write, it gives up with errWoken, and nothing was sent.
+func (st *stream) sendWindow(wake <-chan struct{}, flags uint16) error {
+	if err := st.s.lockWrite(wake); err != nil {
+		return err
+	}
+	defer st.s.unlockWrite()
 	st.mu.Lock()
 	delta := uint32(0)
 	if w := st.s.cfg.StreamWindow; w > initialWindow {
@@ -141,7 +147,7 @@ func (st *stream) sendWindow(flags uint16) error {
 	}
 	st.recvWin += delta
 	st.mu.Unlock()
-	return st.s.write(header{typ: typeWindow, flags: flags, stream: st.id, length: delta}, nil)
+	return st.s.writeLocked(header{typ: typeWindow, flags: flags, stream: st.id, length: delta}, nil)
 }
 
 func (st *stream) Read(p []byte) (int, error) {
@@ -150,15 +156,20 @@ func (st *stream) Read(p []byte) (int, error) {
 		if len(st.chunks) > 0 && len(p) > 0 {
 			n := st.take(p)
 			grant := st.consumedLocked(n)
+			st.passReadableLocked()
 			st.mu.Unlock()
 			if grant > 0 {
-				// An error ends the session; the next call sees it.
-				st.s.write(header{typ: typeWindow, stream: st.id, length: grant}, nil)
+				// Queued: a Read that has its data returns it, instead
+				// of waiting behind other streams' frames to grant.
+				st.s.queue(header{typ: typeWindow, stream: st.id, length: grant})
 			}
 			return n, nil
 		}
 		err := st.readErr()
 		wait := st.readable
+		if err != nil {
+			st.passReadableLocked()
+		}
 		st.mu.Unlock()
 		if err != nil || len(p) == 0 {
 			return 0, err
@@ -167,6 +178,15 @@ func (st *stream) Read(p []byte) (int, error) {
 		case <-wait:
 		case <-st.s.done:
 		}
+	}
+}
+
+// passReadableLocked leaves readable notified while a Read would not wait:
+// a notification wakes one Read, and net.Conn lets goroutines read at
+// once, so the one that wakes passes it on to the next. st.mu is held.
+func (st *stream) passReadableLocked() {
+	if st.readyLocked() {
+		notify(st.readable)
 	}
 }
 
@@ -264,16 +284,47 @@ func (st *stream) Write(p []byte) (int, error) {
 			}
 			continue
 		}
-		n := min(uint32(len(p)), st.sendWin, maxFrame)
-		st.sendWin -= n
+		wait := st.writable
 		st.mu.Unlock()
-		if err := st.s.write(header{typ: typeData, stream: st.id, length: n}, p[:n]); err != nil {
+		n, err := st.writeFrame(wait, p)
+		if errors.Is(err, errWoken) {
+			continue
+		}
+		if err != nil {
 			return total, err
 		}
-		total += int(n)
+		total += n
 		p = p[n:]
 	}
 	return total, nil
+}
+
+// writeFrame writes one data frame of what p the window takes, once it
+// has the session's write lock. While it waits for that, behind other
+// streams' frames, its deadline, Close and a reset still end the Write:
+// wake fires, and it returns errWoken for Write to look again. The state
+// is looked at, and the window taken, under the write lock, so a FIN or
+// reset that Close writes after it never goes out ahead of this frame.
+func (st *stream) writeFrame(wake <-chan struct{}, p []byte) (int, error) {
+	if err := st.s.lockWrite(wake); err != nil {
+		return 0, err
+	}
+	defer st.s.unlockWrite()
+	st.mu.Lock()
+	if err := st.writeErr(); err != nil {
+		st.mu.Unlock()
+		return 0, err
+	}
+	n := min(uint32(len(p)), st.sendWin, maxFrame)
+	st.sendWin -= n
+	st.mu.Unlock()
+	if n == 0 {
+		return 0, errWoken // no window after all: Write waits for it
+	}
+	if err := st.s.writeLocked(header{typ: typeData, stream: st.id, length: n}, p[:n]); err != nil {
+		return 0, err
+	}
+	return int(n), nil
 }
 
 // writeErr says why a write can't go on. st.mu is held.
@@ -368,6 +419,7 @@ const (
 	admitOK       = iota
 	admitGone     // no such stream: drop the data
 	admitClosed   // closed here: drop the data and reset the stream
+	admitFinished // after the peer's FIN: drop the data and reset the stream
 	admitOverflow // more than the window: the peer is broken
 )
 
@@ -379,6 +431,8 @@ func (st *stream) admit(n uint32) int {
 	switch {
 	case st.closed || st.reset:
 		return admitClosed
+	case st.finRecv:
+		return admitFinished
 	case n > st.recvWin:
 		return admitOverflow
 	}
@@ -541,81 +595,5 @@ func (st *stream) stopTimersLocked() {
 	st.rtimer, st.wtimer, st.ctimer = nil, nil, nil
 }
 
-func (st *stream) SetDeadline(t time.Time) error {
-	st.SetReadDeadline(t)
-	return st.SetWriteDeadline(t)
-}
-
-func (st *stream) SetReadDeadline(t time.Time) error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.rdl = t
-	st.rtimer = setTimer(st.rtimer, t, st.readable)
-	return nil
-}
-
-func (st *stream) SetWriteDeadline(t time.Time) error {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.wdl = t
-	st.wtimer = setTimer(st.wtimer, t, st.writable)
-	return nil
-}
-
-// setTimer arranges for wake to be notified at deadline t (zero: never),
-// reusing timer when there is one.
-func setTimer(timer *time.Timer, t time.Time, wake chan struct{}) *time.Timer {
-	if timer != nil {
-		timer.Stop()
-	}
-	if t.IsZero() {
-		return timer
-	}
-	d := time.Until(t)
-	if d <= 0 {
-		notify(wake)
-		return timer
-	}
-	if timer == nil {
-		return time.AfterFunc(d, func() { notify(wake) })
-	}
-	timer.Reset(d)
-	return timer
-}
-
 func (st *stream) LocalAddr() net.Addr  { return st.s.LocalAddr() }
 func (st *stream) RemoteAddr() net.Addr { return st.s.RemoteAddr() }
-
-// Chunks of received data come from pools by size, and go back once read:
-// an idle stream holds no buffer. The sizes fit a small message, a TLS
-// record (16 KiB and its overhead), and the frames of 64 KiB to 256 KiB
-// that bulk senders write (a larger frame is received in pieces of
-// maxFrame); the largest frame Tether writes fits with room for its
-// headers, since a client's frames are built in one. Caches, not state.
-var chunkSizes = [...]int{4 << 10, 17 << 10, 64 << 10, maxFrame + 64}
-
-var chunkPools [len(chunkSizes)]sync.Pool
-
-func getChunk(n int) *[]byte {
-	for i, size := range chunkSizes {
-		if n <= size {
-			if p, ok := chunkPools[i].Get().(*[]byte); ok {
-				*p = (*p)[:n]
-				return p
-			}
-			b := make([]byte, n, size)
-			return &b
-		}
-	}
-	b := make([]byte, n)
-	return &b
-}
-
-func putChunk(p *[]byte) {
-	for i, size := range chunkSizes {
-		if cap(*p) == size {
-			chunkPools[i].Put(p)
-			return
-		}
-	}
-}

@@ -363,3 +363,44 @@ func TestDataBeforeAResetIsRead(t *testing.T) {
 	st.Close()
 	noStreams(t, c, s)
 }
+
+// TestEveryWaitingReadEnds: net.Conn lets goroutines read at once. Each
+// Read waiting on the stream ends with its Close or deadline, or takes its
+// share of what arrives, not only the first that wakes.
+func TestEveryWaitingReadEnds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		end  func(st, in net.Conn)
+		want error
+	}{
+		{"Close", func(st, _ net.Conn) { st.Close() }, net.ErrClosed},
+		{"deadline", func(st, _ net.Conn) { st.SetReadDeadline(time.Now()) }, os.ErrDeadlineExceeded},
+		{"data", func(_, in net.Conn) { in.Write([]byte("abc")) }, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s := pair(t, false)
+			st := open(t, c)
+			st.Write([]byte("x"))
+			in := accept(t, s)
+			const readers = 3
+			errc := make(chan error, readers)
+			for range readers {
+				go func() { _, err := st.Read(make([]byte, 1)); errc <- err }()
+			}
+			time.Sleep(50 * time.Millisecond) // let them wait
+			tc.end(st, in)
+			for i := range readers {
+				select {
+				case err := <-errc:
+					if !errors.Is(err, tc.want) {
+						t.Errorf("Read %d = %v, want %v", i, err, tc.want)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("%d of %d Reads never ended after the stream's %s", readers-i, readers, tc.name)
+				}
+			}
+			st.Close()
+			in.Close()
+		})
+	}
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/gather"
 	"github.com/tetherhq/tether/internal/pki"
+	"github.com/tetherhq/tether/internal/testutil/faultproxy"
 )
 
 func TestMain(m *testing.M) {
@@ -247,5 +248,63 @@ func TestWriteTimeoutEndsTheSession(t *testing.T) {
 	case <-s.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the session did not end")
+	}
+}
+
+// TestCloseOverAStalledTLSConnection: an agent's Close over TLS returns at
+// once when the hub has stopped reading, as over a plain connection. The
+// frame being written waits in gather's Release, where crypto/tls doesn't
+// see a write in progress: its Close sent a close_notify first, which
+// waited behind that frame for its own 5 s deadline.
+func TestCloseOverAStalledTLSConnection(t *testing.T) {
+	var px *faultproxy.Proxy
+	c, s := pairVia(t, true, DefaultConfig(), func(addr string) string {
+		p, err := faultproxy.New(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		px = p
+		return p.Addr()
+	})
+	// More windows than the sockets and the proxy hold, so the connection
+	// fills up before the windows run out.
+	var sts []*stream
+	for range 64 {
+		st := open(t, c)
+		st.Write([]byte("x"))
+		accept(t, s)
+		sts = append(sts, st.(*stream))
+	}
+	px.SetFaults(faultproxy.Up, faultproxy.Faults{Blackhole: true})
+	for _, st := range sts {
+		go st.Write(make([]byte, 2<<20)) // returns once the session ends
+	}
+	left := func() (n uint64) {
+		for _, st := range sts {
+			st.mu.Lock()
+			n += uint64(st.sendWin)
+			st.mu.Unlock()
+		}
+		return n
+	}
+	for was, deadline := uint64(0), time.Now().Add(10*time.Second); ; {
+		time.Sleep(300 * time.Millisecond)
+		now := left()
+		if now == was && now > 0 {
+			break // a frame is stuck and the others wait for it
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the writes never stalled")
+		}
+		was = now
+	}
+	// crypto/tls's Close gives its close_notify alert 5 s to go out: a
+	// Close that sends one behind the stuck frame takes all of them.
+	const alertDeadline = 5 * time.Second
+	start := time.Now()
+	c.Close()
+	if took := time.Since(start); took >= alertDeadline/2 {
+		t.Errorf("Close over a stalled TLS connection took %s: it waited for its close_notify alert", took.Round(time.Millisecond))
 	}
 }

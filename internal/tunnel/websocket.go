@@ -323,8 +323,15 @@ func (c *wsConn) send(frame []byte) error {
 }
 
 // Close drops the connection at once: a close handshake the peer may never
-// answer would only delay the end.
-func (c *wsConn) Close() error         { return c.rw.Close() }
+// answer would only delay the end. The socket closes first: crypto/tls's
+// Close sends a close_notify unless it sees a write in progress, and the
+// agent's frames wait in gather's Release, outside crypto/tls, so that
+// alert waited behind a stalled frame for its own 5 s deadline.
+func (c *wsConn) Close() error {
+	err := c.raw.Close()
+	c.rw.Close()
+	return err
+}
 func (c *wsConn) LocalAddr() net.Addr  { return c.raw.LocalAddr() }
 func (c *wsConn) RemoteAddr() net.Addr { return c.raw.RemoteAddr() }
 
