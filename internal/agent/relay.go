@@ -39,8 +39,10 @@ func (a *Agent) relay(ctx context.Context, st net.Conn) {
 // Splice copies both ways between a and b. When one direction ends cleanly
 // (EOF), the other side's write half is closed and the other direction goes
 // on: half-close passes through. When one ends with an error, both
-// connections are closed so the other direction ends too. Splice returns
-// when both directions are done.
+// connections are closed so the other direction ends too; a, when it is a
+// tunnel stream, is reset rather than closed, so the hub's reads fail as
+// the API server's connection did, instead of ending as if the answer were
+// whole. Splice returns when both directions are done.
 //
 // b to a is the bulk direction, the API server's answers to the hub. When
 // a is a tunnel stream, its ReadFrom reads b itself, in reads of up to
@@ -55,7 +57,11 @@ func Splice(a, b net.Conn) {
 	var once sync.Once
 	abort := func() {
 		once.Do(func() {
-			a.Close()
+			if r, ok := a.(interface{ Reset() error }); ok {
+				r.Reset()
+			} else {
+				a.Close()
+			}
 			b.Close()
 		})
 	}

@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,6 +58,10 @@ type fakeCluster struct {
 	readyzStatus atomic.Int32
 	// reviewsFail makes the access reviews answerAccessReviews answers fail.
 	reviewsFail atomic.Bool
+	// bigSent counts the bytes /big has written; watching, the /watch and
+	// /partial answers under way.
+	bigSent  atomic.Int64
+	watching atomic.Int32
 }
 
 func (fc *fakeCluster) count(path string) int {
@@ -95,6 +101,9 @@ func newClusterCA(t *testing.T, name string) (*pki.CA, tls.Certificate) {
 	return ca, cert
 }
 
+// partialLength is the Content-Length of /partial, which sends half.
+const partialLength = 64 << 10
+
 func newFakeCluster(t *testing.T) *fakeCluster {
 	t.Helper()
 	ca, cert := newClusterCA(t, "test cluster CA")
@@ -127,6 +136,25 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 		defer conn.Close()
 		io.Copy(conn, brw)
 	})
+	// Switches protocols, sends a greeting, and then its connection is
+	// reset: an API server (or kubelet) that failed mid-session.
+	mux.HandleFunc("/reset-upgrade", func(w http.ResponseWriter, r *http.Request) {
+		fc.note(r)
+		w.Header().Set("Connection", "Upgrade")
+		w.Header().Set("Upgrade", "echo")
+		w.WriteHeader(http.StatusSwitchingProtocols)
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		brw.WriteString("hello")
+		brw.Flush()
+		brw.ReadByte() // what the client says first
+		if tc, ok := conn.(*tls.Conn); ok {
+			tc.NetConn().(*net.TCPConn).SetLinger(0)
+		}
+		conn.Close()
+	})
 	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)
 		io.WriteString(w, "event 1\n")
@@ -144,6 +172,8 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 	// protobuf, protobuf.
 	mux.HandleFunc("/watch", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)
+		fc.watching.Add(1)
+		defer fc.watching.Add(-1)
 		event := func(n int) []byte { return fmt.Appendf(nil, `{"type":"ADDED","n":%d}`+"\n", n) }
 		if r.URL.Query().Has("protobuf") {
 			w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf;stream=watch")
@@ -171,10 +201,22 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 		fc.note(r)
 		chunk := make([]byte, 32<<10)
 		for {
-			if _, err := w.Write(chunk); err != nil {
+			n, err := w.Write(chunk)
+			fc.bigSent.Add(int64(n))
+			if err != nil {
 				return
 			}
 		}
+	})
+	// An answer of known length, half of it sent, the rest never.
+	mux.HandleFunc("/partial", func(w http.ResponseWriter, r *http.Request) {
+		fc.note(r)
+		fc.watching.Add(1)
+		defer fc.watching.Add(-1)
+		w.Header().Set("Content-Length", strconv.Itoa(partialLength))
+		w.Write(make([]byte, partialLength/2))
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
 	})
 	mux.HandleFunc("/large", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)

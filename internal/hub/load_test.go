@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -148,36 +149,76 @@ func TestCancelStorm(t *testing.T) {
 	}
 }
 
+// TestSlowReaderDoesNotLeak: a client that reads a little of an endless
+// answer and stops. Every buffer on the way fills and then the API server
+// is held back: the hub buffers a bounded amount, not the answer. Requests
+// to the same agent meanwhile take about as long as they did without it
+// (medians, against the same requests before and after the stall, in this
+// test: no absolute time). Once the reader leaves, everything is given back.
 func TestSlowReaderDoesNotLeak(t *testing.T) {
 	fc := newFakeCluster(t)
 	h, _ := proxyHub(t, fc, "", quietHub)
 	tr := &http.Transport{DisableKeepAlives: true}
 	client := &http.Client{Transport: tr}
+	// medianRequest times 21 small requests through the same agent and
+	// returns the median. The context is only a guard against a hang.
+	medianRequest := func(what string) time.Duration {
+		t.Helper()
+		var took []time.Duration
+		for i := range 21 {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			start := time.Now()
+			status, _, _ := callWithin(t, ctx, "GET", h.url+"/clusters/open/api", aliceToken, nil)
+			took = append(took, time.Since(start))
+			cancel()
+			if status != http.StatusOK {
+				t.Fatalf("request %d %s: %d", i, what, status)
+			}
+		}
+		slices.Sort(took)
+		return took[len(took)/2]
+	}
+	before := medianRequest("before the stall")
 	base := measure()
 
-	// A reader that reads a little of a endless answer and then stops.
 	resp, err := getAs(context.Background(), client, h.url+"/clusters/open/big")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.ReadFull(resp.Body, make([]byte, 64<<10)); err != nil {
+	const read = 64 << 10
+	if _, err := io.ReadFull(resp.Body, make([]byte, read)); err != nil {
 		t.Fatal(err)
 	}
-	// While it stalls, with every buffer on its path full, others get
-	// through, and quickly compared with the stall.
-	time.Sleep(500 * time.Millisecond)
-	for i := range 20 {
-		start := time.Now()
-		if status, _, _ := call(t, "GET", h.url+"/clusters/open/api", aliceToken, nil); status != http.StatusOK {
-			t.Fatalf("request %d beside a stalled reader: %d", i, status)
+	// The reader stalls. The API server is held back once every buffer on
+	// its way is full (the client's socket, the hub's stream window, the
+	// agent's): /big stops sending. A hub that buffered without bound would
+	// take it all, and the source would never stop.
+	held := func() int64 { return fc.bigSent.Load() - read }
+	deadline := time.Now().Add(30 * time.Second)
+	for last, still := int64(-1), 0; still < 3; {
+		time.Sleep(100 * time.Millisecond)
+		if n := fc.bigSent.Load(); n == last {
+			still++
+		} else {
+			last, still = n, 0
 		}
-		if d := time.Since(start); i == 19 {
-			t.Logf("a request beside the stalled reader took %s", d.Round(time.Microsecond))
+		if time.Now().After(deadline) {
+			t.Fatalf("the API server still sends 30 s into the stall, %d MiB past what the client read: nothing holds it back", held()>>20)
 		}
 	}
+	t.Logf("the stalled answer holds %.1f MiB between the API server and the client", float64(held())/(1<<20))
+
+	beside := medianRequest("beside the stalled reader")
 	resp.Body.Close()
 	tr.CloseIdleConnections()
 	settles(t, h, base, 30*time.Second)
+	after := medianRequest("after the stall")
+	t.Logf("a request took %s (median) beside the stalled reader; %s before it, %s after", beside, before, after)
+	// Generous: a request that waited on the stalled stream would take
+	// until the stall ends, which it never does here.
+	if limit := 10 * max(before, after); beside > limit {
+		t.Errorf("a request beside a stalled reader took %s (median), over 10 times the %s it took without it", beside, max(before, after))
+	}
 }
 
 func TestAgentDyingWithDialsPending(t *testing.T) {

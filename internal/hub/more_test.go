@@ -128,6 +128,16 @@ func TestAgentChecksTheHubCertificate(t *testing.T) {
 	if !strings.Contains(doubting.logs.String(), "needs that CA in TETHER_HUB_CA") {
 		t.Errorf("the certificate error doesn't say what to set:\n%s", doubting.logs)
 	}
+	// It keeps trying: a second attempt fails as the first did, and the
+	// agent still runs.
+	eventually(t, 10*time.Second, "the agent tries again", func() bool {
+		select {
+		case <-doubting.done:
+			t.Fatalf("the agent stopped: %v", doubting.err)
+		default:
+		}
+		return strings.Count(doubting.logs.String(), "Can't reach the hub at "+h.url+": tls: failed to verify certificate") >= 2
+	})
 	if doubting.Connected() {
 		t.Fatal("connected to a hub whose certificate it can't check")
 	}

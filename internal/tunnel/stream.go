@@ -401,6 +401,30 @@ func (st *stream) Close() error {
 	return nil
 }
 
+// Reset ends both directions at once and tells the peer with a reset
+// (RST) rather than a FIN, whatever was read: the peer's reads then fail
+// with ErrStreamReset once what arrived before it is read, instead of
+// ending as if all had come. A relay calls it when the connection it
+// relays fails (the API server reset it), so the hub can tell a cut answer
+// from a whole one. A stream already reset, or finished both ways, sends
+// nothing. Close after Reset does nothing.
+func (st *stream) Reset() error {
+	st.mu.Lock()
+	send := !st.reset && !(st.finSent && st.finRecv)
+	st.closed, st.reset = true, true
+	st.dropChunks()
+	st.stopTimersLocked()
+	st.wakeSourceLocked()
+	notify(st.readable)
+	notify(st.writable)
+	st.mu.Unlock()
+	st.s.forget(st)
+	if send {
+		return st.s.write(header{typ: typeWindow, flags: flagRST, stream: st.id}, nil)
+	}
+	return nil
+}
+
 // closeTimedOut resets a closed stream whose peer never finished its side.
 func (st *stream) closeTimedOut() {
 	st.mu.Lock()

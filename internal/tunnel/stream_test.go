@@ -404,3 +404,34 @@ func TestEveryWaitingReadEnds(t *testing.T) {
 		})
 	}
 }
+
+// TestResetEndsThePeersReadsWithAnError: a stream reset after it sent some
+// data, half-closed or not, gives the peer that data and then
+// ErrStreamReset, never the EOF of a stream that said all it had to say;
+// both sides forget it.
+func TestResetEndsThePeersReadsWithAnError(t *testing.T) {
+	for _, halfClosed := range []bool{false, true} {
+		c, s := pair(t, false)
+		out := open(t, c)
+		if _, err := out.Write([]byte("part of an answer")); err != nil {
+			t.Fatal(err)
+		}
+		in := accept(t, s)
+		if halfClosed {
+			// The peer half-closed first: the reset still reaches it.
+			in.(interface{ CloseWrite() error }).CloseWrite()
+		}
+		if err := out.(interface{ Reset() error }).Reset(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(in)
+		if string(got) != "part of an answer" || !errors.Is(err, ErrStreamReset) {
+			t.Errorf("half-closed %v: the peer read %q, %v; want what came before the reset, then %v", halfClosed, got, err, ErrStreamReset)
+		}
+		if _, err := out.Write([]byte("more")); err == nil {
+			t.Errorf("half-closed %v: a write after Reset succeeded", halfClosed)
+		}
+		in.Close()
+		noStreams(t, c, s)
+	}
+}
