@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"runtime"
 	"testing"
@@ -307,5 +308,26 @@ func TestResetBeforeAcceptHoldsNothing(t *testing.T) {
 	s.mu.Unlock()
 	if held > 0 || waiting > 0 {
 		t.Errorf("%d streams reset before Accept wait for it, holding %d KiB", waiting, held>>10)
+	}
+}
+
+// TestWindowGrantsDontWrap: a peer's grants past what a uint32 holds leave
+// the send window at its most, not wrapped round to less than it was.
+func TestWindowGrantsDontWrap(t *testing.T) {
+	s, peer := rawPeer(t)
+	frames := framesFrom(peer)
+	peer.Write(frame(header{typ: typeData, flags: flagSYN, stream: 2, length: 1}, 'a'))
+	in := accept(t, s).(*stream)
+	for range 2 {
+		peer.Write(frame(header{typ: typeWindow, stream: 2, length: math.MaxUint32 - 7}))
+	}
+	peer.Write(frame(header{typ: typePing, flags: flagSYN, length: 1}))
+	for h := next(t, frames); h.typ != typePing; h = next(t, frames) {
+	} // the read loop is past the grants
+	in.mu.Lock()
+	win := in.sendWin
+	in.mu.Unlock()
+	if win != math.MaxUint32 {
+		t.Errorf("send window %d after two grants of %d; want %d", win, uint32(math.MaxUint32-7), uint32(math.MaxUint32))
 	}
 }

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"errors"
 	"io"
+	"math"
 	"net"
 	"os"
 	"sync"
@@ -495,11 +496,13 @@ func (st *stream) receive(buf *[]byte) {
 	st.mu.Unlock()
 }
 
-// grow adds to the send window.
+// grow adds to the send window, which stops at the most a uint32 holds:
+// grants past it (only a broken peer sends them) must not wrap it round to
+// a window smaller than before.
 func (st *stream) grow(delta uint32) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.sendWin += delta
+	st.sendWin = uint32(min(uint64(st.sendWin)+uint64(delta), math.MaxUint32))
 	if delta > 0 {
 		st.waiting = false
 	}
