@@ -412,12 +412,8 @@ func (st *stream) Close() error {
 func (st *stream) Reset() error {
 	st.mu.Lock()
 	send := !st.reset && !(st.finSent && st.finRecv)
-	st.closed, st.reset = true, true
-	st.dropChunks()
-	st.stopTimersLocked()
-	st.wakeSourceLocked()
-	notify(st.readable)
-	notify(st.writable)
+	st.closed = true
+	st.abandonLocked()
 	st.mu.Unlock()
 	st.s.forget(st)
 	if send {
@@ -576,14 +572,19 @@ func (st *stream) peerReset() {
 // abandon resets the stream here, drops what it buffered, and forgets it.
 func (st *stream) abandon() {
 	st.mu.Lock()
+	st.abandonLocked()
+	st.mu.Unlock()
+	st.s.forget(st)
+}
+
+// abandonLocked is abandon but for forgetting the stream. st.mu is held.
+func (st *stream) abandonLocked() {
 	st.reset = true
 	st.dropChunks()
 	st.stopTimersLocked()
 	st.wakeSourceLocked()
 	notify(st.readable)
 	notify(st.writable)
-	st.mu.Unlock()
-	st.s.forget(st)
 }
 
 // dropChunks returns the buffered data to the pool. st.mu is held.
