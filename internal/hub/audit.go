@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -159,6 +160,10 @@ type countingWriter struct {
 	// length is written, it holds what the server writes from a write to
 	// the flush after it (gather.go).
 	gather *gather.Conn
+	// sessions, when set, holds the client's connection once hijacked,
+	// for the hub to close at the end (conn); serveCluster takes it off.
+	sessions *sessionSet
+	conn     net.Conn
 }
 
 // flush sends what the handler wrote and the server still buffers, unless
@@ -197,7 +202,56 @@ func (w *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if !w.wroteHeader {
 		w.status, w.wroteHeader = http.StatusSwitchingProtocols, true
 	}
-	return &countedConn{Conn: conn, n: &w.hijacked}, brw, nil
+	cc := &countedConn{Conn: conn, n: &w.hijacked}
+	if w.sessions != nil {
+		w.conn = cc
+		w.sessions.add(cc)
+	}
+	return cc, brw, nil
+}
+
+// sessionSet holds the clients' connections that upgrades took over (exec,
+// attach, port-forward) while their requests run. The HTTP server doesn't
+// track a hijacked connection, and the end of the agent's tunnel doesn't
+// end every session: a copy to a client that has stopped reading waits on
+// the client's socket, not the tunnel. So the hub closes those still open
+// when it closes.
+type sessionSet struct {
+	mu     sync.Mutex // guards the following
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+// add takes c in, or closes it at once once the set is closed.
+func (s *sessionSet) add(c net.Conn) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	if s.conns == nil {
+		s.conns = map[net.Conn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	s.mu.Unlock()
+}
+
+func (s *sessionSet) remove(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// close closes every connection in the set, and those added from now on.
+func (s *sessionSet) close() {
+	s.mu.Lock()
+	conns := s.conns
+	s.conns, s.closed = nil, true
+	s.mu.Unlock()
+	for c := range conns {
+		c.Close()
+	}
 }
 
 // countedConn adds what is written to it to n.

@@ -136,6 +136,11 @@ func (h *Hub) serveConn(c *agentConn) bool {
 	// (AgentsChanged dropped the agents registered then, not this one):
 	// check again, under h.mu, against the list in force now.
 	if !c.admitted() {
+		if _, listed := h.cfg.Agents.Lookup(c.name); !listed && h.agents[c.name] == nil {
+			// Removed since the upgrade: the CA its hello recorded
+			// stays with no cluster (AgentsChanged cleared it before).
+			delete(h.lastCA, c.name)
+		}
 		h.mu.Unlock()
 		h.admission.giveBack()
 		h.metrics.connects.WithLabelValues("unauthorized").Inc()
@@ -208,6 +213,14 @@ func (h *Hub) finish(c *agentConn, err error) {
 	if current {
 		delete(h.agents, c.name)
 		h.metrics.connected.Dec()
+		if _, listed := h.cfg.Agents.Lookup(c.name); !listed {
+			// Removed from the list while connected: AgentsChanged forgot
+			// the inventory before it sent the agent away, and an
+			// inventory stream the agent opened meanwhile may have
+			// filled it again. Its session is closed (agentStream is
+			// done), so nothing writes it from here on.
+			h.inventory.Forget(c.name)
+		}
 	}
 	h.mu.Unlock()
 	h.log.Info(fmt.Sprintf("The agent of %q disconnected", c.name), "agent", c.name, "remote", c.remote, "why", c.why)

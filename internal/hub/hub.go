@@ -100,6 +100,7 @@ type Hub struct {
 
 	conns    sync.WaitGroup // one per served agent connection
 	requests *inflight      // requests to clusters in progress, upgraded sessions included
+	sessions sessionSet     // the clients' connections of upgraded sessions in progress
 
 	watchMu       sync.Mutex              // guards the following
 	watches       map[*watchBody]struct{} // watch answers in flight (watchend.go)
@@ -330,7 +331,8 @@ func (h *Hub) spreadDelay() time.Duration {
 
 // Close tells every connected agent the hub is going away, with a random
 // delay within the reconnect spread so they don't all come back in the same
-// second, closes their connections, and waits for them to be done. Run it
+// second, closes their connections, and waits for them to be done; then it
+// closes the clients' connections of upgraded sessions still open. Run it
 // after the HTTP server's Shutdown has let open requests finish. Close may be
 // called more than once.
 func (h *Hub) Close() error {
@@ -347,6 +349,10 @@ func (h *Hub) Close() error {
 	}
 	sayGoodbye(gs)
 	h.conns.Wait()
+	// The tunnels' end ends the upgraded sessions through them, but for
+	// those whose client has stopped reading: their copy to the client
+	// waits on its socket. Their clients' connections are closed too.
+	h.sessions.close()
 	return nil
 }
 

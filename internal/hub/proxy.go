@@ -49,10 +49,13 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 	h.requests.add()
 	defer h.requests.done()
 	start := time.Now()
-	rw := &countingWriter{ResponseWriter: w, status: http.StatusOK, gather: gatherConnOf(r.Context(), r.ProtoMajor)}
+	rw := &countingWriter{ResponseWriter: w, status: http.StatusOK, gather: gatherConnOf(r.Context(), r.ProtoMajor), sessions: &h.sessions}
 	name := r.PathValue("cluster")
 	rt := route{id: newRequestID()}
 	defer func() {
+		if rw.conn != nil {
+			h.sessions.remove(rw.conn) // closed by the proxy as it returned
+		}
 		rw.flush() // the answer goes out before the audit line is written
 		h.audit(r, rt, name, rw, start)
 	}()

@@ -209,6 +209,11 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	ownSrv.Close()
 	h.Close()
 	srv.Close()
+	// The requests the closing cut short end now: their audit lines are
+	// written before the audit file closes (deferred above).
+	endCtx, cancelEnd := context.WithTimeout(context.Background(), requestsEndTimeout)
+	h.WaitRequests(endCtx)
+	cancelEnd()
 	if metricsSrv != nil {
 		metricsSrv.Close()
 	}
@@ -233,6 +238,10 @@ func warnUnpinnedForwardToken(log *slog.Logger, list []fleet.Agent, direct []fle
 		log.Warn(fmt.Sprintf("Cluster %q gets people's own tokens (forwardToken) but doesn't pin its CA (caSha256): whoever holds its agent's token could read them. Pin it with caSha256: the SHA-256 of the cluster's ca.crt", a.Name), "cluster", a.Name)
 	}
 }
+
+// requestsEndTimeout bounds the wait, after the hub closed its agents' and
+// clients' connections, for the requests they cut short to end.
+const requestsEndTimeout = 5 * time.Second
 
 // readHeaderTimeout bounds how long a client may take to send its request's
 // headers: a slowloris that trickles them holds a connection this long at
