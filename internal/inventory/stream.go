@@ -253,12 +253,22 @@ func writeSplitting(out io.Writer, u *protocol.Update) error {
 }
 
 // shrink halves r's longest list (hosts, images, conditions or labels),
-// keeping the first, and reports whether it had one to cut. r's lists are
-// shared with the watcher's copy: they are sliced or copied, never changed.
+// keeping the first, and reports whether it had one to cut. With no list
+// left, it cuts r's free texts (phase, sync, health, version, owner) to
+// maxKindError: only a broken or hostile writer of an object's status
+// makes one that long, and it must not keep the rest from the hub. r's
+// lists are shared with the watcher's copy: they are sliced or copied,
+// never changed.
 func shrink(r *protocol.Resource) bool {
 	switch longest := max(len(r.Hosts), len(r.Images), len(r.Conditions), len(r.Labels)); {
 	case longest == 0:
-		return false
+		cut := false
+		for _, s := range []*string{&r.Phase, &r.Sync, &r.Health, &r.Version, &r.Owner, &r.Replicas} {
+			if len(*s) > maxKindError {
+				*s, cut = protocol.Clip(*s, maxKindError), true
+			}
+		}
+		return cut
 	case len(r.Hosts) == longest:
 		r.Hosts = r.Hosts[:longest/2]
 	case len(r.Images) == longest:

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tetherhq/tether/internal/protocol"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // TestAnObjectTooLargeForAMessageGoesOutCut: a Gateway with hosts enough to
@@ -51,5 +52,32 @@ func TestAnObjectTooLargeForAMessageGoesOutCut(t *testing.T) {
 	}
 	if len(gw.Hosts) != 60000 || !strings.HasSuffix(gw.Hosts[59999], "59999.example.com") {
 		t.Error("cutting changed the watcher's copy")
+	}
+}
+
+// TestAnObjectWhoseStatusAloneIsTooLargeGoesOutCut: an Argo CD Application
+// whose health a broken controller (or anyone who may write its status)
+// filled with more than a message holds has no list to cut; it goes out
+// with that status cut, rather than fail the stream, which would keep the
+// cluster's whole inventory from the hub at every try.
+func TestAnObjectWhoseStatusAloneIsTooLargeGoesOutCut(t *testing.T) {
+	k, _ := LookupKind("applications")
+	app := Summarize(k, &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"name": "shop", "namespace": "argocd"},
+		"status": map[string]any{
+			"sync":   map[string]any{"status": "Synced"},
+			"health": map[string]any{"status": strings.Repeat("Degraded ", 150_000)},
+		},
+	}})
+	var out bytes.Buffer
+	if err := writeSplitting(&out, &protocol.Update{Snapshot: true, Complete: true, Upserts: []protocol.Resource{app}}); err != nil {
+		t.Fatalf("writeSplitting: %v", err)
+	}
+	u, err := protocol.ReadUpdate(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(u.Upserts) != 1 || u.Upserts[0].Name != "shop" || !strings.HasPrefix(u.Upserts[0].Health, "Degraded") || u.Upserts[0].Sync != "Synced" {
+		t.Fatalf("sent %+v; want the application, its health cut", u.Upserts)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"reflect"
 	"sort"
@@ -70,9 +71,10 @@ type stateOf struct {
 
 // running is one running reflector.
 type running struct {
-	refl *reflector
-	stop context.CancelFunc
-	done chan struct{}
+	refl    *reflector
+	version string // the version it watches
+	stop    context.CancelFunc
+	done    chan struct{}
 }
 
 // NewWatcher returns a Watcher; call Run to start it.
@@ -173,14 +175,24 @@ func (w *Watcher) reconcile(ctx context.Context) {
 		for _, ns := range w.namespacesFor(k) {
 			sc := scope{kind: k.Name, namespace: ns}
 			w.mu.Lock()
-			_, active := w.scopes[sc]
+			r, active := w.scopes[sc]
 			w.mu.Unlock()
-			if !active {
+			switch {
+			case active && r.version != version:
+				// The cluster serves k at another version now (a CRD's
+				// old version switched off, or the CRD replaced): the old
+				// one would answer 404 for as long as the agent runs.
+				// The new reflector starts from what the old one saw, so
+				// only what differs goes out.
+				r.stop()
+				<-r.done
+				w.start(ctx, sc, k, version, r.refl)
+			case !active:
 				if why := w.mayNotList(ctx, k, ns); why != "" {
 					states[sc] = stateOf{err: why}
 					continue
 				}
-				w.start(ctx, sc, k, version)
+				w.start(ctx, sc, k, version, nil)
 			}
 			want[sc] = true
 		}
@@ -264,7 +276,11 @@ func (w *Watcher) mayNotList(ctx context.Context, k Kind, ns string) string {
 		allowed, err := w.api.allowed(ctx, verb, k.Group, k.Name, ns)
 		cancel()
 		if err != nil {
-			return fmt.Sprintf("can't ask the API server whether the agent may %s %s: %v", verb, k.Name, err)
+			// Cut as every kind's error is: a webhook that refuses every
+			// review with a long message, in each namespace, would
+			// otherwise make the kinds alone outgrow a message, and the
+			// hub would get no inventory at all.
+			return protocol.Clip(fmt.Sprintf("can't ask the API server whether the agent may %s %s: %s", verb, k.Name, describe(err)), maxKindError)
 		}
 		if !allowed {
 			where := "in every namespace"
@@ -282,7 +298,8 @@ func (w *Watcher) mayNotList(ctx context.Context, k Kind, ns string) string {
 
 // start runs a reflector for sc; Run owns it. Its store keeps summaries,
 // never whole objects: memory stays small however big the objects are.
-func (w *Watcher) start(ctx context.Context, sc scope, k Kind, version string) {
+// With from, a stopped reflector of sc, it starts from what from saw.
+func (w *Watcher) start(ctx context.Context, sc scope, k Kind, version string, from *reflector) {
 	refl := newReflector(w.api, k, version, sc.namespace,
 		func(err error) { w.noteErr(sc, err) },
 		func(ref protocol.ResourceRef) {
@@ -290,8 +307,13 @@ func (w *Watcher) start(ctx context.Context, sc scope, k Kind, version string) {
 			w.markLocked(ref)
 			w.mu.Unlock()
 		})
+	if from != nil {
+		from.mu.Lock()
+		refl.items = maps.Clone(from.items)
+		from.mu.Unlock()
+	}
 	ictx, stop := context.WithCancel(ctx)
-	r := &running{refl: refl, stop: stop, done: make(chan struct{})}
+	r := &running{refl: refl, version: version, stop: stop, done: make(chan struct{})}
 	w.mu.Lock()
 	w.scopes[sc] = r
 	w.epoch++ // the kinds watched changed
