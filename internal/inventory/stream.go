@@ -226,6 +226,13 @@ func writeSplitting(out io.Writer, u *protocol.Update) error {
 	if !errors.Is(err, protocol.ErrTooLarge) {
 		return err
 	}
+	if len(u.Kinds) > 0 && kindsTooLarge(u) {
+		v := *u
+		if v.Kinds = shrinkKinds(u.Kinds); v.Kinds == nil {
+			return err
+		}
+		return writeSplitting(out, &v)
+	}
 	if len(u.Upserts) == 1 && len(u.Deletes) == 0 {
 		r := u.Upserts[0]
 		if !shrink(&r) {
@@ -250,6 +257,36 @@ func writeSplitting(out io.Writer, u *protocol.Update) error {
 		return err
 	}
 	return writeSplitting(out, &b)
+}
+
+// kindsTooLarge says whether u's kinds alone, without its objects, are
+// over a message: which no splitting of the objects helps.
+func kindsTooLarge(u *protocol.Update) bool {
+	head := protocol.Update{Snapshot: u.Snapshot, Kinds: u.Kinds, GatewayTieBreaker: u.GatewayTieBreaker}
+	return errors.Is(protocol.WriteUpdate(io.Discard, &head), protocol.ErrTooLarge)
+}
+
+// minKindError is as short as shrinkKinds cuts a kind's error.
+const minKindError = 64
+
+// shrinkKinds returns a copy of kinds with every error cut to half the
+// longest's length, or nil when they are all as short as minKindError
+// already. An error for each kind in each of hundreds of allowed namespaces,
+// each at its bound, can together be over a message; cut further, they
+// still say which kinds fail where, and the inventory arrives.
+func shrinkKinds(kinds []protocol.KindState) []protocol.KindState {
+	longest := 0
+	for _, k := range kinds {
+		longest = max(longest, len(k.Error))
+	}
+	if longest <= minKindError {
+		return nil
+	}
+	out := slices.Clone(kinds)
+	for i := range out {
+		out[i].Error = protocol.Clip(out[i].Error, max(longest/2, minKindError))
+	}
+	return out
 }
 
 // shrink halves r's longest list (hosts, images, conditions or labels),

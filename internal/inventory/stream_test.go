@@ -60,6 +60,39 @@ func TestAnObjectTooLargeForAMessageGoesOutCut(t *testing.T) {
 // filled with more than a message holds has no list to cut; it goes out
 // with that status cut, rather than fail the stream, which would keep the
 // cluster's whole inventory from the hub at every try.
+// TestKindsTooManyForAMessageGoOutCut: with an error at its bound for each
+// of 8 kinds in each of 200 allowed namespaces, the kinds alone are over a
+// message; they go out with their errors cut further, each still saying
+// which kind fails where, and the objects with them.
+func TestKindsTooManyForAMessageGoOutCut(t *testing.T) {
+	var kinds []protocol.KindState
+	for ns := range 200 {
+		for _, k := range []string{"pods", "deployments", "statefulsets", "daemonsets", "jobs", "cronjobs", "services", "ingresses"} {
+			kinds = append(kinds, protocol.KindState{Kind: k, Namespace: fmt.Sprintf("team-%d", ns), Error: strings.Repeat("the webhook said no; ", 60)})
+		}
+	}
+	pod := protocol.Resource{ResourceRef: protocol.ResourceRef{Kind: "pods", Namespace: "team-1", Name: "web"}}
+	var out bytes.Buffer
+	if err := writeSplitting(&out, &protocol.Update{Snapshot: true, Complete: true, Kinds: kinds, Upserts: []protocol.Resource{pod}}); err != nil {
+		t.Fatalf("writeSplitting: %v", err)
+	}
+	u, err := protocol.ReadUpdate(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(u.Kinds) != len(kinds) || len(u.Upserts) != 1 || !u.Complete {
+		t.Fatalf("sent %d kinds, %d objects, complete %v; want %d, 1, true", len(u.Kinds), len(u.Upserts), u.Complete, len(kinds))
+	}
+	for i, k := range u.Kinds {
+		if k.Kind != kinds[i].Kind || k.Namespace != kinds[i].Namespace || !strings.HasPrefix(k.Error, "the webhook said no") {
+			t.Fatalf("kind %d sent as %+v", i, k)
+		}
+	}
+	if kinds[0].Error != strings.Repeat("the webhook said no; ", 60) {
+		t.Error("the watcher's own kind states were changed")
+	}
+}
+
 func TestAnObjectWhoseStatusAloneIsTooLargeGoesOutCut(t *testing.T) {
 	k, _ := LookupKind("applications")
 	app := Summarize(k, &unstructured.Unstructured{Object: map[string]any{
