@@ -15,12 +15,13 @@ import (
 // read again from the file as it rotates.
 func NewWatcher(o Options, log *slog.Logger) (*inventory.Watcher, error) {
 	return inventory.NewWatcher(inventory.WatcherConfig{
-		Host:       "https://" + o.APIServer,
-		CAFile:     o.caPath(),
-		TokenFile:  o.tokenPath(),
-		UserAgent:  "tether-agent/" + version.Version,
-		Namespaces: o.AllowedNamespaces,
-		Logger:     log,
+		Host:        "https://" + o.APIServer,
+		CAFile:      o.caPath(),
+		TokenFile:   o.tokenPath(),
+		UserAgent:   "tether-agent/" + version.Version,
+		Namespaces:  o.AllowedNamespaces,
+		TokenReread: o.TokenReread,
+		Logger:      log,
 	})
 }
 

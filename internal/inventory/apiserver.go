@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,7 +36,7 @@ func newAPIServer(cfg WatcherConfig) (apiServer, error) {
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return apiServer{}, fmt.Errorf("the API server's address %q is not an https:// URL", cfg.Host)
 	}
-	t := &serviceAccountTransport{tokenFile: cfg.TokenFile, caFile: cfg.CAFile, userAgent: cfg.UserAgent, every: serviceAccountReread}
+	t := &serviceAccountTransport{tokenFile: cfg.TokenFile, caFile: cfg.CAFile, userAgent: cfg.UserAgent, every: cmp.Or(cfg.TokenReread, serviceAccountReread)}
 	if err := t.readCA(); err != nil {
 		return apiServer{}, err
 	}

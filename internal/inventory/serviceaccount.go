@@ -13,8 +13,8 @@ import (
 )
 
 // serviceAccountReread is how long the token and CA read from their files
-// are used before the files are read again; kubelet rotates a projected
-// token well before it expires.
+// are used before the files are read again, unless WatcherConfig says
+// otherwise; kubelet rotates a projected token well before it expires.
 const serviceAccountReread = time.Minute
 
 // serviceAccountTransport sends requests as the pod's service account: with

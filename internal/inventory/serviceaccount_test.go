@@ -94,3 +94,26 @@ func TestServiceAccountRotation(t *testing.T) {
 		t.Errorf("with the old CA back in ca.crt: %v; want a certificate error", err)
 	}
 }
+
+// TestTokenRereadFollowsTheSetting: the inventory reads the token and CA
+// again as often as TETHER_TOKEN_REREAD_SECONDS says, as the relay's
+// hello does, and every minute without it.
+func TestTokenRereadFollowsTheSetting(t *testing.T) {
+	ca, err := pki.NewCA("test cluster CA", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	caFile, tokenFile := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")
+	files.Replace(t, caFile, string(ca.CertPEM))
+	files.Replace(t, tokenFile, "token-1\n")
+	for set, want := range map[time.Duration]time.Duration{0: serviceAccountReread, 7 * time.Second: 7 * time.Second} {
+		a, err := newAPIServer(WatcherConfig{Host: "https://127.0.0.1:1", CAFile: caFile, TokenFile: tokenFile, TokenReread: set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := a.client.Transport.(*serviceAccountTransport).every; got != want {
+			t.Errorf("TokenReread %s: read again every %s, want %s", set, got, want)
+		}
+	}
+}

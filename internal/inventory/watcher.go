@@ -35,7 +35,10 @@ type WatcherConfig struct {
 	// or went away (a CRD installed later) and for permissions it lacked.
 	// Zero means a minute.
 	Rediscover time.Duration
-	Logger     *slog.Logger
+	// TokenReread is how often the token and CA are read again from their
+	// files (TETHER_TOKEN_REREAD_SECONDS). Zero means a minute.
+	TokenReread time.Duration
+	Logger      *slog.Logger
 }
 
 // Watcher runs the agent's reflectors: list and watch, never a write. Run
