@@ -160,14 +160,20 @@ func (b *watchBody) advance(data []byte) int {
 // end makes the answer end at the next event's end, or now, between
 // events: a Read waiting for the next event is woken by closing the body.
 func (b *watchBody) end() {
-	b.mu.Lock()
-	b.ending = true
-	wake := b.between && !b.cut
-	b.cut = b.cut || wake
-	b.mu.Unlock()
-	if wake {
+	if b.mark() {
 		b.body.Close()
 	}
+}
+
+// mark is end without the wake: it says whether the body is to be closed
+// to wake a Read waiting between events.
+func (b *watchBody) mark() (wake bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ending = true
+	wake = b.between && !b.cut
+	b.cut = b.cut || wake
+	return wake
 }
 
 func (b *watchBody) Close() error {
@@ -213,7 +219,15 @@ func (h *Hub) EndWatches() {
 		all = append(all, b)
 	}
 	h.watchMu.Unlock()
+	// Every watch is marked before any is woken, so that none passes on
+	// an event that comes after another watch has already ended.
+	var wake []*watchBody
 	for _, b := range all {
-		b.end()
+		if b.mark() {
+			wake = append(wake, b)
+		}
+	}
+	for _, b := range wake {
+		b.body.Close()
 	}
 }
