@@ -44,7 +44,7 @@ type reflector struct {
 	// still going; tests replace it to see the backoffs without waiting.
 	sleep func(ctx context.Context, d time.Duration) bool
 
-	synced chan struct{} // closed after the first complete list
+	tried chan struct{} // closed after the first list ended, listed or not
 
 	mu    sync.Mutex // guards items
 	items map[string]protocol.Resource
@@ -75,7 +75,7 @@ func newReflector(api apiServer, k Kind, version, namespace string, noteErr func
 	}
 	path += "/" + k.Name
 	return &reflector{api: api, kind: k, path: path, noteErr: noteErr, changed: changed,
-		watchTimeout: watchMinTimeout, page: listPage, pageBytes: maxPageBytes, pageTimeout: listPageTimeout, sleep: sleepTimer, synced: make(chan struct{}), items: map[string]protocol.Resource{}}
+		watchTimeout: watchMinTimeout, page: listPage, pageBytes: maxPageBytes, pageTimeout: listPageTimeout, sleep: sleepTimer, tried: make(chan struct{}), items: map[string]protocol.Resource{}}
 }
 
 // sleepTimer waits d on a timer, or less if ctx ends first, and says
@@ -110,6 +110,11 @@ func (r *reflector) run(ctx context.Context) {
 		}
 		if err != nil || !refused {
 			r.noteErr(err) // a refused watch's error stands until a watch works
+		}
+		select {
+		case <-r.tried:
+		default:
+			close(r.tried) // after noteErr: a snapshot has the error
 		}
 		if err != nil {
 			if forbidden(err) {
@@ -233,11 +238,6 @@ func (r *reflector) list(ctx context.Context) (string, error) {
 	}
 	r.items = fresh
 	r.mu.Unlock()
-	select {
-	case <-r.synced:
-	default:
-		close(r.synced)
-	}
 	for _, ref := range changed {
 		r.changed(ref)
 	}

@@ -20,7 +20,7 @@ type StreamOptions struct {
 	// means 250 ms.
 	Batch time.Duration
 	// SyncWait bounds the wait for the reflectors' first lists before the
-	// snapshot goes out; what arrives later follows as changes. Zero means
+	// snapshot goes out (a list that fails ends the wait for its kind); what arrives later follows as changes. Zero means
 	// 30 s.
 	SyncWait time.Duration
 }
@@ -175,7 +175,10 @@ func (w *Watcher) runningLocked() []*running {
 }
 
 // waitSynced waits until the watcher has looked at the cluster and every
-// reflector it started has listed once, or max has passed.
+// reflector it started has tried its first list, or max has passed. A kind
+// whose list fails goes out with its error rather than hold the snapshot
+// (a CRD whose conversion webhook is down fails every list); its objects
+// follow as changes once a list works.
 func (w *Watcher) waitSynced(ctx context.Context, max time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, max)
 	defer cancel()
@@ -189,7 +192,7 @@ func (w *Watcher) waitSynced(ctx context.Context, max time.Duration) {
 	w.mu.Unlock()
 	for _, r := range running {
 		select {
-		case <-r.refl.synced:
+		case <-r.refl.tried:
 		case <-ctx.Done():
 			return
 		}

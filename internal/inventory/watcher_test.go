@@ -597,30 +597,14 @@ func TestPartOfDiscoveryFailingKeepsWhatIsWatched(t *testing.T) {
 	}
 	// A proxy in front of the API server that can refuse /apis.
 	var refuse atomic.Bool
-	target, _ := url.Parse(kube.URL)
-	rp := httputil.NewSingleHostReverseProxy(target)
-	rp.Transport = kube.HTTPClient().Transport
-	proxy := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if refuse.Load() && r.URL.Path == "/apis" {
-			w.Header().Set("Retry-After", "1")
-			http.Error(w, `{"kind":"Status","message":"too many requests","code":429}`, http.StatusTooManyRequests)
-			return
+	w := watchThrough(t, kube, saDir, func(w http.ResponseWriter, r *http.Request) bool {
+		if !refuse.Load() || r.URL.Path != "/apis" {
+			return false
 		}
-		rp.ServeHTTP(w, r)
-	}))
-	// Closed after the watcher stops (cleanups run last first): Close waits
-	// for the watches going through it.
-	t.Cleanup(proxy.Close)
-	caFile := filepath.Join(t.TempDir(), "proxy-ca.crt")
-	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: proxy.Certificate().Raw}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	w, err := inventory.NewWatcher(inventory.WatcherConfig{
-		Host: proxy.URL, CAFile: caFile, TokenFile: filepath.Join(saDir, "token"), Rediscover: time.Second,
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, `{"kind":"Status","message":"too many requests","code":429}`, http.StatusTooManyRequests)
+		return true
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	ns := unique("partial")
 	mustNamespace(t, ns)
 	mustDo(t, "POST", "/apis/apps/v1/namespaces/"+ns+"/deployments", map[string]any{
@@ -649,6 +633,101 @@ func TestPartOfDiscoveryFailingKeepsWhatIsWatched(t *testing.T) {
 	for _, k := range info.Kinds {
 		if k.Kind == "deployments" && (k.Missing || k.Error != "") {
 			t.Errorf("after /apis was refused, deployments say: %q (missing %v); want no change", k.Error, k.Missing)
+		}
+	}
+}
+
+// watchThrough returns a watcher of kube as saDir's account that reaches it
+// through a proxy, which hands each request to refuse first: refuse answers
+// it and says true, or says false and the API server answers it.
+func watchThrough(t *testing.T, kube *localkube.Cluster, saDir string, refuse func(http.ResponseWriter, *http.Request) bool) *inventory.Watcher {
+	t.Helper()
+	target, _ := url.Parse(kube.URL)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.Transport = kube.HTTPClient().Transport
+	proxy := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !refuse(w, r) {
+			rp.ServeHTTP(w, r)
+		}
+	}))
+	// Closed after the watcher stops (cleanups run last first): Close waits
+	// for the watches going through it.
+	t.Cleanup(proxy.Close)
+	caFile := filepath.Join(t.TempDir(), "proxy-ca.crt")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: proxy.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w, err := inventory.NewWatcher(inventory.WatcherConfig{
+		Host: proxy.URL, CAFile: caFile, TokenFile: filepath.Join(saDir, "token"), Rediscover: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// TestAKindThatNeverListsDoesNotHoldTheSnapshot: when one kind's list fails
+// at every try (a CRD whose conversion webhook is down answers every list
+// with a 500), the snapshot goes out once every kind has tried, with that
+// kind's error, rather than after the whole 30 s SyncWait at every connect;
+// and the kind's objects follow once its list works.
+func TestAKindThatNeverListsDoesNotHoldTheSnapshot(t *testing.T) {
+	kube := apiServer(t)
+	saDir, err := kube.NewServiceAccountDir(t.Context(), "inv-nolist", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kube.GrantInventory(t.Context(), "inv-nolist", "agent"); err != nil {
+		t.Fatal(err)
+	}
+	ns := unique("nolist")
+	mustNamespace(t, ns)
+	mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/services", map[string]any{
+		"metadata": map[string]any{"name": "web"},
+		"spec":     map[string]any{"ports": []any{map[string]any{"port": 80}}},
+	})
+	var broken atomic.Bool
+	broken.Store(true)
+	w := watchThrough(t, kube, saDir, func(w http.ResponseWriter, r *http.Request) bool {
+		if !broken.Load() || r.URL.Path != "/apis/apps/v1/deployments" {
+			return false
+		}
+		http.Error(w, `{"kind":"Status","message":"conversion webhook for apps/v1 failed","code":500}`, http.StatusInternalServerError)
+		return true
+	})
+	runWatcher(t, w)
+	store := inventory.NewStore()
+	stream(t, w, store, "nolist", "") // SyncWait is its 30 s
+	// Well within the 30 s: the snapshot didn't wait it out.
+	eventually(t, 15*time.Second, "the snapshot", func() bool { return slices.Contains(names(store, "nolist", "services"), ns+"/web") })
+	info, _ := store.Info("nolist")
+	var state protocol.KindState
+	for _, k := range info.Kinds {
+		if k.Kind == "deployments" {
+			state = k
+		}
+	}
+	if !strings.Contains(state.Error, "conversion webhook for apps/v1 failed") {
+		t.Errorf("deployments in the snapshot: %+v; want the list's error", state)
+	}
+
+	mustDo(t, "POST", "/apis/apps/v1/namespaces/"+ns+"/deployments", map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "api", "namespace": ns},
+		"spec": map[string]any{
+			"selector": map[string]any{"matchLabels": map[string]any{"app": "api"}},
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": map[string]any{"app": "api"}},
+				"spec":     map[string]any{"containers": []any{map[string]any{"name": "main", "image": "registry.example/app:1"}}},
+			},
+		},
+	})
+	broken.Store(false)
+	eventually(t, 60*time.Second, "the deployment once its list works", func() bool { return slices.Contains(names(store, "nolist", "deployments"), ns+"/api") })
+	info, _ = store.Info("nolist")
+	for _, k := range info.Kinds {
+		if k.Kind == "deployments" && k.Error != "" {
+			t.Errorf("deployments after a list worked: %q; want no error", k.Error)
 		}
 	}
 }
