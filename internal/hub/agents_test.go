@@ -272,6 +272,35 @@ func TestTakeover(t *testing.T) {
 	}
 }
 
+// TestTakeoverOfASilentAgentDoesNotWait: the agent taken over is often
+// gone without a word (its pod restarted, and the hub still holds the
+// connection), so its goaway waits out the linger. The new connection is
+// set up meanwhile, not after: connected and probed while the old one is
+// still open.
+func TestTakeoverOfASilentAgentDoesNotWait(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1")})
+	old, _ := welcomedAgent(t, h, fc) // reads nothing more, and never closes
+	eventually(t, 5*time.Second, "the first agent's connect logged", func() bool {
+		return strings.Count(h.logs.String(), `The agent of "eu-1" connected`) == 1
+	})
+
+	second := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "the second agent's connect logged", func() bool {
+		return strings.Count(h.logs.String(), `The agent of "eu-1" connected`) == 2
+	})
+	select {
+	case <-old.Done():
+		t.Fatalf("the new connection was set up only after the old one ended:\n%s", h.logs)
+	default:
+	}
+	closedWithin(t, old, 10*time.Second) // and the old one goes after the linger
+	eventually(t, 5*time.Second, "the second agent stays connected", second.Connected)
+	if got := h.counter("takeovers"); got != 1 {
+		t.Errorf("takeovers = %v, want 1", got)
+	}
+}
+
 // TestShutdownSendsAgentsAwayWithSpread: a stopping hub tells each agent
 // to wait a random share of the spread; a spread of 0 (allowed in
 // TETHER_RECONNECT_SPREAD_SECONDS) means no wait.

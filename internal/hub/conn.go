@@ -149,7 +149,11 @@ func (h *Hub) serveConn(c *agentConn) bool {
 		h.metrics.takeovers.Inc()
 		h.log.Warn(fmt.Sprintf("The agent of %q was taken over by another agent with the same name and token", c.name),
 			"agent", c.name, "remote", c.remote, "previousRemote", prev.remote)
-		prev.goAway(goAwayTakeover, 0)
+		// Told on its own: the agent taken over is often gone without a
+		// word (its pod restarted), and its goaway then waits out the
+		// linger, which this connection's setup must not wait for. Its
+		// finish, which h.conns counts, waits for the goaway's end.
+		go prev.goAway(goAwayTakeover, 0)
 	}
 	h.events.changed(c.name)
 	h.metrics.connects.WithLabelValues("accepted").Inc()
