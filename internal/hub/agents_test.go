@@ -301,6 +301,22 @@ func TestTakeoverOfASilentAgentDoesNotWait(t *testing.T) {
 	}
 }
 
+// TestALateNotConnectedLeavesTheNewAgentsStatus: an agent's finish records
+// "not connected" after it let go of the hub's lock, so an agent that took
+// over meanwhile may have been probed already. That late record must not
+// stand over the connected agent's status until its next probe.
+func TestALateNotConnectedLeavesTheNewAgentsStatus(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: time.Hour})
+	a := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "connected", a.Connected)
+	eventually(t, 5*time.Second, "the cluster is Ready", func() bool { return statusOf(h, "eu-1") == "Ready" })
+	h.setStatus("eu-1", "test", notConnected(time.Now())) // as the finish of an agent taken over
+	if got := statusOf(h, "eu-1"); got != "Ready" {
+		t.Errorf("with an agent connected, a late not connected made the status %q", got)
+	}
+}
+
 // TestShutdownSendsAgentsAwayWithSpread: a stopping hub tells each agent
 // to wait a random share of the spread; a spread of 0 (allowed in
 // TETHER_RECONNECT_SPREAD_SECONDS) means no wait.

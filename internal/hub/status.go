@@ -80,12 +80,16 @@ type probeResult struct {
 	version  string
 	message  string
 	lastSeen time.Time // set when the agent has gone
+	// gone: the agent left. Recorded only while no other agent of the
+	// cluster is connected: finish records it after it let go of h.mu,
+	// and one that connected meanwhile may have been probed already.
+	gone bool
 }
 
 // notConnected is the status of a cluster whose agent has gone; lastSeen is
 // when the hub last heard from it, which the cluster keeps showing.
 func notConnected(lastSeen time.Time) probeResult {
-	return probeResult{message: MessageNotConnected, lastSeen: lastSeen}
+	return probeResult{message: MessageNotConnected, lastSeen: lastSeen, gone: true}
 }
 
 // Clusters returns the status of every cluster in the agents list, and of
@@ -152,6 +156,10 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 		// afresh.
 		delete(h.status, name)
 		delete(h.lastCA, name)
+		h.mu.Unlock()
+		return
+	}
+	if r.gone && h.agents[name] != nil {
 		h.mu.Unlock()
 		return
 	}
