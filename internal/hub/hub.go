@@ -86,6 +86,10 @@ type Config struct {
 	// IdleTimeout is how long a connection to an API server stays open,
 	// unused, for the next request. Zero means 90 s.
 	IdleTimeout time.Duration
+	// FormTimeout bounds the wait for the body of a request the hub reads
+	// or leaves before it knows who sent it (the sign-in form, a refused
+	// request): closeUnreadBodies. Zero means 10 s.
+	FormTimeout time.Duration
 }
 
 // Hub admits agents and keeps the state of every cluster.
@@ -199,6 +203,9 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = 90 * time.Second
 	}
+	if cfg.FormTimeout == 0 {
+		cfg.FormTimeout = 10 * time.Second
+	}
 	cfg.BasePath = "/" + strings.Trim(cfg.BasePath, "/")
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
@@ -276,7 +283,27 @@ func (h *Hub) Handler() http.Handler {
 		mux.HandleFunc("GET "+base+"/healthz", ok)
 		mux.HandleFunc("GET "+base+"/readyz", h.serveReady)
 	}
-	return mux
+	return h.closeUnreadBodies(mux)
+}
+
+// closeUnreadBodies bounds the wait for the body of an HTTP/1 request,
+// and has its connection closed after the answer. net/http reads what a
+// handler left of a body (up to 256 KiB), before it sends the answer and
+// again once the handler is done, with no deadline: the hub's server has
+// none, as watches and exec sessions last for hours. So a client that
+// declared a body and never sent it held its connection and goroutine for
+// as long as it liked, no sign-in needed. serveCluster takes both off when
+// it forwards the body of a request whose person it knows. HTTP/2 has no
+// such wait, and its Connection: close would end the client's other
+// streams.
+func (h *Hub) closeUnreadBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 1 && r.ContentLength != 0 {
+			w.Header().Set("Connection", "close")
+			http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.FormTimeout))
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // serveNoCluster answers a Kubernetes API path that names no cluster.

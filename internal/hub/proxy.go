@@ -108,6 +108,10 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rw.Header().Del("Warning") // ModifyResponse or proxyError adds it again
+	// The body goes to the API server, for as long as it takes
+	// (closeUnreadBodies).
+	rw.Header().Del("Connection")
+	http.NewResponseController(w).SetReadDeadline(time.Time{})
 	h.proxy.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), clusterKey{}, rt)))
 }
 
@@ -171,6 +175,7 @@ func (h *Hub) newProxy() *httputil.ReverseProxy {
 				// refuses them too (apiConn.exchange).
 				return fmt.Errorf("the API server answered with status %03d", resp.StatusCode)
 			}
+			sandbox(resp.Header)
 			if rt, _ := resp.Request.Context().Value(clusterKey{}).(route); rt.warn {
 				resp.Header.Add("Warning", impersonationWarning)
 			}
@@ -183,6 +188,21 @@ func (h *Hub) newProxy() *httputil.ReverseProxy {
 		// tunnel or the API server stopped sending midway.
 		ErrorLog: slog.NewLogLogger(h.log.Handler(), slog.LevelWarn),
 	}
+}
+
+// sandbox keeps what a cluster answers from acting as the hub in a
+// browser. A service or pod proxy passes on whatever a pod serves, from the
+// hub's own address, where the person's browser holds the hub's session
+// and any auth proxy's cookie: a pod's page opened there, by someone the
+// auth proxy signs in, ran as one of the hub's (its script could fetch
+// their kubeconfig, or call every cluster as them). So the answer sets and
+// clears no cookies of the hub's address, and the browser treats it as
+// from an origin of its own (CSP sandbox), which the hub's Origin checks
+// refuse. The Kubernetes API's clients don't read either header.
+func sandbox(h http.Header) {
+	h.Del("Set-Cookie")
+	h.Del("Clear-Site-Data")
+	h.Add("Content-Security-Policy", "sandbox")
 }
 
 // copyBuffers lends the proxy its 32 KiB buffers for copying answers.
@@ -222,16 +242,18 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 	// Nothing that could speak for someone else gets through, whatever its
 	// case: Go canonicalizes header names, so a lower-cased key is compared
 	// lower-cased.
-	// The auth proxy's headers too, and X-Forwarded-For: the cluster has
-	// no use for people's addresses.
+	// The auth proxy's headers too, and X-Forwarded-For and X-Real-Ip:
+	// the cluster has no use for people's addresses, and its audit log
+	// would take the client's word for its own (sourceIPs).
 	proxyHeaders := h.cfg.Auth.ProxyHeaders()
 	for k := range out.Header {
 		lk := strings.ToLower(k)
-		if lk == "authorization" || lk == "cookie" || strings.HasPrefix(lk, "impersonate-") || lk == "x-forwarded-for" ||
+		if lk == "authorization" || lk == "cookie" || strings.HasPrefix(lk, "impersonate-") || lk == "x-forwarded-for" || lk == "x-real-ip" ||
 			slices.ContainsFunc(proxyHeaders, func(p string) bool { return strings.EqualFold(p, k) }) {
 			delete(out.Header, k)
 		}
 	}
+	dropBearerProtocols(out.Header)
 	if rt.entry.ForwardToken {
 		out.Header.Set("Authorization", "Bearer "+rt.person.Bearer)
 		return
@@ -242,6 +264,35 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 		out.Header.Add("Impersonate-Group", g)
 	}
 	out.Header.Set(RequestIDHeader, rt.id)
+}
+
+// bearerProtocol starts the WebSocket subprotocol in which Kubernetes
+// takes a bearer token, for browsers, which can't send Authorization.
+const bearerProtocol = "base64url.bearer.authorization.k8s.io."
+
+// dropBearerProtocols removes the bearer tokens from a WebSocket upgrade's
+// subprotocols: a credential like Authorization, which the API server tries
+// when the Authorization the hub sends fails. The others, which choose the
+// stream protocol (v5.channel.k8s.io), stay.
+func dropBearerProtocols(h http.Header) {
+	const key = "Sec-Websocket-Protocol"
+	vs := h.Values(key)
+	if len(vs) == 0 {
+		return
+	}
+	var kept []string
+	for _, v := range vs {
+		for p := range strings.SplitSeq(v, ",") {
+			p = strings.TrimSpace(p)
+			if p != "" && !(len(p) >= len(bearerProtocol) && strings.EqualFold(p[:len(bearerProtocol)], bearerProtocol)) {
+				kept = append(kept, p)
+			}
+		}
+	}
+	h.Del(key)
+	if len(kept) > 0 {
+		h.Set(key, strings.Join(kept, ", "))
+	}
 }
 
 func (h *Hub) clusterPrefix(name string) string {

@@ -110,6 +110,8 @@ func TestProxyImpersonatesAndStripsCredentials(t *testing.T) {
 		"Cookie":                 {"session=1"},
 		"X-Remote-User":          {"admin"},
 		"Connection":             {"X-Remote-User"},
+		// The API server's audit log takes it for the client's address.
+		"X-Real-Ip": {"203.0.113.9"},
 	}
 	code, body, answer := call(t, "GET", h.url+"/clusters/open/api/v1/namespaces/a/pods?limit=5", aliceToken, smuggled)
 	if code != 200 {
@@ -135,7 +137,7 @@ func TestProxyImpersonatesAndStripsCredentials(t *testing.T) {
 		strings.Join(hd.Values("Impersonate-Group"), ",") != "tether:dev" || len(hd.Get(RequestIDHeader)) != 32 {
 		t.Errorf("the API server saw %v", hd)
 	}
-	if hd.Get("Cookie") != "" || hd.Get("Impersonate-Extra-Team") != "" || hd.Get("X-Remote-User") != "" {
+	if hd.Get("Cookie") != "" || hd.Get("Impersonate-Extra-Team") != "" || hd.Get("X-Remote-User") != "" || hd.Get("X-Real-Ip") != "" {
 		t.Errorf("a smuggled header reached the API server: %v", hd)
 	}
 	// The audit line is written once the answer is: wait for it.

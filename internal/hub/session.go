@@ -9,6 +9,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/oauth2"
 
@@ -80,6 +81,14 @@ func (h *Hub) serveLogin(w http.ResponseWriter, r *http.Request) {
 	// A token, even an OIDC ID token, is a few KiB: no one signed in yet
 	// gets the hub to read megabytes.
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
+	// Nor to wait for a form that never comes: the server has no read
+	// deadline of its own (closeUnreadBodies). Once the form is read, the
+	// deadline goes, or it would end the request's context when it passed.
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(h.cfg.FormTimeout))
+	if r.ParseForm() == nil {
+		rc.SetReadDeadline(time.Time{})
+	}
 	token := strings.TrimSpace(r.PostFormValue("token"))
 	r2 := r.Clone(r.Context())
 	r2.Header = http.Header{"Authorization": {"Bearer " + token}}
