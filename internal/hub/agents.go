@@ -88,8 +88,8 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 	// is registered: returning lets net/http drop what it kept for the
 	// request (its buffered writer, the request, the handler's grown
 	// stack), about a third of what an idle agent costs the hub (decision
-	// 010). serveConn may wait for a connection it takes over from, so it
-	// runs in a goroutine of its own; once registered, the connection is
+	// 010). serveConn may wait to send the welcome, so it runs in a
+	// goroutine of its own; once registered, the connection is
 	// finished by whoever reads the end of its control stream.
 	handedOn = true
 	go func() {

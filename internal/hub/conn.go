@@ -151,9 +151,14 @@ func (h *Hub) serveConn(c *agentConn) bool {
 			"agent", c.name, "remote", c.remote, "previousRemote", prev.remote)
 		// Told on its own: the agent taken over is often gone without a
 		// word (its pod restarted), and its goaway then waits out the
-		// linger, which this connection's setup must not wait for. Its
-		// finish, which h.conns counts, waits for the goaway's end.
-		go prev.goAway(goAwayTakeover, 0)
+		// linger, which this connection's setup must not wait for.
+		// Counted in h.conns, as this connection is already, so that
+		// Close waits for it too.
+		h.conns.Add(1)
+		go func() {
+			defer h.conns.Done()
+			prev.goAway(goAwayTakeover, 0)
+		}()
 	}
 	h.events.changed(c.name)
 	h.metrics.connects.WithLabelValues("accepted").Inc()
