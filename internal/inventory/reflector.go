@@ -162,6 +162,17 @@ func (r *reflector) run(ctx context.Context) {
 	}
 }
 
+// listRestarts bounds how often one list starts again after its
+// continue token expired.
+const listRestarts = 3
+
+// expired says whether err is the API server's 410 Gone, which a page
+// whose continue token is too old gets.
+func expired(err error) bool {
+	var se *statusError
+	return errors.As(err, &se) && se.code == http.StatusGone
+}
+
 // forbidden says whether err is the API server's 403.
 func forbidden(err error) bool {
 	var se *statusError
@@ -193,6 +204,7 @@ type listPageJSON struct {
 func (r *reflector) list(ctx context.Context) (string, error) {
 	fresh := map[string]protocol.Resource{}
 	cont, rv := "", ""
+	restarts := 0
 	for {
 		q := url.Values{"limit": {strconv.Itoa(r.page)}}
 		if cont != "" {
@@ -210,6 +222,17 @@ func (r *reflector) list(ctx context.Context) (string, error) {
 			continue
 		}
 		if err != nil {
+			if cont != "" && expired(err) && restarts < listRestarts {
+				// The continue token is too old: etcd compacted the
+				// revision the list began at (every 5 minutes in a
+				// cluster, or sooner), which a long list of many pages
+				// outlives. As the API server says, start again without
+				// it, now: a list that fails waits out a backoff, and
+				// goes out in the snapshot as the kind's error.
+				restarts++
+				fresh, cont = map[string]protocol.Resource{}, ""
+				continue
+			}
 			return "", err
 		}
 		for _, o := range page.Items {
