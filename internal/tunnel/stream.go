@@ -45,6 +45,10 @@ type stream struct {
 	ctimer   *time.Timer   // resets a closed stream the peer never finishes
 	readable chan struct{} // cap 1: data, an end, or a deadline
 	writable chan struct{} // cap 1: window, an end, or a deadline
+	// peerWaited: the peer said it waits for window while the reader here
+	// was behind, and no data came since. The reader may yet catch up
+	// before any can, and the window grows then (peerWaits).
+	peerWaited bool
 	// onReadable, when set, is called with mu held each time the read loop
 	// gives the stream something to read: data, the peer's end, or the
 	// session's (OnReadable).
@@ -199,6 +203,9 @@ func (st *stream) consumedLocked(n int) (grant uint32) {
 	if st.credit >= st.window/2 && !st.finRecv {
 		grant, st.credit = st.credit, 0
 		st.recvWin += grant
+	}
+	if st.peerWaited {
+		grant += st.growLocked()
 	}
 	return grant
 }
@@ -366,6 +373,7 @@ func (st *stream) admit(n uint32) int {
 		return admitOverflow
 	}
 	st.recvWin -= n
+	st.peerWaited = false // it no longer waits: whether the reader kept up is the next wait's to say
 	return admitOK
 }
 
@@ -419,18 +427,41 @@ func (st *stream) grow(delta uint32) {
 // MaxStreamWindow and as far as the session's MaxWindowGrowth has room,
 // and it returns the growth, to grant the peer now. A reader that falls
 // behind leaves it as it is, and so does a stream that is ending.
+//
+// The peer says it waits right behind the last bytes the window let it
+// send, so they have often just arrived, and the reader, however quick,
+// may not have run yet (a busy machine's scheduler decides). Such a
+// reader is not behind until data comes again: if it gets to a quarter of
+// the window unread before that, the window grows then (consumedLocked).
 func (st *stream) peerWaits() (grant uint32) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	// Only once this side's SYN or ACK enlarged the window: a stream that
+	// waits to be accepted has no reader yet, quick or not.
+	st.peerWaited = st.givenLocked() >= int(st.window)
+	return st.growLocked()
+}
+
+// givenLocked is what the peer was given: the whole window once this
+// side's SYN or ACK enlarged it, the initial 256 KiB before, while a
+// stream waits to be accepted. st.mu is held.
+func (st *stream) givenLocked() int {
+	return st.unreadLocked() + int(st.credit) + int(st.recvWin)
+}
+
+// growLocked grows the window as peerWaits says, and returns the growth;
+// it clears peerWaited once the window can't grow or has. st.mu is held.
+func (st *stream) growLocked() (grant uint32) {
 	limit := st.s.cfg.MaxStreamWindow
-	// The share unread is of what the peer was given: the whole window
-	// once this side's SYN or ACK enlarged it, the initial 256 KiB before,
-	// while a stream waits to be accepted.
-	unread := st.unreadLocked()
-	given := unread + int(st.credit) + int(st.recvWin)
-	if st.window >= limit || st.closed || st.reset || st.finRecv || unread > given/4 {
+	if st.window >= limit || st.closed || st.reset || st.finRecv {
+		st.peerWaited = false
 		return 0
 	}
+	// The share unread is of what the peer was given.
+	if st.unreadLocked() > st.givenLocked()/4 {
+		return 0
+	}
+	st.peerWaited = false
 	grant = st.s.growBy(min(st.window, limit-st.window))
 	st.window += grant
 	st.grown += grant

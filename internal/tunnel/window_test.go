@@ -120,6 +120,69 @@ func TestWaitingPeerGetsAWiderWindow(t *testing.T) {
 	waitsFor(t, peer, frames, 4, 0) // a quarter of the window and more unread
 }
 
+// TestReaderThatCatchesUpAfterTheWaitGetsAWiderWindow: the peer says it
+// waits right behind the last bytes its window let it send, so they may
+// all be unread when the read loop hears it, however quick the reader
+// (on a busy machine, its goroutine hadn't run yet). A reader that gets to
+// a quarter of the window unread before more data comes keeps up: the
+// window doubles then. (Decided at the wait alone, growth over a long
+// round trip hung on the scheduler: TestWindowGrowsOverALongRoundTrip
+// failed 2 in 30 runs beside 6 busy loops.)
+func TestReaderThatCatchesUpAfterTheWaitGetsAWiderWindow(t *testing.T) {
+	s, peer := rawPeer(t)
+	frames := framesFrom(peer)
+	w := s.cfg.StreamWindow
+
+	peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: 2}))
+	in := accept(t, s)
+	next(t, frames) // the ACK, with the window
+	for sent := uint32(0); sent < w; sent += maxFrame {
+		peer.Write(frame(header{typ: typeData, stream: 2, length: maxFrame}, make([]byte, maxFrame)...))
+	}
+	waitsFor(t, peer, frames, 2, 0) // all of it unread: no growth yet
+
+	buf := make([]byte, w)
+	if n, err := io.ReadFull(in, buf[:w/2]); err != nil {
+		t.Fatalf("read %d: %v", n, err)
+	}
+	if h := next(t, frames); h != (header{typ: typeWindow, stream: 2, length: w / 2}) {
+		t.Fatalf("after half the window read: %s, want the half granted back", h)
+	}
+	if n, err := io.ReadFull(in, buf[:w/4]); err != nil {
+		t.Fatalf("read %d: %v", n, err)
+	}
+	if h := next(t, frames); h != (header{typ: typeWindow, stream: 2, length: w}) {
+		t.Fatalf("a quarter of the window unread, the peer still waiting: %s, want the window doubled (%d more)", h, w)
+	}
+
+	// Data that comes after the wait ends it. Now a quarter of the 2 MiB
+	// window is 512 KiB: with 768 KiB unread the peer waits, gets nothing,
+	// and sends a byte more (a grant came meanwhile); the reader then
+	// catching up gets the half read granted back, and no growth.
+	for range 2 {
+		peer.Write(frame(header{typ: typeData, stream: 2, length: maxFrame}, make([]byte, maxFrame)...))
+	}
+	waitsFor(t, peer, frames, 2, 0)
+	peer.Write(frame(header{typ: typeData, stream: 2, length: 1}, 'x'))
+	unread := w/4 + 2*maxFrame + 1
+	waitFor(t, "the byte to arrive", func() bool {
+		st := in.(*stream)
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return st.unreadLocked() == int(unread)
+	})
+	if n, err := in.Read(buf[:unread]); n != int(unread) || err != nil {
+		t.Fatalf("read %d, %v; want %d", n, err, unread)
+	}
+	if h := next(t, frames); h != (header{typ: typeWindow, stream: 2, length: w/4 + unread}) {
+		t.Fatalf("the reader caught up after more data came: %s, want what it read granted back, and no growth", h)
+	}
+	peer.Write(frame(header{typ: typePing, flags: flagSYN, length: 9}))
+	if h := next(t, frames); h != (header{typ: typePing, flags: flagACK, length: 9}) {
+		t.Fatalf("then: %s, want nothing more", h)
+	}
+}
+
 // TestNoGrowthBeforeAccept: a stream waiting to be accepted has been given
 // only the initial window, and a peer that has filled it and waits has
 // found a reader that hasn't started, not one that keeps up: no growth,
