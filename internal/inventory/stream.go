@@ -20,8 +20,8 @@ type StreamOptions struct {
 	// means 250 ms.
 	Batch time.Duration
 	// SyncWait bounds the wait for the reflectors' first lists before the
-	// snapshot goes out (a list that fails ends the wait for its kind); what arrives later follows as changes. Zero means
-	// 30 s.
+	// snapshot goes out (a list that fails ends the wait for its kind);
+	// what arrives later follows as changes. Zero means 30 s.
 	SyncWait time.Duration
 }
 
