@@ -298,13 +298,17 @@ func (h *Hub) Handler() http.Handler {
 // streams.
 func (h *Hub) closeUnreadBodies(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ProtoMajor == 1 && r.ContentLength != 0 {
+		if bodyBounded(r) {
 			w.Header().Set("Connection", "close")
 			http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.FormTimeout))
 		}
 		next.ServeHTTP(w, r)
 	})
 }
+
+// bodyBounded says whether closeUnreadBodies bounds r's body: an HTTP/1
+// request that has one.
+func bodyBounded(r *http.Request) bool { return r.ProtoMajor == 1 && r.ContentLength != 0 }
 
 // serveNoCluster answers a Kubernetes API path that names no cluster.
 // kubectl 1.33 and older send `get --raw` paths from the server's root,

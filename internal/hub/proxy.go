@@ -109,9 +109,11 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 	}
 	rw.Header().Del("Warning") // ModifyResponse or proxyError adds it again
 	// The body goes to the API server, for as long as it takes
-	// (closeUnreadBodies).
-	rw.Header().Del("Connection")
-	http.NewResponseController(w).SetReadDeadline(time.Time{})
+	// (closeUnreadBodies); a request with none, most, costs nothing here.
+	if bodyBounded(r) {
+		rw.Header().Del("Connection")
+		http.NewResponseController(w).SetReadDeadline(time.Time{})
+	}
 	h.proxy.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), clusterKey{}, rt)))
 }
 
