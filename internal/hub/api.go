@@ -80,15 +80,44 @@ func (h *Hub) person(w http.ResponseWriter, r *http.Request) (auth.Person, bool)
 	return p, true
 }
 
-// refuseOtherSites answers 403 to a request with another site's Origin,
+// refuseOtherSites answers 403 to a request another site's page made,
 // and says whether it did: every endpoint that takes the session cookie
-// calls it first, so the cookie works for the hub's own pages only.
+// calls it first, so the cookie works for the hub's own pages only. A link
+// followed from elsewhere still opens the hub's pages (navigationsOK).
 func (h *Hub) refuseOtherSites(w http.ResponseWriter, r *http.Request) bool {
-	if h.sameOrigin(r) {
+	if !h.fromOtherSite(r, true) {
 		return false
 	}
 	http.Error(w, "Requests from other sites are refused.", http.StatusForbidden)
 	return true
+}
+
+// fromOtherSite reports whether a browser sent r for a page not the hub's:
+// with another Origin, or with Fetch Metadata that names another site.
+// Browsers send Origin on every cross-site request but a plain GET, such as
+// an <img> or <script>, and those carry cookies (an auth proxy's too) when
+// the cookie is SameSite=None, or when the page is a sibling of the hub's
+// host (same-site: SameSite=Lax and Strict cookies go along). So
+// Sec-Fetch-Site refuses what Origin leaves out. With navigationsOK, a
+// top-level GET is let through all the same: a link to the fleet page, or a
+// sign-in's return, comes from another site. Requests without Fetch
+// Metadata (kubectl, curl, older browsers) are judged by Origin alone.
+func (h *Hub) fromOtherSite(r *http.Request, navigationsOK bool) bool {
+	if !h.sameOrigin(r) {
+		return true
+	}
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "cross-site", "same-site":
+		return !(navigationsOK && isNavigation(r))
+	}
+	return false // same-origin, none (typed or bookmarked), or absent
+}
+
+// isNavigation reports whether a browser sent r to open a page in a window
+// or tab of its own: not in a frame, and by GET, so nothing changes.
+func isNavigation(r *http.Request) bool {
+	return (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+		r.Header.Get("Sec-Fetch-Mode") == "navigate" && r.Header.Get("Sec-Fetch-Dest") == "document"
 }
 
 // sameOrigin reports whether r has no Origin header, or the hub's own.

@@ -263,6 +263,18 @@ func TestSessionCookie(t *testing.T) {
 	if code, body, _ := call(t, "GET", h.url+"/", "", http.Header{"X-Remote-User": {"carol"}, "Origin": {h.url}}); code != 200 || !strings.Contains(body, "Signed in as <strong>carol</strong>") {
 		t.Errorf("the page with the hub's own Origin: %d\n%s", code, body)
 	}
+	// Another site's plain GET, which sends no Origin, is refused by its
+	// Fetch Metadata; a link followed from there still opens the page.
+	embedded := http.Header{"X-Remote-User": {"carol"}, "Sec-Fetch-Site": {"cross-site"}, "Sec-Fetch-Mode": {"no-cors"}, "Sec-Fetch-Dest": {"script"}}
+	for _, path := range []string{"/api/clusters", "/api/kubeconfig", "/"} {
+		if code, body, _ := call(t, "GET", h.url+path, "", embedded); code != http.StatusForbidden {
+			t.Errorf("GET %s embedded in another site's page: %d %.100q, want 403", path, code, body)
+		}
+	}
+	followed := http.Header{"X-Remote-User": {"carol"}, "Sec-Fetch-Site": {"cross-site"}, "Sec-Fetch-Mode": {"navigate"}, "Sec-Fetch-Dest": {"document"}}
+	if code, body, _ := call(t, "GET", h.url+"/", "", followed); code != 200 || !strings.Contains(body, "Signed in as <strong>carol</strong>") {
+		t.Errorf("the page from a link on another site: %d\n%.200s", code, body)
+	}
 	// A kubeconfig asked for with a token the hub doesn't take says so, not
 	// "sign in first" (the README's curl -f then writes no error page).
 	for token, want := range map[string]string{
@@ -488,6 +500,43 @@ func TestSameOriginWithADefaultPort(t *testing.T) {
 		}
 		if got := h.sameOrigin(r); got != tc.same {
 			t.Errorf("public URL %s, Origin %q: same origin %v, want %v", tc.public, tc.origin, got, tc.same)
+		}
+	}
+}
+
+// TestFromOtherSite: Fetch Metadata refuses what Origin leaves out, a
+// plain GET from another site's page or a sibling host's, which carries
+// the cookies; a top-level GET is let through where navigations are, and a
+// request without Fetch Metadata is judged by its Origin alone.
+func TestFromOtherSite(t *testing.T) {
+	h := &Hub{cfg: Config{PublicURL: "https://hub.example.com"}}
+	for _, tc := range []struct {
+		method, origin, site, mode, dest string
+		navigationsOK                    bool
+		other                            bool
+	}{
+		{"GET", "", "", "", "", false, false}, // kubectl, curl
+		{"GET", "", "same-origin", "cors", "empty", false, false},
+		{"GET", "", "none", "navigate", "document", false, false}, // typed or bookmarked
+		{"GET", "", "cross-site", "no-cors", "image", true, true},
+		{"GET", "", "same-site", "no-cors", "script", true, true},
+		{"GET", "", "cross-site", "navigate", "document", true, false},
+		{"GET", "", "cross-site", "navigate", "document", false, true},
+		{"GET", "", "same-site", "navigate", "document", true, false},
+		{"GET", "", "cross-site", "navigate", "iframe", true, true},
+		{"POST", "", "cross-site", "navigate", "document", true, true},
+		{"GET", "https://evil.example", "", "", "", true, true},
+		{"GET", "https://evil.example", "cross-site", "navigate", "document", true, true},
+		{"GET", "https://hub.example.com", "same-origin", "cors", "empty", false, false},
+	} {
+		r := httptest.NewRequest(tc.method, "/api/clusters", nil)
+		for k, v := range map[string]string{"Origin": tc.origin, "Sec-Fetch-Site": tc.site, "Sec-Fetch-Mode": tc.mode, "Sec-Fetch-Dest": tc.dest} {
+			if v != "" {
+				r.Header.Set(k, v)
+			}
+		}
+		if got := h.fromOtherSite(r, tc.navigationsOK); got != tc.other {
+			t.Errorf("%+v: from another site %v, want %v", tc, got, tc.other)
 		}
 	}
 }

@@ -70,11 +70,13 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rt.person = p
-	if p.Source == auth.SourceProxy && !h.sameOrigin(r) {
+	if p.Source == auth.SourceProxy && h.fromOtherSite(r, false) {
 		// The auth proxy's headers come from its own cookie, in a browser:
 		// another site's page must not open an exec or port-forward
-		// WebSocket (no CORS stands in its way) as the person.
-		writeStatus(rw, http.StatusForbidden, "Forbidden", "Requests from other sites are refused.")
+		// WebSocket (no CORS stands in its way) as the person, nor send a
+		// pod's app a GET it acts on (an <img>, or a link: navigations too,
+		// as a page of a cluster is no place to land from elsewhere).
+		writeStatus(rw, http.StatusForbidden, "Forbidden", "Requests from other sites are refused: open the address itself, or follow it from the hub's own page.")
 		return
 	}
 	entry, visible := h.visible(name, p)

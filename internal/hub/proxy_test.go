@@ -549,6 +549,13 @@ func TestForeignOriginWithProxyHeaders(t *testing.T) {
 		{"X-Remote-User: alice", "https://hub.example.com", http.StatusSwitchingProtocols},
 		{"X-Remote-User: alice", "", http.StatusSwitchingProtocols},
 		{"Authorization: Bearer " + aliceToken, "https://evil.example", http.StatusSwitchingProtocols},
+		// Fetch Metadata from another site's page, or a sibling host's,
+		// with no Origin: a link followed is refused here too.
+		{"X-Remote-User: alice\r\nSec-Fetch-Site: cross-site\r\nSec-Fetch-Mode: navigate\r\nSec-Fetch-Dest: document", "", http.StatusForbidden},
+		{"X-Remote-User: alice\r\nSec-Fetch-Site: same-site\r\nSec-Fetch-Mode: no-cors\r\nSec-Fetch-Dest: image", "", http.StatusForbidden},
+		{"X-Remote-User: alice\r\nSec-Fetch-Site: same-origin\r\nSec-Fetch-Mode: websocket", "", http.StatusSwitchingProtocols},
+		{"X-Remote-User: alice\r\nSec-Fetch-Site: none\r\nSec-Fetch-Mode: navigate\r\nSec-Fetch-Dest: document", "", http.StatusSwitchingProtocols},
+		{"Authorization: Bearer " + aliceToken + "\r\nSec-Fetch-Site: cross-site", "", http.StatusSwitchingProtocols},
 	} {
 		c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
 		if err != nil {
