@@ -245,18 +245,10 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 
 	// Nothing that could speak for someone else gets through, whatever its
 	// case: Go canonicalizes header names, so a lower-cased key is compared
-	// lower-cased.
-	// The auth proxy's headers too, and X-Forwarded-For and X-Real-Ip:
-	// the cluster has no use for people's addresses, and its audit log
-	// would take the client's word for its own (sourceIPs). Audit-Id too:
-	// the API server takes it as the id of its audit event, and a person
-	// must not choose that of theirs, or give it another's (the hub's own
-	// id goes as RequestIDHeader).
+	// lower-cased. The auth proxy's configured headers neither.
 	proxyHeaders := h.cfg.Auth.ProxyHeaders()
 	for k := range out.Header {
-		lk := strings.ToLower(k)
-		if lk == "authorization" || lk == "cookie" || strings.HasPrefix(lk, "impersonate-") || lk == "x-forwarded-for" || lk == "x-real-ip" ||
-			lk == "audit-id" || isProxyCredential(lk) ||
+		if lk := strings.ToLower(k); isRemoved(lk) ||
 			slices.ContainsFunc(proxyHeaders, func(p string) bool { return strings.EqualFold(p, k) }) {
 			delete(out.Header, k)
 		}
@@ -274,21 +266,31 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 	out.Header.Set(RequestIDHeader, rt.id)
 }
 
-// isProxyCredential reports whether lk, a lower-cased header name, is one
-// in which a well-known authenticating proxy hands the app behind it the
-// person's tokens, or a signed statement of who they are (oauth2-proxy,
-// Pomerium, Google IAP, Cloudflare Access, AWS ALB, Azure App Service).
-// The hub needs none of them past its own sign-in, and the API server
-// passes request headers on to what it proxies (services/…/proxy): a pod
-// would get them, and could replay them to every app behind the same proxy.
-func isProxyCredential(lk string) bool {
+// isRemoved reports whether lk, a lower-cased header name, never reaches
+// an API server from a client:
+//   - credentials and impersonation, which only the hub sets;
+//   - X-Forwarded-For and X-Real-Ip: the cluster has no use for people's
+//     addresses, and its audit log would take the client's word for its own
+//     (sourceIPs);
+//   - Audit-Id, which the API server takes as its audit event's id: a
+//     person must not choose that of theirs, or give it another's (the
+//     hub's own id goes as RequestIDHeader);
+//   - the headers in which well-known authenticating proxies hand the app
+//     behind them the person's tokens, or a signed statement of who they
+//     are (oauth2-proxy, Pomerium, Google IAP, Cloudflare Access, AWS ALB,
+//     Azure App Service). The API server passes request headers on to what
+//     it proxies (services/…/proxy): a pod would get them, and could replay
+//     them to every app behind the same proxy.
+func isRemoved(lk string) bool {
 	switch lk {
-	case "x-forwarded-access-token", "x-auth-request-access-token", "x-forwarded-id-token",
+	case "authorization", "cookie",
+		"x-forwarded-for", "x-real-ip", "audit-id",
+		"x-forwarded-access-token", "x-auth-request-access-token", "x-forwarded-id-token",
 		"x-pomerium-jwt-assertion", "x-goog-iap-jwt-assertion", "cf-access-jwt-assertion",
 		"x-amzn-oidc-accesstoken", "x-amzn-oidc-data", "x-ms-client-principal":
 		return true
 	}
-	return strings.HasPrefix(lk, "x-ms-token-")
+	return strings.HasPrefix(lk, "impersonate-") || strings.HasPrefix(lk, "x-ms-token-")
 }
 
 // bearerProtocol starts the WebSocket subprotocol in which Kubernetes
