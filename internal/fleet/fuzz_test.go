@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 
@@ -77,13 +78,20 @@ func plainTokens(data []byte) []string {
 	if yaml.Unmarshal(data, &entries) != nil {
 		return nil
 	}
+	var names []string
+	for _, e := range entries {
+		if n, ok := e["name"].(string); ok {
+			names = append(names, n)
+		}
+	}
 	var out []string
 	for _, e := range entries {
 		tok, ok := e["token"].(string)
 		tok = strings.TrimSpace(tok)
-		// A field's name is shown when it is unknown; a token that is part
-		// of one shows up with it.
-		inKey := false
+		// A field's name is shown when it is unknown, and an entry's name
+		// in every error about it (SPEC section 2): a token that is part of
+		// either shows up with it.
+		inKey := slices.ContainsFunc(names, func(n string) bool { return strings.Contains(n, tok) })
 		for k := range e {
 			inKey = inKey || strings.Contains(k, tok)
 		}
