@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -16,8 +15,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// This file holds what every list of named entries with tokens shares (the agents list here, the
-// users list of TETHER_USERS later): where the text comes from, YAML or base64 of it, the checks
+// This file holds what every list of named entries with tokens shares (the agents list here, and
+// internal/auth's users list of TETHER_USERS): where the text comes from, YAML or base64 of it, the checks
 // every entry gets, and the wording of errors. The list-specific parts sit in a ParseList callback.
 
 // Source is the text of a list and where it came from.
@@ -130,7 +129,7 @@ func decodeList(spec ListSpec, data []byte) ([]json.RawMessage, error) {
 	}
 	if !looksBase64(data) {
 		if yamlErr != nil {
-			return nil, listErr("is not valid YAML: %s", oneLine(yamlErr))
+			return nil, listErr("is not valid YAML%s.", yamlProblem(yamlErr))
 		}
 		return nil, listErr(want, spec.Example, "", kind)
 	}
@@ -146,17 +145,18 @@ func decodeList(spec ListSpec, data []byte) ([]json.RawMessage, error) {
 	case items != nil:
 		return items, nil
 	case yamlErr != nil:
-		return nil, listErr("is base64 of text that is not valid YAML: %s", oneLine(yamlErr))
+		return nil, listErr("is base64 of text that is not valid YAML%s.", yamlProblem(yamlErr))
 	}
 	return nil, listErr(want, spec.Example, "base64 of ", kind)
 }
 
 // yamlList parses data strictly (a key twice in one mapping is an error) and returns its items if
-// it is a list, or else what it is.
+// it is a list, or else what it is. Its error is the parser's, which may quote a value: show only
+// yamlProblem of it.
 func yamlList(data []byte) (items []json.RawMessage, kind string, err error) {
 	j, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
-		return nil, "", scrubYAMLError(err)
+		return nil, "", err
 	}
 	if len(j) == 0 || j[0] != '[' {
 		return nil, kindOf(j), nil
@@ -170,17 +170,28 @@ func yamlList(data []byte) (items []json.RawMessage, kind string, err error) {
 	return items, "", nil
 }
 
-// quotedValue is how yaml.v2 quotes a value in an error ("cannot decode !!str `…` as a !!int").
-var quotedValue = regexp.MustCompile("`[^`]*`")
+// yamlLine finds the line a YAML error is about, the one part of its text a list's error takes.
+var yamlLine = regexp.MustCompile(`\bline ([0-9]+)\b`)
 
-// scrubYAMLError takes values out of a YAML error: they may be tokens.
-func scrubYAMLError(err error) error {
+// yamlProblem says what a YAML error is about in Tether's own words, as " at line N: what": the
+// line and the kind of problem, never the parser's text, which may quote a value, and values may be
+// tokens. Matching the parser's wording only picks the hint; nothing it says reaches the error.
+func yamlProblem(err error) string {
 	msg := err.Error()
-	if strings.Contains(msg, "invalid map key") || strings.Contains(msg, "unsupported map key") {
-		// These print the key, and its value, with %#v.
-		return errors.New("yaml: a mapping has a key that is not text (a list, a mapping or empty)")
+	where := ""
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		where = " at line " + m[1]
 	}
-	return errors.New(quotedValue.ReplaceAllString(msg, "`…`"))
+	what := "check its indentation, its dashes and its quoting"
+	switch {
+	case strings.Contains(msg, "already set"):
+		what = "a mapping has the same key twice"
+	case strings.Contains(msg, "map key"):
+		what = "a mapping has a key that is not text (a list, a mapping or empty)"
+	case strings.Contains(msg, "cannot decode"), strings.Contains(msg, "cannot unmarshal"):
+		what = "a value doesn't match its tag (like !!int)"
+	}
+	return where + ": " + what
 }
 
 // looksBase64 reports whether data holds only base64 characters (either alphabet, padding, and
@@ -209,8 +220,6 @@ func decodeBase64(data []byte) ([]byte, error) {
 	}
 	return enc.DecodeString(s)
 }
-
-func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
 // kindOf names what a JSON value is, in the words of someone who wrote YAML.
 func kindOf(raw []byte) string {

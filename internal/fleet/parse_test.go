@@ -104,17 +104,17 @@ func TestParseAgentsErrors(t *testing.T) {
 		{"bad base64", "bmFtZTogYQo=bmFt",
 			`TETHER_FLEET_AGENTS looks like base64 but doesn't decode (illegal base64 data at input byte 11); give the YAML list itself, or its base64 on one line (base64 -w0).`},
 		{"base64 of bad YAML", base64.StdEncoding.EncodeToString([]byte("- name: [a\n")),
-			`TETHER_FLEET_AGENTS is base64 of text that is not valid YAML: yaml: line 1: did not find expected ',' or ']'`},
+			`TETHER_FLEET_AGENTS is base64 of text that is not valid YAML at line 1: check its indentation, its dashes and its quoting.`},
 		{"bad YAML", "- name: a\n name: b\n",
-			`TETHER_FLEET_AGENTS is not valid YAML: yaml: line 1: did not find expected '-' indicator`},
+			`TETHER_FLEET_AGENTS is not valid YAML at line 1: check its indentation, its dashes and its quoting.`},
 		{"key a mapping", "- name: a\n  ? {token: " + token1 + "}\n  : x\n",
-			`TETHER_FLEET_AGENTS is not valid YAML: yaml: a mapping has a key that is not text (a list, a mapping or empty)`},
+			`TETHER_FLEET_AGENTS is not valid YAML: a mapping has a key that is not text (a list, a mapping or empty).`},
 		{"key empty", "- name: a\n  ~: {token: " + token1 + "}\n",
-			`TETHER_FLEET_AGENTS is not valid YAML: yaml: a mapping has a key that is not text (a list, a mapping or empty)`},
+			`TETHER_FLEET_AGENTS is not valid YAML: a mapping has a key that is not text (a list, a mapping or empty).`},
 		{"value that doesn't match its tag", "- name: a\n  token: !!int " + token1 + "\n",
-			"TETHER_FLEET_AGENTS is not valid YAML: yaml: cannot decode !!str `…` as a !!int"},
+			`TETHER_FLEET_AGENTS is not valid YAML: a value doesn't match its tag (like !!int).`},
 		{"key twice", "- name: a\n  name: b\n",
-			`TETHER_FLEET_AGENTS is not valid YAML: yaml: unmarshal errors: line 2: key "name" already set in map`},
+			`TETHER_FLEET_AGENTS is not valid YAML at line 2: a mapping has the same key twice.`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			list, err := ParseAgents(SettingAgents, []byte(tc.in))
