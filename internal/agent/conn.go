@@ -107,7 +107,7 @@ func (a *Agent) header() http.Header {
 }
 
 // dialFailed sorts a failed upgrade into a refusal (stop) or a failure to
-// connect (try again), honouring Retry-After on a 503.
+// connect (try again), honouring Retry-After on a 503 or 429.
 func (a *Agent) dialFailed(resp *http.Response, err error) result {
 	if resp == nil {
 		err = plainDialError(err)

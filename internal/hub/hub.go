@@ -1,6 +1,7 @@
 // Package hub is Tether's hub: it admits agents over WebSockets, keeps one
-// tunnel per cluster, probes each cluster through its tunnel, and (in later
-// layers) serves people and their tools. This file holds the Hub and its
+// tunnel per cluster, probes each cluster through its tunnel, and serves
+// people and their tools: the proxy to each cluster's API server, the fleet
+// page and its APIs, kubeconfigs and audit. This file holds the Hub and its
 // lifetime; agents.go admits agents, conn.go serves one, status.go probes.
 package hub
 
