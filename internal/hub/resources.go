@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -88,17 +89,22 @@ func (h *Hub) serveResources(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	allow, failed := h.allowList(r.Context(), name, p)
-	items, known := h.inventory.Select(name, q, allow)
+	check := h.checkAccess(name, p, newReviewBudget(h.cfg.AccessReviewsPerQuery))
+	items, known := h.inventory.Select(name, q, check.allow(r.Context()))
 	if !known {
 		http.Error(w, fmt.Sprintf("Cluster %q has sent no inventory yet.", name), http.StatusServiceUnavailable)
 		return
 	}
-	if err := failed(); err != nil {
+	if err := check.failed(); err != nil {
 		// Some of it is left out only because the cluster couldn't be
 		// asked: say so, rather than answer with a list that looks whole.
 		http.Error(w, fmt.Sprintf("Tether can't ask cluster %q what you may list, so it shows you nothing: %v", name, err), http.StatusServiceUnavailable)
 		return
+	}
+	if why := check.leftOut(q.Kind); why != "" {
+		// Past the bounds on access reviews: what was checked, and
+		// what wasn't named, as the fleet-wide answer does.
+		w.Header().Set(leftOutTrailer, leftOutOf(name, why))
 	}
 	out := startArray(w)
 	for _, it := range items {
@@ -130,6 +136,7 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 	// pending holds each cluster's answer-to-be, in the clusters' order;
 	// its room is how far the queries run ahead of the writing.
 	pending := make(chan chan clusterItems, fleetQueryAhead)
+	budget := newReviewBudget(h.cfg.AccessReviewsPerQuery)
 	go func() {
 		defer close(pending)
 		workers := make(chan struct{}, fleetQueryWorkers)
@@ -148,10 +155,10 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 				// A cluster that can't be asked what p may list is left
 				// out, as one with no inventory yet is, and the answer's
 				// trailer names it.
-				allow, failed := h.allowList(ctx, name, p)
-				items, known := h.inventory.Select(name, q, allow)
-				var why string
-				if err := failed(); err != nil {
+				check := h.checkAccess(name, p, budget)
+				items, known := h.inventory.Select(name, q, check.allow(ctx))
+				why := check.leftOut(q.Kind) // with the items checked
+				if err := check.failed(); err != nil {
 					why = "Tether can't ask it what you may list: " + err.Error()
 					items = nil
 				} else if !known {
@@ -179,7 +186,7 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 			out.add(it)
 		}
 		if c.leftOut != "" {
-			leftOut = append(leftOut, c.name+" ("+strings.Join(strings.Fields(c.leftOut), " ")+")")
+			leftOut = append(leftOut, leftOutOf(c.name, c.leftOut))
 		}
 		if out.err != nil {
 			cancel() // the reader is gone; the rest only drains
@@ -192,14 +199,20 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 }
 
 // leftOutTrailer names, after a fleet-wide answer, the clusters it leaves
-// out and why: an answer of 200 whose list looks whole may not be.
+// out, or leaves out part of, and why: an answer of 200 whose list looks
+// whole may not be. A cluster's own answer has it as a header.
 const leftOutTrailer = "Tether-Left-Out"
+
+// leftOutOf is a cluster's part of leftOutTrailer.
+func leftOutOf(cluster, why string) string {
+	return cluster + " (" + strings.Join(strings.Fields(why), " ") + ")"
+}
 
 // clusterItems is one cluster's part of a fleet-wide answer.
 type clusterItems struct {
 	items   []inventory.Item
 	name    string
-	leftOut string // why the cluster is left out; "" when it isn't
+	leftOut string // what of the cluster is left out, and why; "" when nothing
 }
 
 // fleetQueryAhead is how many clusters a fleet-wide query may ask about
@@ -294,12 +307,19 @@ func (h *Hub) serveGateways(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("Cluster %q has sent no inventory yet.", name), http.StatusServiceUnavailable)
 		return
 	}
-	allow, failed := h.allowList(r.Context(), name, p)
-	gw, candidates, err := h.inventory.Gateway(name, host, allow)
-	if ferr := failed(); ferr != nil {
+	check := h.checkAccess(name, p, newReviewBudget(h.cfg.AccessReviewsPerQuery))
+	gw, candidates, err := h.inventory.Gateway(name, host, check.allow(r.Context()))
+	if ferr := check.failed(); ferr != nil {
 		// The answer would be among what could be checked only.
 		writeJSONStatus(w, http.StatusServiceUnavailable, GatewayJSON{Host: host,
 			Error: fmt.Sprintf("Tether can't ask cluster %q what you may list: %v", name, ferr)})
+		return
+	}
+	if why := check.leftOut("gateways"); why != "" {
+		// As above: a gateway named could lose to one left unchecked.
+		w.Header().Set("Retry-After", strconv.Itoa(int(h.cfg.AccessTTL.Seconds())))
+		writeJSONStatus(w, http.StatusTooManyRequests, GatewayJSON{Host: host,
+			Error: fmt.Sprintf("Tether can't check which gateways of cluster %q you may list: %s", name, why)})
 		return
 	}
 	out := GatewayJSON{Host: host, Gateway: gw, Candidates: candidates}
