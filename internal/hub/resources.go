@@ -327,11 +327,11 @@ func (h *Hub) serveGateways(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		writeJSON(w, out)
-	case errors.Is(err, inventory.ErrNoGateway):
+	case errors.Is(err, inventory.ErrNoGateway), errors.Is(err, inventory.ErrHiddenGateway):
+		// Word for word the same whether no gateway serves the host or
+		// only ones the person may not list do: "that you may list" told
+		// them that hidden ones exist (issue 33).
 		out.Error = fmt.Sprintf("No gateway of cluster %q serves %q%s.", name, host, whyNoGateways(info.Kinds))
-		writeJSONStatus(w, http.StatusNotFound, out)
-	case errors.Is(err, inventory.ErrHiddenGateway):
-		out.Error = fmt.Sprintf("No gateway of cluster %q that you may list serves %q.", name, host)
 		writeJSONStatus(w, http.StatusNotFound, out)
 	case errors.As(err, &ambiguous):
 		out.Error = err.Error()
@@ -364,7 +364,9 @@ func whyNoGateways(kinds []protocol.KindState) string {
 // beyond its summary: when it last changed, and the kinds the agent can't
 // watch, with why.
 type InventoryJSON struct {
-	Updated           time.Time     `json:"updated"`
+	Updated time.Time `json:"updated"`
+	// GatewayTieBreaker is in /api/clusters/<name> alone, for those who
+	// may list gateways in its namespace.
 	GatewayTieBreaker string        `json:"gatewayTieBreaker,omitempty"`
 	Problems          []KindProblem `json:"problems,omitempty"`
 	// Truncated says the cluster sent more than the hub keeps of one
@@ -393,7 +395,9 @@ func (h *Hub) addInventory(c *ClusterJSON) {
 	if s != (inventory.Summary{}) {
 		c.Summary = &s
 	}
-	inv := &InventoryJSON{Updated: info.Updated.UTC(), GatewayTieBreaker: info.GatewayTieBreaker, Truncated: info.Truncated}
+	// The tie-breaker names a gateway: addTieBreaker shows it to those who
+	// may list it, in /api/clusters/<name> alone.
+	inv := &InventoryJSON{Updated: info.Updated.UTC(), Truncated: info.Truncated}
 	for _, k := range info.Kinds {
 		if k.Error != "" {
 			inv.Problems = append(inv.Problems, KindProblem{Kind: k.Kind, Namespace: k.Namespace, Error: k.Error, Missing: k.Missing})
@@ -401,4 +405,18 @@ func (h *Hub) addInventory(c *ClusterJSON) {
 	}
 	sort.SliceStable(inv.Problems, func(i, j int) bool { return !inv.Problems[i].Missing && inv.Problems[j].Missing })
 	c.Inventory = inv
+}
+
+// addTieBreaker adds to c the agent's gateway tie-breaker, if the person
+// may list gateways in its namespace: it names a gateway, which those who
+// may list none must not learn of (issue 33).
+func (h *Hub) addTieBreaker(ctx context.Context, c *ClusterJSON, p auth.Person) {
+	info, ok := h.inventory.Info(c.Name)
+	if !ok || c.Inventory == nil || info.GatewayTieBreaker == "" {
+		return
+	}
+	ns, _, _ := strings.Cut(info.GatewayTieBreaker, "/")
+	if h.checkAccess(c.Name, p, newReviewBudget(1)).allow(ctx)("gateways", ns) {
+		c.Inventory.GatewayTieBreaker = info.GatewayTieBreaker
+	}
 }

@@ -381,7 +381,7 @@ type AmbiguousError struct {
 	Host       string
 	Candidates []string // namespace/name, sorted: those the person may list
 	Hidden     int      // how many more, in namespaces they may not list
-	TieBreaker string   // set when it names none of the candidates
+	TieBreaker string   // set when it names none of the candidates, to those who may list it
 }
 
 func (e *AmbiguousError) Error() string {
@@ -443,6 +443,9 @@ func (s *Store) Gateway(cluster, host string, allow Allow) (string, []string, er
 	}
 	switch {
 	case winner == "":
+		if ns, _, _ := strings.Cut(tieBreaker, "/"); tieBreaker != "" && !allow("gateways", ns) {
+			tieBreaker = "" // it names a gateway the person may not list
+		}
 		return "", visible, &AmbiguousError{Host: host, Candidates: visible, Hidden: hidden, TieBreaker: tieBreaker}
 	case !slices.Contains(visible, winner):
 		return "", nil, ErrHiddenGateway
