@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -222,6 +221,8 @@ func newReviewBudget(n int) *reviewBudget {
 
 func (b *reviewBudget) take() bool { return b.left.Add(-1) >= 0 }
 
+func (b *reviewBudget) giveBack() { b.left.Add(1) }
+
 // accessCheck says, for one query of one cluster, what a person may list
 // there. It asks the cluster, as the person, first whether they may list
 // a kind in every namespace (one answer then covers them all, and is one
@@ -264,7 +265,7 @@ func (h *Hub) checkAccess(name string, p auth.Person, budget *reviewBudget) *acc
 		}
 	}
 	c.forwardToken, c.bearer, c.user, c.groups = entry.ForwardToken, p.Bearer, user, groups
-	c.person = user + "\n" + strings.Join(groups, "\n")
+	c.person = fmt.Sprintf("%q%q", user, groups) // quoted: no two people alike
 	if entry.ForwardToken {
 		// The answer is about whoever the token says; key it by the token
 		// too, so two tokens of one name don't share answers.
@@ -329,6 +330,9 @@ func (c *accessCheck) ask(ctx context.Context, kind, namespace string) (allowed,
 		return false, false
 	}
 	if !c.h.access.spend(c.cluster, c.person, now) {
+		if namespace != "" {
+			c.budget.giveBack() // not sent: another cluster's to send
+		}
 		c.leaveOut(fmt.Sprintf("a person may have %d access reviews of one cluster every %s: ask again later", c.h.cfg.AccessReviewsPerPerson, c.h.cfg.AccessTTL))
 		return false, false
 	}
