@@ -287,3 +287,51 @@ func TestAccessCacheBounds(t *testing.T) {
 		t.Error("the current connection's answer not kept")
 	}
 }
+
+// TestFleetQueryBoundedAcrossClusters: the bound on reviews in namespaces
+// is the whole query's, whatever the clusters it covers; the answer is 200
+// with what was checked, and its trailer names each cluster left out, or
+// part left out, and why.
+func TestFleetQueryBoundedAcrossClusters(t *testing.T) {
+	fc := newFakeCluster(t)
+	reviews := countReviews(t, fc, func(_, _, namespace string) bool { return namespace != "" })
+	h, _ := proxyHub(t, fc, "", func(c *Config) { c.AccessReviewsPerQuery = 4 })
+	wideInventory(t, h, "open", 2) // apps, ns-00000, ns-00001
+	wideInventory(t, h, "ops", 2)
+	carol := http.Header{"X-Remote-User": {"carol"}, "X-Remote-Group": {"ops"}} // sees open, ops and far
+	req, err := http.NewRequestWithContext(t.Context(), "GET", h.url+"/api/resources?kind=pods", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = carol
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%d %s %v", resp.StatusCode, body, err)
+	}
+	if n, ns := strings.Count(string(body), `"name":`), reviews.namespaced.Load(); n != 4 || ns != 4 || reviews.wide.Load() != 2 {
+		t.Errorf("%d pods, %d reviews in namespaces, %d of every namespace; want 4, 4 and 2 (one per cluster)", n, ns, reviews.wide.Load())
+	}
+	// Which cluster's namespaces are left out depends on which is asked
+	// first: the two are asked at once.
+	left := resp.Trailer.Get(leftOutTrailer)
+	if !strings.HasPrefix(left, "far (it has sent no inventory yet); ") || strings.Count(left, "with matches left out, unchecked: one query sends at most 4 access reviews in namespaces") == 0 {
+		t.Errorf("Tether-Left-Out: %q", left)
+	}
+	leftOut := 0
+	for _, part := range strings.Split(left, "; ")[1:] {
+		var cluster string
+		var n int
+		if _, err := fmt.Sscanf(part, "%s (%d namespace", &cluster, &n); err != nil {
+			t.Errorf("%q: %v", part, err)
+		}
+		leftOut += n
+	}
+	if leftOut != 2 {
+		t.Errorf("Tether-Left-Out names %d namespaces left out, want 2: %q", leftOut, left)
+	}
+}
