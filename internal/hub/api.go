@@ -187,6 +187,7 @@ func (h *Hub) serveClusterJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := h.clusterJSON(st)
+	h.addTieBreaker(r.Context(), &c, p)
 	c.History = h.History(name)
 	writeJSON(w, c)
 }

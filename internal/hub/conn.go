@@ -126,6 +126,9 @@ func (h *Hub) serveConn(c *agentConn) bool {
 	}
 	prev := h.agents[c.name]
 	h.agents[c.name] = c
+	// What the connection before answered about people's access is its
+	// own: this one may be an impostor's, or the other was.
+	h.access.connected(c.name, c)
 	if prev == nil {
 		// A takeover keeps the cluster's one slot: the gauge counts
 		// clusters with an agent, never two for one.
@@ -197,6 +200,7 @@ func (h *Hub) finish(c *agentConn, err error) {
 	current := h.agents[c.name] == c
 	if current {
 		delete(h.agents, c.name)
+		h.access.disconnected(c.name, c)
 		h.metrics.connected.Dec()
 		if _, listed := h.cfg.Agents.Lookup(c.name); !listed {
 			// Removed from the list while connected: AgentsChanged forgot

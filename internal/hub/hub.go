@@ -55,6 +55,13 @@ type Config struct {
 	// AccessTTL is how long the cluster's answer to "may this person list
 	// this kind here?" is kept (SPEC section 5). Zero means 60 s.
 	AccessTTL time.Duration
+	// AccessReviewsPerQuery bounds the access reviews in namespaces that
+	// one query sends, across the clusters it covers; each cluster's
+	// review of every namespace at once is not counted. Zero means 500.
+	AccessReviewsPerQuery int
+	// AccessReviewsPerPerson bounds the access reviews one person's
+	// queries send to one cluster each AccessTTL. Zero means 1000.
+	AccessReviewsPerPerson int
 	// Tunnel tunes the multiplexer; zero means tunnel.DefaultConfig.
 	Tunnel tunnel.Config
 	// EventsKeepAlive is how often an idle event stream (/api/events) gets
@@ -117,7 +124,7 @@ type Hub struct {
 	events    broker     // tells /api/events streams what changed
 
 	inventory *inventory.Store // every cluster's inventory
-	access    accessCache      // what people may list, per cluster (SPEC section 5)
+	access    *accessCache     // what people may list, per cluster (SPEC section 5)
 
 	mu     sync.Mutex // guards the following
 	closed bool
@@ -181,6 +188,12 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.AccessTTL == 0 {
 		cfg.AccessTTL = 60 * time.Second
 	}
+	if cfg.AccessReviewsPerQuery == 0 {
+		cfg.AccessReviewsPerQuery = defaultReviewsPerQuery
+	}
+	if cfg.AccessReviewsPerPerson == 0 {
+		cfg.AccessReviewsPerPerson = defaultReviewsPerPerson
+	}
 	if cfg.EventsKeepAlive == 0 {
 		cfg.EventsKeepAlive = 25 * time.Second
 	}
@@ -224,7 +237,7 @@ func New(cfg Config) (*Hub, error) {
 		watches:   map[*watchBody]struct{}{},
 		stopping:  make(chan struct{}),
 		inventory: inventory.NewStore(),
-		access:    accessCache{ttl: cfg.AccessTTL},
+		access:    newAccessCache(cfg.AccessTTL, cfg.AccessReviewsPerPerson),
 	}
 	h.proxy = h.newProxy()
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -437,6 +450,7 @@ func (h *Hub) connected(name string) *agentConn {
 func (h *Hub) AgentsChanged(c fleet.Change) {
 	for _, name := range c.Removed {
 		h.inventory.Forget(name)
+		h.access.forget(name)
 		h.metrics.forgetCluster(name)
 		h.mu.Lock()
 		if h.agents[name] == nil { // else once its agent has gone (setStatus)

@@ -32,6 +32,10 @@ type Options struct {
 	// (TETHER_FLEET_CLUSTERS).
 	Clusters []fleet.Cluster
 	Auth     auth.Config
+	// AccessReviewsPerQuery and AccessReviewsPerPerson bound the access
+	// reviews of inventory queries (TETHER_ACCESS_REVIEWS_PER_QUERY,
+	// TETHER_ACCESS_REVIEWS_PER_PERSON): Config's fields of those names.
+	AccessReviewsPerQuery, AccessReviewsPerPerson int
 	// Listener, when set, is used instead of listening on Addr: for tests
 	// and `tether dev`, which pick their address first.
 	Listener net.Listener
@@ -100,6 +104,12 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 	if o.ShutdownGrace, err = seconds(getenv, "TETHER_SHUTDOWN_GRACE_SECONDS", 30, 0); err != nil {
 		return Options{}, err
 	}
+	if o.AccessReviewsPerQuery, err = count(getenv, "TETHER_ACCESS_REVIEWS_PER_QUERY", defaultReviewsPerQuery); err != nil {
+		return Options{}, err
+	}
+	if o.AccessReviewsPerPerson, err = count(getenv, "TETHER_ACCESS_REVIEWS_PER_PERSON", defaultReviewsPerPerson); err != nil {
+		return Options{}, err
+	}
 	if o.MetricsAddr == "0" {
 		o.MetricsAddr = ""
 	} else if _, _, err := net.SplitHostPort(o.MetricsAddr); err != nil {
@@ -164,6 +174,19 @@ func seconds(getenv func(string) string, name string, def, least int) (time.Dura
 		return 0, fmt.Errorf("%s must be at most %d seconds (a year), not %q", name, maxSeconds, v)
 	}
 	return time.Duration(n) * time.Second, nil
+}
+
+// count reads a setting that is a whole number, at least 1.
+func count(getenv func(string) string, name string, def int) (int, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("%s must be a whole number, at least 1, not %q", name, v)
+	}
+	return n, nil
 }
 
 func orDefault(v, def string) string {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -88,17 +89,22 @@ func (h *Hub) serveResources(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	allow, failed := h.allowList(r.Context(), name, p)
-	items, known := h.inventory.Select(name, q, allow)
+	check := h.checkAccess(name, p, newReviewBudget(h.cfg.AccessReviewsPerQuery))
+	items, known := h.inventory.Select(name, q, check.allow(r.Context()))
 	if !known {
 		http.Error(w, fmt.Sprintf("Cluster %q has sent no inventory yet.", name), http.StatusServiceUnavailable)
 		return
 	}
-	if err := failed(); err != nil {
+	if err := check.failed(); err != nil {
 		// Some of it is left out only because the cluster couldn't be
 		// asked: say so, rather than answer with a list that looks whole.
 		http.Error(w, fmt.Sprintf("Tether can't ask cluster %q what you may list, so it shows you nothing: %v", name, err), http.StatusServiceUnavailable)
 		return
+	}
+	if why := check.leftOut(q.Kind); why != "" {
+		// Past the bounds on access reviews: what was checked, and
+		// what wasn't named, as the fleet-wide answer does.
+		w.Header().Set(leftOutTrailer, leftOutOf(name, why))
 	}
 	out := startArray(w)
 	for _, it := range items {
@@ -130,6 +136,7 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 	// pending holds each cluster's answer-to-be, in the clusters' order;
 	// its room is how far the queries run ahead of the writing.
 	pending := make(chan chan clusterItems, fleetQueryAhead)
+	budget := newReviewBudget(h.cfg.AccessReviewsPerQuery)
 	go func() {
 		defer close(pending)
 		workers := make(chan struct{}, fleetQueryWorkers)
@@ -148,10 +155,10 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 				// A cluster that can't be asked what p may list is left
 				// out, as one with no inventory yet is, and the answer's
 				// trailer names it.
-				allow, failed := h.allowList(ctx, name, p)
-				items, known := h.inventory.Select(name, q, allow)
-				var why string
-				if err := failed(); err != nil {
+				check := h.checkAccess(name, p, budget)
+				items, known := h.inventory.Select(name, q, check.allow(ctx))
+				why := check.leftOut(q.Kind) // with the items checked
+				if err := check.failed(); err != nil {
 					why = "Tether can't ask it what you may list: " + err.Error()
 					items = nil
 				} else if !known {
@@ -179,7 +186,7 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 			out.add(it)
 		}
 		if c.leftOut != "" {
-			leftOut = append(leftOut, c.name+" ("+strings.Join(strings.Fields(c.leftOut), " ")+")")
+			leftOut = append(leftOut, leftOutOf(c.name, c.leftOut))
 		}
 		if out.err != nil {
 			cancel() // the reader is gone; the rest only drains
@@ -192,14 +199,20 @@ func (h *Hub) serveFleetResources(w http.ResponseWriter, r *http.Request) {
 }
 
 // leftOutTrailer names, after a fleet-wide answer, the clusters it leaves
-// out and why: an answer of 200 whose list looks whole may not be.
+// out, or leaves out part of, and why: an answer of 200 whose list looks
+// whole may not be. A cluster's own answer has it as a header.
 const leftOutTrailer = "Tether-Left-Out"
+
+// leftOutOf is a cluster's part of leftOutTrailer.
+func leftOutOf(cluster, why string) string {
+	return cluster + " (" + strings.Join(strings.Fields(why), " ") + ")"
+}
 
 // clusterItems is one cluster's part of a fleet-wide answer.
 type clusterItems struct {
 	items   []inventory.Item
 	name    string
-	leftOut string // why the cluster is left out; "" when it isn't
+	leftOut string // what of the cluster is left out, and why; "" when nothing
 }
 
 // fleetQueryAhead is how many clusters a fleet-wide query may ask about
@@ -294,12 +307,19 @@ func (h *Hub) serveGateways(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("Cluster %q has sent no inventory yet.", name), http.StatusServiceUnavailable)
 		return
 	}
-	allow, failed := h.allowList(r.Context(), name, p)
-	gw, candidates, err := h.inventory.Gateway(name, host, allow)
-	if ferr := failed(); ferr != nil {
+	check := h.checkAccess(name, p, newReviewBudget(h.cfg.AccessReviewsPerQuery))
+	gw, candidates, err := h.inventory.Gateway(name, host, check.allow(r.Context()))
+	if ferr := check.failed(); ferr != nil {
 		// The answer would be among what could be checked only.
 		writeJSONStatus(w, http.StatusServiceUnavailable, GatewayJSON{Host: host,
 			Error: fmt.Sprintf("Tether can't ask cluster %q what you may list: %v", name, ferr)})
+		return
+	}
+	if why := check.leftOut("gateways"); why != "" {
+		// As above: a gateway named could lose to one left unchecked.
+		w.Header().Set("Retry-After", strconv.Itoa(int(h.cfg.AccessTTL.Seconds())))
+		writeJSONStatus(w, http.StatusTooManyRequests, GatewayJSON{Host: host,
+			Error: fmt.Sprintf("Tether can't check which gateways of cluster %q you may list: %s", name, why)})
 		return
 	}
 	out := GatewayJSON{Host: host, Gateway: gw, Candidates: candidates}
@@ -307,11 +327,11 @@ func (h *Hub) serveGateways(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 		writeJSON(w, out)
-	case errors.Is(err, inventory.ErrNoGateway):
+	case errors.Is(err, inventory.ErrNoGateway), errors.Is(err, inventory.ErrHiddenGateway):
+		// Word for word the same whether no gateway serves the host or
+		// only ones the person may not list do: "that you may list" told
+		// them that hidden ones exist (issue 33).
 		out.Error = fmt.Sprintf("No gateway of cluster %q serves %q%s.", name, host, whyNoGateways(info.Kinds))
-		writeJSONStatus(w, http.StatusNotFound, out)
-	case errors.Is(err, inventory.ErrHiddenGateway):
-		out.Error = fmt.Sprintf("No gateway of cluster %q that you may list serves %q.", name, host)
 		writeJSONStatus(w, http.StatusNotFound, out)
 	case errors.As(err, &ambiguous):
 		out.Error = err.Error()
@@ -344,7 +364,9 @@ func whyNoGateways(kinds []protocol.KindState) string {
 // beyond its summary: when it last changed, and the kinds the agent can't
 // watch, with why.
 type InventoryJSON struct {
-	Updated           time.Time     `json:"updated"`
+	Updated time.Time `json:"updated"`
+	// GatewayTieBreaker is in /api/clusters/<name> alone, for those who
+	// may list gateways in its namespace.
 	GatewayTieBreaker string        `json:"gatewayTieBreaker,omitempty"`
 	Problems          []KindProblem `json:"problems,omitempty"`
 	// Truncated says the cluster sent more than the hub keeps of one
@@ -373,7 +395,9 @@ func (h *Hub) addInventory(c *ClusterJSON) {
 	if s != (inventory.Summary{}) {
 		c.Summary = &s
 	}
-	inv := &InventoryJSON{Updated: info.Updated.UTC(), GatewayTieBreaker: info.GatewayTieBreaker, Truncated: info.Truncated}
+	// The tie-breaker names a gateway: addTieBreaker shows it to those who
+	// may list it, in /api/clusters/<name> alone.
+	inv := &InventoryJSON{Updated: info.Updated.UTC(), Truncated: info.Truncated}
 	for _, k := range info.Kinds {
 		if k.Error != "" {
 			inv.Problems = append(inv.Problems, KindProblem{Kind: k.Kind, Namespace: k.Namespace, Error: k.Error, Missing: k.Missing})
@@ -381,4 +405,18 @@ func (h *Hub) addInventory(c *ClusterJSON) {
 	}
 	sort.SliceStable(inv.Problems, func(i, j int) bool { return !inv.Problems[i].Missing && inv.Problems[j].Missing })
 	c.Inventory = inv
+}
+
+// addTieBreaker adds to c the agent's gateway tie-breaker, if the person
+// may list gateways in its namespace: it names a gateway, which those who
+// may list none must not learn of (issue 33).
+func (h *Hub) addTieBreaker(ctx context.Context, c *ClusterJSON, p auth.Person) {
+	info, ok := h.inventory.Info(c.Name)
+	if !ok || c.Inventory == nil || info.GatewayTieBreaker == "" {
+		return
+	}
+	ns, _, _ := strings.Cut(info.GatewayTieBreaker, "/")
+	if h.checkAccess(c.Name, p, newReviewBudget(1)).allow(ctx)("gateways", ns) {
+		c.Inventory.GatewayTieBreaker = info.GatewayTieBreaker
+	}
 }

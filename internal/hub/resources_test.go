@@ -209,7 +209,8 @@ func TestNoGatewaySaysWhy(t *testing.T) {
 
 // TestGatewayHiddenFromThePerson: the gateway that serves a host is decided
 // over all of them; one in a namespace the person may not list is not
-// named, and neither is the one they may list that loses to it.
+// named, and neither is the one they may list that loses to it: the answer
+// is the one for a host no gateway serves.
 func TestGatewayHiddenFromThePerson(t *testing.T) {
 	fc := newFakeCluster(t)
 	answerAccessReviews(t, fc, func(user, resource, namespace string) bool { return namespace == "team-a" })
@@ -221,7 +222,7 @@ func TestGatewayHiddenFromThePerson(t *testing.T) {
 	code, body, _ := call(t, "GET", h.url+"/api/clusters/open/gateways?host=shop.example.com", aliceToken, nil)
 	var g GatewayJSON
 	json.Unmarshal([]byte(body), &g)
-	if code != http.StatusNotFound || g.Gateway != "" || len(g.Candidates) != 0 || g.Error != `No gateway of cluster "open" that you may list serves "shop.example.com".` {
+	if code != http.StatusNotFound || g.Gateway != "" || len(g.Candidates) != 0 || g.Error != `No gateway of cluster "open" serves "shop.example.com".` {
 		t.Errorf("the tie-breaker hidden: %d %s; want 404 naming no gateway", code, body)
 	}
 }

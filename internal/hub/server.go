@@ -90,7 +90,10 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		Heartbeat:       opts.Heartbeat,
 		ReconnectSpread: opts.ReconnectSpread,
 		Registerer:      reg,
-		Direct:          direct,
+		// Zero (Options made other than by OptionsFromEnv) takes the defaults.
+		AccessReviewsPerQuery:  opts.AccessReviewsPerQuery,
+		AccessReviewsPerPerson: opts.AccessReviewsPerPerson,
+		Direct:                 direct,
 	})
 	if err != nil {
 		return err

@@ -219,7 +219,8 @@ type Query struct {
 }
 
 // Allow says whether the person asking may list kind in namespace ("" for a
-// cluster-scoped kind). It is asked once per namespace that has matches.
+// cluster-scoped kind). It is asked once per namespace that has matches, in
+// the order of their names.
 type Allow func(kind, namespace string) bool
 
 // Item is one resource in an answer, with its cluster.
@@ -254,6 +255,15 @@ func (s *Store) Select(cluster string, q Query, allow Allow) ([]Item, bool) {
 	}
 	s.mu.RUnlock()
 
+	// Sorted before allow is asked, so that when it can ask about only
+	// so many namespaces (the hub bounds its access reviews), the same
+	// ones are asked each time.
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
 	allowed := map[string]bool{}
 	kept := out[:0]
 	for _, it := range out {
@@ -266,14 +276,7 @@ func (s *Store) Select(cluster string, q Query, allow Allow) ([]Item, bool) {
 			kept = append(kept, it)
 		}
 	}
-	out = kept
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Namespace != out[j].Namespace {
-			return out[i].Namespace < out[j].Namespace
-		}
-		return out[i].Name < out[j].Name
-	})
-	return out, true
+	return kept, true
 }
 
 // Summary is a cluster's inventory in numbers (SPEC section 4). A count is
@@ -378,7 +381,7 @@ type AmbiguousError struct {
 	Host       string
 	Candidates []string // namespace/name, sorted: those the person may list
 	Hidden     int      // how many more, in namespaces they may not list
-	TieBreaker string   // set when it names none of the candidates
+	TieBreaker string   // set when it names none of the candidates, to those who may list it
 }
 
 func (e *AmbiguousError) Error() string {
@@ -416,7 +419,9 @@ func (s *Store) Gateway(cluster, host string, allow Allow) (string, []string, er
 		}
 	}
 	s.mu.RUnlock()
-	// Ask outside the lock: allow may ask the cluster.
+	// Ask outside the lock: allow may ask the cluster. In order, so that
+	// the same are asked each time when it can ask about only so many.
+	sort.Strings(candidates)
 	var visible []string
 	for _, c := range candidates {
 		ns, _, _ := strings.Cut(c, "/")
@@ -425,7 +430,6 @@ func (s *Store) Gateway(cluster, host string, allow Allow) (string, []string, er
 		}
 	}
 	hidden := len(candidates) - len(visible)
-	sort.Strings(visible)
 	winner := ""
 	switch {
 	case len(candidates) == 0:
@@ -439,6 +443,9 @@ func (s *Store) Gateway(cluster, host string, allow Allow) (string, []string, er
 	}
 	switch {
 	case winner == "":
+		if ns, _, _ := strings.Cut(tieBreaker, "/"); tieBreaker != "" && !allow("gateways", ns) {
+			tieBreaker = "" // it names a gateway the person may not list
+		}
 		return "", visible, &AmbiguousError{Host: host, Candidates: visible, Hidden: hidden, TieBreaker: tieBreaker}
 	case !slices.Contains(visible, winner):
 		return "", nil, ErrHiddenGateway
