@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
@@ -279,10 +280,14 @@ func peekJWT(token string) (claims struct{ Issuer string }, ok bool) {
 // short cuts text from a token that may be anything before it goes into an error.
 func short(s string) string { return cut(s, 100) }
 
-// cut shortens s to at most max bytes, marking the cut.
+// cut shortens s to at most max bytes, marking the cut. It cuts between
+// characters, so a quoted value doesn't end in half of one.
 func cut(s string, max int) string {
 	if len(s) <= max {
 		return s
+	}
+	for max > 0 && !utf8.RuneStart(s[max]) {
+		max--
 	}
 	return s[:max] + "…"
 }

@@ -73,6 +73,10 @@ func (h *Hub) person(w http.ResponseWriter, r *http.Request) (auth.Person, bool)
 		if err != nil {
 			h.logAuthFailure(r, err)
 		}
+		if refusedIdentity(err) {
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return auth.Person{}, false
+		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
 		http.Error(w, "Tether doesn't know who you are: sign in first.", http.StatusUnauthorized)
 		return auth.Person{}, false

@@ -65,6 +65,10 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			h.logAuthFailure(r, err)
 		}
+		if refusedIdentity(err) {
+			writeStatus(rw, http.StatusForbidden, "Forbidden", err.Error())
+			return
+		}
 		rw.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
 		writeStatus(rw, http.StatusUnauthorized, "Unauthorized", unauthorized(err))
 		return
@@ -137,6 +141,12 @@ func sentImpersonation(h http.Header) bool {
 // person can do something about it and the answer tells nothing of anyone
 // else: their token's time is up, or the hub that signed it has another
 // key now (a dev hub restarted, say). kubectl prints it.
+// refusedIdentity reports whether Authenticate knew who the person is but
+// refused their name or groups (SPEC section 3: control or invisible
+// characters, a fullwidth colon): a 403 that says why, as for "system:"
+// names, not a 401 that asks them to sign in again with the same result.
+func refusedIdentity(err error) bool { return errors.Is(err, auth.ErrIdentity) }
+
 func unauthorized(err error) string {
 	const who = "Tether doesn't know who you are: "
 	switch {
