@@ -378,7 +378,7 @@ func (h *Hub) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if rt.warn {
 		w.Header().Add("Warning", impersonationWarning)
 	}
-	writeStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Tether can't reach cluster %q's API server: %v", name, err))
+	writeStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Tether can't reach cluster %q's API server: %s", name, shownText(err.Error(), maxStatusMessage)))
 }
 
 // writeStatus answers with a Kubernetes Status object, which kubectl shows
