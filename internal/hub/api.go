@@ -117,6 +117,17 @@ func (h *Hub) fromOtherSite(r *http.Request, navigationsOK bool) bool {
 	return false // same-origin, none (typed or bookmarked), or absent
 }
 
+// browserWithoutFetchMetadata reports whether r says it comes from a
+// browser (every browser's User-Agent starts "Mozilla/", and no page can
+// change it) yet has no Sec-Fetch-Site: a browser from before Fetch Metadata
+// (Safari before 16.4, Firefox before 90), or one on a plain-HTTP address,
+// where browsers send none. Another site's plain GET from such a browser
+// carries neither Origin nor Fetch Metadata, so fromOtherSite can't see it.
+// kubectl, client-go and curl don't say "Mozilla/". Decision 026.
+func browserWithoutFetchMetadata(r *http.Request) bool {
+	return r.Header.Get("Sec-Fetch-Site") == "" && strings.HasPrefix(r.Header.Get("User-Agent"), "Mozilla/")
+}
+
 // isNavigation reports whether a browser sent r to open a page in a window
 // or tab of its own: not in a frame, and by GET, so nothing changes.
 func isNavigation(r *http.Request) bool {

@@ -83,6 +83,12 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		writeStatus(rw, http.StatusForbidden, "Forbidden", "Requests from other sites are refused: open the address itself, or follow it from the hub's own page.")
 		return
 	}
+	if p.Source == auth.SourceProxy && browserWithoutFetchMetadata(r) {
+		// Its <img> from another site's page would carry the proxy's
+		// cookie and neither Origin nor Fetch Metadata (decision 026).
+		writeStatus(rw, http.StatusForbidden, "Forbidden", "This browser sends no Sec-Fetch-Site, so the hub can't tell its requests from those another site's page makes: open the address in a current browser, over HTTPS, or use kubectl.")
+		return
+	}
 	entry, visible := h.visible(name, p)
 	if !visible {
 		// A cluster someone may not see answers exactly like one that
