@@ -33,9 +33,7 @@ func TestAgentWordsAreClippedAndNamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hello := protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version, AgentVersion: "test", CACert: string(fc.ca.CertPEM),
-		ServiceAccountToken: "service-account-token-1", APIServer: fc.addr()}
-	if err := protocol.Write(ctl, hello); err != nil {
+	if err := protocol.Write(ctl, goodHello(fc)); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := protocol.Read(ctl); err != nil || m.Type != protocol.TypeWelcome {

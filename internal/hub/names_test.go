@@ -6,10 +6,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/tetherhq/tether/internal/auth"
-	"github.com/tetherhq/tether/internal/fleet"
-	"github.com/tetherhq/tether/internal/testutil/oidctest"
 )
 
 // TestNamesThatReadAsOthersAreRefused: a name or group from the auth proxy
@@ -55,23 +51,8 @@ func TestNamesThatReadAsOthersAreRefused(t *testing.T) {
 // on an impersonated cluster and a forwardToken one alike: the latter isn't
 // impersonated, but the hub's audit line and page would still show the name.
 func TestOIDCNamesThatReadAsOthersAreRefused(t *testing.T) {
-	issuer := oidctest.Start(t, oidctest.Options{})
-	people, err := auth.New(auth.Config{OIDC: auth.OIDCConfig{Issuer: issuer.URL, ClientID: issuer.ClientID, CAFile: issuer.CAFile(t)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer people.Close()
-	hash := []fleet.Hash{fleet.HashToken(testToken)}
-	list := fleet.New([]fleet.Agent{
-		{Name: "open", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}},
-		{Name: "own", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}, ForwardToken: true},
-	})
 	fc := newFakeCluster(t)
-	h := startHub(t, Config{Agents: list, Auth: people})
-	for _, n := range []string{"open", "own"} {
-		a := startAgent(t, h.url, n, fc)
-		eventually(t, 5*time.Second, n+" connects", a.Connected)
-	}
+	issuer, h, _ := oidcHub(t, fc)
 	before := fc.count("/api")
 	for _, claims := range []map[string]any{
 		{"email": "\u200bdana@example.com", "email_verified": true},
