@@ -197,12 +197,24 @@ func (a *Authenticator) ProxyHeaders() []string {
 //     oauth2-proxy pass Basic credentials of their own), else an error.
 //
 // It reports ok=false with no error when r carries no credentials at all, and an error when
-// it carries bad ones. Either way the caller answers 401.
+// it carries bad ones: the caller answers 401, except to an error that wraps ErrIdentity (a
+// name or group with control or invisible characters, checkText), which it answers with 403.
 func (a *Authenticator) Authenticate(r *http.Request) (Person, bool, error) {
 	values := r.Header.Values("Authorization")
 	if len(values) > 1 {
 		return Person{}, false, fmt.Errorf("%w: the request has %d Authorization headers; send one", ErrMalformed, len(values))
 	}
+	p, ok, err := a.authenticate(r, values)
+	if ok {
+		if err := checkPerson(p); err != nil {
+			return Person{}, false, err
+		}
+	}
+	return p, ok, err
+}
+
+// authenticate is Authenticate before the person is checked.
+func (a *Authenticator) authenticate(r *http.Request, values []string) (Person, bool, error) {
 	if len(values) == 0 || strings.TrimSpace(values[0]) == "" {
 		return a.fromProxy(r)
 	}

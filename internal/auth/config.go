@@ -62,6 +62,11 @@ type Config struct {
 	SigningKeyFile string
 	// TTL is how long a hub-issued token is valid (TETHER_KUBECONFIG_TTL); zero means 12h.
 	TTL time.Duration
+	// HubTokenLeeway is how long past its expiry a hub-issued token is still taken, for hub
+	// replicas sharing a signing key whose clocks may disagree (TETHER_COORDINATION=kubernetes,
+	// issue 11). Zero, the default, is right for a single hub, which signs and checks its tokens
+	// on one clock; at most 5s. OIDC ID tokens keep their own leeway.
+	HubTokenLeeway time.Duration
 
 	// ProxyUserHeader and ProxyGroupsHeader are TETHER_AUTH_PROXY_USER_HEADER and
 	// TETHER_AUTH_PROXY_GROUPS_HEADER; "" turns the auth proxy off (the groups header is
@@ -207,6 +212,9 @@ func (c Config) Validate() error {
 	}
 	if c.TTL != 0 && c.TTL < minKubeconfigTTL {
 		return fmt.Errorf("%s must be a duration like 12h or 30m, at least 1m, not %q", SettingKubeconfigTTL, c.TTL)
+	}
+	if c.HubTokenLeeway < 0 || c.HubTokenLeeway > maxHubLeeway {
+		return fmt.Errorf("the leeway for hub-issued tokens must be between 0 and %s (for hub replicas whose clocks disagree by a few seconds), not %s", maxHubLeeway, c.HubTokenLeeway)
 	}
 	if err := c.validateProxy(); err != nil {
 		return err

@@ -50,13 +50,19 @@
 // It is parsed by the same code as the agents list (package fleet), so it takes the same forms
 // and its errors read the same: TETHER_USERS[0] ("alice") needs a token of at least 32
 // characters, or its tokenSha256. Two people with the same token, and names or groups that
-// would start with "system:" once prefixed, are errors too.
+// would start with "system:" once prefixed, are errors too, as are names and groups with
+// control characters, spaces at either end, invisible formatting characters (zero-width,
+// bidi) or a fullwidth colon, which read as other names in a log line. From an OIDC claim or
+// the auth proxy's headers, such a name or group makes Authenticate fail with ErrIdentity,
+// which the hub answers with 403.
 //
 // # Hub-issued tokens
 //
 // JWTs signed with Ed25519 (EdDSA): iss "tether-hub", aud the hub's TETHER_PUBLIC_URL, sub the
 // person's name, a groups claim, a from claim (how the person signed in: token, oidc or proxy),
-// and an expiry TETHER_KUBECONFIG_TTL (12h) after issue.
+// and an expiry TETHER_KUBECONFIG_TTL (12h) after issue. A single hub signs and checks them on
+// one clock, so they are taken up to their expiry and not a second later; Config.HubTokenLeeway
+// (at most 5 s) is for replicas whose clocks disagree.
 // TETHER_TOKEN_SIGNING_KEY_FILE holds one or more Ed25519 private keys in PEM (PKCS #8, as
 // openssl genpkey -algorithm ed25519 writes); the first signs and all are accepted, so a key is
 // rotated by putting a new one first and removing the old one a TTL later. Ed25519 rather than

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
@@ -24,8 +25,9 @@ import (
 // token, and a hub token is never sent to the OIDC verifier.
 const hubIssuer = "tether-hub"
 
-// hubLeeway is how far the clocks of hub replicas sharing a key may disagree.
-const hubLeeway = time.Minute
+// maxHubLeeway bounds Config.HubTokenLeeway: a few seconds of disagreement between replicas'
+// clocks, never minutes of use past a token's expiry (issue 33).
+const maxHubLeeway = 5 * time.Second
 
 // hubTokens signs and checks the tokens in the kubeconfigs the hub hands out: JWTs signed with
 // Ed25519 (EdDSA), naming the person in sub and their groups in groups.
@@ -34,7 +36,10 @@ type hubTokens struct {
 	keys     map[string]ed25519.PublicKey // by key ID
 	audience string
 	ttl      time.Duration
-	now      func() time.Time
+	// leeway is Config.HubTokenLeeway: how long past its expiry a token is
+	// still taken. Zero for a single hub, which signs and checks on one clock.
+	leeway time.Duration
+	now    func() time.Time
 }
 
 type hubClaims struct {
@@ -67,7 +72,7 @@ func newHubTokens(cfg Config, log *slog.Logger) (*hubTokens, error) {
 		privs = []ed25519.PrivateKey{priv}
 		log.Warn("TETHER_TOKEN_SIGNING_KEY_FILE is not set, so the hub made a signing key that lasts until it stops: the kubeconfigs it hands out stop working when it restarts, and hub replicas don't accept each other's. Make a key with: openssl genpkey -algorithm ed25519 -out signing-key.pem")
 	}
-	h := &hubTokens{keys: map[string]ed25519.PublicKey{}, audience: cfg.HubURL, ttl: cfg.TTL, now: cfg.now}
+	h := &hubTokens{keys: map[string]ed25519.PublicKey{}, audience: cfg.HubURL, ttl: cfg.TTL, leeway: cfg.HubTokenLeeway, now: cfg.now}
 	if h.audience == "" {
 		h.audience = hubIssuer
 	}
@@ -160,7 +165,7 @@ func (a *Authenticator) EndSessions(p Person) {
 	now := a.cfg.now()
 	// Any session made before now expires within a TTL of being made, so
 	// the mark is needed no longer than that.
-	a.signedOut.mark(p.Name, now, now.Add(a.hub.ttl+hubLeeway))
+	a.signedOut.mark(p.Name, now, now.Add(a.hub.ttl+a.hub.leeway))
 }
 
 // issue makes a token for p: a session's when session is set. One made from a hub-issued token
@@ -175,7 +180,7 @@ func (h *hubTokens) issue(p Person, session bool) (string, time.Time, error) {
 	if p.Source == SourceHub {
 		exp, claims.From = p.expires, p.from
 		if !exp.After(now) {
-			// Accepted within hubLeeway of its expiry, it would make a
+			// Accepted within the leeway of its expiry, it would make a
 			// token that has already expired: a cookie a browser drops at
 			// once, a kubeconfig that doesn't work.
 			return "", time.Time{}, fmt.Errorf("issue token: %w: the hub-issued token it would be made from expired at %s; get a new kubeconfig",
@@ -214,7 +219,7 @@ func (h *hubTokens) verify(raw string) (Person, time.Time, error) {
 	if err != nil {
 		return Person{}, time.Time{}, err
 	}
-	return p, p.expires.Add(hubLeeway), nil
+	return p, p.expires.Add(h.leeway), nil
 }
 
 // check verifies raw's signature and claims at now, and returns whom it
@@ -239,7 +244,7 @@ func (h *hubTokens) check(raw string, now time.Time) (Person, error) {
 	if std.Expiry == nil || std.Subject == "" {
 		return Person{}, fmt.Errorf("%w: a hub-issued token without an expiry or a name", ErrInvalidToken)
 	}
-	err = std.ValidateWithLeeway(jwt.Expected{Issuer: hubIssuer, AnyAudience: jwt.Audience{h.audience}, Time: now}, hubLeeway)
+	err = std.ValidateWithLeeway(jwt.Expected{Issuer: hubIssuer, AnyAudience: jwt.Audience{h.audience}, Time: now}, h.leeway)
 	switch {
 	case errors.Is(err, jwt.ErrExpired):
 		return Person{}, fmt.Errorf("%w: a hub-issued token for %q that expired at %s; get a new kubeconfig", ErrExpired, std.Subject, std.Expiry.Time().UTC().Format(time.RFC3339))
@@ -275,10 +280,14 @@ func peekJWT(token string) (claims struct{ Issuer string }, ok bool) {
 // short cuts text from a token that may be anything before it goes into an error.
 func short(s string) string { return cut(s, 100) }
 
-// cut shortens s to at most max bytes, marking the cut.
+// cut shortens s to at most max bytes, marking the cut. It cuts between
+// characters, so a quoted value doesn't end in half of one.
 func cut(s string, max int) string {
 	if len(s) <= max {
 		return s
+	}
+	for max > 0 && !utf8.RuneStart(s[max]) {
+		max--
 	}
 	return s[:max] + "…"
 }

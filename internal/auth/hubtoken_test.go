@@ -122,11 +122,13 @@ func TestHubTokenExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(time.Hour) // at the expiry itself, and within the leeway for replicas' clocks
+	clock.Advance(time.Hour) // at the expiry itself
 	if _, ok, err := a.Authenticate(bearer(tok)); !ok || err != nil {
 		t.Fatalf("at expiry: %v %v", ok, err)
 	}
-	clock.Advance(hubLeeway + time.Second)
+	// A single hub signs and checks on one clock: no leeway past the expiry
+	// (issue 33; it was a minute).
+	clock.Advance(time.Second)
 	_, ok, err := a.Authenticate(bearer(tok))
 	if ok || !errors.Is(err, ErrExpired) {
 		t.Fatalf("after expiry: %v %v", ok, err)
@@ -137,18 +139,43 @@ func TestHubTokenExpiry(t *testing.T) {
 	}
 }
 
+// TestHubTokenLeewayForReplicas: replicas whose clocks disagree by a few
+// seconds take each other's tokens that long past their expiry, when given
+// the leeway, and no longer; more than 5 s is refused at start.
+func TestHubTokenLeewayForReplicas(t *testing.T) {
+	clock := newFakeClock()
+	a := newAuth(t, Config{TTL: time.Hour, HubTokenLeeway: 5 * time.Second, Now: clock.Now})
+	tok, _, err := a.IssueToken(Person{Name: "alice", Source: SourceProxy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour + 5*time.Second)
+	if _, ok, err := a.Authenticate(bearer(tok)); !ok || err != nil {
+		t.Fatalf("within the leeway: %v %v", ok, err)
+	}
+	clock.Advance(time.Second)
+	if _, ok, err := a.Authenticate(bearer(tok)); ok || !errors.Is(err, ErrExpired) {
+		t.Fatalf("past the leeway: %v %v", ok, err)
+	}
+	for _, d := range []time.Duration{-time.Second, 6 * time.Second, time.Minute} {
+		if _, err := New(Config{HubTokenLeeway: d}); err == nil {
+			t.Errorf("a leeway of %s was taken", d)
+		}
+	}
+}
+
 // TestNoTokenFromATokenInItsLeeway: a hub-issued token taken within the
 // leeway after its expiry makes no session or kubeconfig token, which would
 // expire with it, before it was made: the browser dropped such a cookie
 // at once, and the person saw the sign-in form again with no word.
 func TestNoTokenFromATokenInItsLeeway(t *testing.T) {
 	clock := newFakeClock()
-	a := newAuth(t, Config{TTL: time.Hour, Now: clock.Now})
+	a := newAuth(t, Config{TTL: time.Hour, HubTokenLeeway: maxHubLeeway, Now: clock.Now})
 	kube, _, err := a.IssueToken(Person{Name: "alice", Source: SourceProxy})
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock.Advance(time.Hour + 30*time.Second)
+	clock.Advance(time.Hour + 3*time.Second)
 	p, ok, err := a.Authenticate(bearer(kube))
 	if !ok || err != nil {
 		t.Fatalf("within the leeway: %v %v", ok, err)

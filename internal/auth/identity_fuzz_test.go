@@ -16,7 +16,8 @@ func FuzzCheckIdentity(f *testing.F) {
 		{"admin", "masters", "system:", ""}, {"alice", "masters", "", "system:"}, {" alice", "dev", "", ""},
 		{"alice\r\nImpersonate-Group: system:masters", "dev", "", ""}, {"al\x00ice", "dev", "", ""},
 		{"alice", "dev\u0085", "", ""}, {"\xff", "dev", "", ""}, {"", "dev", "", ""}, {"alice", "", "tether:", "tether:"},
-		{"system\u200b:admin", "dev", "", ""}, {"SYSTEM:admin", "dev", "", ""},
+		{"system\u200b:admin", "dev", "", ""}, {"SYSTEM:admin", "dev", "", ""}, {"\u200bsystem:admin", "dev", "", ""},
+		{"alice", "system\uff1amasters", "", ""}, {"alice\u202e", "dev", "", ""}, {"alice", "dev\u2028", "", ""},
 	} {
 		f.Add(s[0], s[1], s[2], s[3])
 	}
@@ -28,11 +29,15 @@ func FuzzCheckIdentity(f *testing.F) {
 			if strings.Contains(err.Error(), "\n") {
 				t.Fatalf("error on more than one line: %q", err)
 			}
+			if len(err.Error()) > 1024 {
+				t.Fatalf("error of %d bytes: the value it quotes isn't cut", len(err.Error()))
+			}
 			return
 		}
 		for _, v := range append([]string{user}, groups...) {
 			if strings.HasPrefix(v, "system:") || v == "" || !utf8.ValidString(v) || strings.ContainsFunc(v, unicode.IsControl) ||
-				strings.TrimSpace(v) != v || !validHeaderValue(v) {
+				strings.TrimSpace(v) != v || !validHeaderValue(v) ||
+				strings.ContainsFunc(v, func(r rune) bool { return unicode.Is(unicode.Cf, r) || r == '\uff1a' || r == '\u2028' || r == '\u2029' }) {
 				t.Fatalf("accepted %q", v)
 			}
 		}

@@ -3,6 +3,7 @@ package auth
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -16,6 +17,7 @@ func TestCheckIdentity(t *testing.T) {
 		{"tether:system:admin", []string{"tether:system:masters"}, ""},
 		{"System:admin", nil, ""},
 		{"Zoë", []string{"équipe"}, ""},
+		{"محمد", []string{"開発", "dev:ops"}, ""},
 		{"system:admin", nil, `the hub can't act as you in the cluster: your user name "system:admin" starts with "system:", which Kubernetes keeps for its own users and groups; ask the hub's operators to set a prefix or rename it`},
 		{"system:", nil, `the hub can't act as you in the cluster: your user name "system:" starts with "system:", which Kubernetes keeps for its own users and groups; ask the hub's operators to set a prefix or rename it`},
 		{"alice", []string{"dev", "system:masters"}, `the hub can't act as you in the cluster: your group "system:masters" starts with "system:", which Kubernetes keeps for its own users and groups; ask the hub's operators to set a prefix or rename it`},
@@ -30,6 +32,19 @@ func TestCheckIdentity(t *testing.T) {
 		{"al\u0085ice", nil, `the hub can't act as you in the cluster: your user name "al\u0085ice" contains control characters`},
 		{"al\x7fice", nil, `the hub can't act as you in the cluster: your user name "al\x7fice" contains control characters`},
 		{"al\xffice", nil, `the hub can't act as you in the cluster: your user name "al\xffice" is not valid UTF-8`},
+		// Issue 33: names that read as others in a log line.
+		{"\u200bsystem:admin", nil, `the hub can't act as you in the cluster: your user name "\u200bsystem:admin" contains invisible formatting characters (zero-width or bidi)`},
+		{"alice", []string{"system\u200d:masters"}, `the hub can't act as you in the cluster: your group "system\u200d:masters" contains invisible formatting characters (zero-width or bidi)`},
+		{"alice\u202e", nil, `the hub can't act as you in the cluster: your user name "alice\u202e" contains invisible formatting characters (zero-width or bidi)`},
+		{"al\u2066ice\u2069", nil, `the hub can't act as you in the cluster: your user name "al\u2066ice\u2069" contains invisible formatting characters (zero-width or bidi)`},
+		{"\ufeffalice", nil, `the hub can't act as you in the cluster: your user name "\ufeffalice" contains invisible formatting characters (zero-width or bidi)`},
+		{"al\u00adice", nil, `the hub can't act as you in the cluster: your user name "al\u00adice" contains invisible formatting characters (zero-width or bidi)`},
+		{"alice", []string{"system\uff1amasters"}, `the hub can't act as you in the cluster: your group "system：masters" contains a fullwidth colon (U+FF1A), which reads as ":"`},
+		{"al\u2028ice", nil, `the hub can't act as you in the cluster: your user name "al\u2028ice" contains control characters`},
+		{"alice", []string{"dev\u2029ops"}, `the hub can't act as you in the cluster: your group "dev\u2029ops" contains control characters`},
+		// Quoted values are cut, between characters: an error goes into a
+		// log line and a Status message.
+		{strings.Repeat("é", 1000) + "\u200b", nil, `the hub can't act as you in the cluster: your user name "` + strings.Repeat("é", 50) + `…" contains invisible formatting characters (zero-width or bidi)`},
 	} {
 		err := CheckIdentity(tc.name, tc.groups)
 		switch {

@@ -103,6 +103,15 @@ func TestOIDCRefused(t *testing.T) {
 			`invalid bearer token: an OIDC ID token whose "groups" claim is not text or a list of texts (TETHER_OIDC_GROUPS_CLAIM)`},
 		{"groups with a number", oidctest.Token{Claims: with(verified, "groups", []any{"dev", 7})}, ErrInvalidToken,
 			`invalid bearer token: an OIDC ID token whose "groups" claim is not text or a list of texts (TETHER_OIDC_GROUPS_CLAIM)`},
+		// Issue 33: claims that read as other names in a log line.
+		{"zero-width name", oidctest.Token{Claims: with(verified, "email", "\u200badmin@example.com")}, ErrIdentity,
+			`the hub can't act as you in the cluster: your user name "\u200badmin@example.com" contains invisible formatting characters (zero-width or bidi)`},
+		{"bidi group", oidctest.Token{Claims: with(verified, "groups", []any{"dev", "ops\u202e"})}, ErrIdentity,
+			`the hub can't act as you in the cluster: your group "ops\u202e" contains invisible formatting characters (zero-width or bidi)`},
+		{"fullwidth colon group", oidctest.Token{Claims: with(verified, "groups", "system：masters")}, ErrIdentity,
+			`the hub can't act as you in the cluster: your group "system：masters" contains a fullwidth colon (U+FF1A), which reads as ":"`},
+		{"control character in a group", oidctest.Token{Claims: with(verified, "groups", []any{"dev\n"})}, ErrIdentity,
+			`the hub can't act as you in the cluster: your group "dev\n" contains control characters`},
 		// A token the issuer signed but that names the hub as its issuer is checked as a hub
 		// token, against the hub's keys only.
 		{"posing as a hub token", oidctest.Token{Issuer: "tether-hub", Audience: []string{"tether-hub"}, Claims: verified}, ErrInvalidToken,

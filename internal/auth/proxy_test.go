@@ -48,6 +48,11 @@ func TestProxyHeaders(t *testing.T) {
 		{"two users", "10.1.2.3:5000", []string{"X-Remote-User: alice", "X-Remote-User: mallory"}, false, Person{}, ErrMalformed},
 		{"basic auth from the proxy", "10.1.2.3:5000", []string{"Authorization: Basic YWxpY2U6", "X-Remote-User: alice"}, true, Person{Name: "alice"}, nil},
 		{"basic auth from elsewhere", "192.0.2.8:5000", []string{"Authorization: Basic YWxpY2U6", "X-Remote-User: alice"}, false, Person{}, ErrMalformed},
+		// Issue 33: names that read as others in a log line.
+		{"zero-width user", "10.1.2.3:5000", []string{"X-Remote-User: \u200bsystem:admin"}, false, Person{}, ErrIdentity},
+		{"bidi group", "10.1.2.3:5000", []string{"X-Remote-User: alice", "X-Remote-Group: dev, ops\u202e"}, false, Person{}, ErrIdentity},
+		{"fullwidth colon group", "10.1.2.3:5000", []string{"X-Remote-User: alice", "X-Remote-Group: system\uff1amasters"}, false, Person{}, ErrIdentity},
+		{"line separator in the user", "10.1.2.3:5000", []string{"X-Remote-User: al\u2028ice"}, false, Person{}, ErrIdentity},
 		{"a bearer token wins", "10.1.2.3:5000", []string{"Authorization: Bearer " + tokBob, "X-Remote-User: alice"}, true, Person{Name: "bob", Source: SourceToken}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -73,6 +73,9 @@ func (a *Authenticator) OIDCExchange(ctx context.Context, redirectURL, code, ver
 	if tokenNonce(raw) != nonce {
 		return Person{}, fmt.Errorf("%w: the ID token is not the one this sign-in asked for (nonce)", ErrInvalidToken)
 	}
+	if err := checkPerson(p); err != nil {
+		return Person{}, err
+	}
 	return p, nil
 }
 

@@ -44,6 +44,9 @@ func TestParseUsersErrors(t *testing.T) {
 		{"name with spaces", "- name: ' alice'\n  token: " + tokAlice, `TETHER_USERS[0] (" alice") has a name that has spaces at the start or end; write it as Kubernetes should see it.`},
 		{"name with control", "- name: \"al\\tice\"\n  token: " + tokAlice, `TETHER_USERS[0] ("al\tice") has a name that contains control characters; write it as Kubernetes should see it.`},
 		{"group with control", "- name: alice\n  token: " + tokAlice + "\n  groups: [\"dev\\n\"]", `TETHER_USERS[0] ("alice") has a groups[0] of "dev\n", which contains control characters.`},
+		{"zero-width name", "- name: \"\\u200bsystem:admin\"\n  token: " + tokAlice, `TETHER_USERS[0] ("\u200bsystem:admin") has a name that contains invisible formatting characters (zero-width or bidi); write it as Kubernetes should see it.`},
+		{"bidi group", "- name: alice\n  token: " + tokAlice + "\n  groups: [\"dev\\u202e\"]", `TETHER_USERS[0] ("alice") has a groups[0] of "dev\u202e", which contains invisible formatting characters (zero-width or bidi).`},
+		{"fullwidth colon", "- name: alice\n  token: " + tokAlice + "\n  groups: [\"system\uff1amasters\"]", `TETHER_USERS[0] ("alice") has a groups[0] of "system：masters", which contains a fullwidth colon (U+FF1A), which reads as ":".`},
 		{"system name", "- name: system:admin\n  token: " + tokAlice, `TETHER_USERS[0] ("system:admin") has a name that starts with "system:", which Kubernetes keeps for itself; rename it, or set TETHER_IMPERSONATE_USER_PREFIX.`},
 		{"system group", "- name: alice\n  token: " + tokAlice + "\n  groups: [dev, system:masters]", `TETHER_USERS[0] ("alice") has a groups[1] of "system:masters", which starts with "system:", which Kubernetes keeps for itself; remove it, or set TETHER_IMPERSONATE_GROUP_PREFIX.`},
 	} {
@@ -143,6 +146,15 @@ func TestUsersFileReload(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `TETHER_USERS_FILE[0] (\"alice\") needs a token of at least 32 characters`) {
 		t.Errorf("log doesn't say why: %s", logs)
+	}
+	// A name that reads as another (issue 33) is an error like any other:
+	// the last good list stays.
+	write("- name: \"\\u200bsystem:admin\"\n  token: " + tokAlice + "\n")
+	waitFor(t, "the invisible character in the log", func() bool {
+		return strings.Contains(logs.String(), "contains invisible formatting characters")
+	})
+	if !known(tokBob)() || known(tokAlice)() {
+		t.Error("a list with an invisible character in a name was taken")
 	}
 	// A missing file too.
 	if err := os.Remove(path); err != nil {

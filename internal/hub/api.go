@@ -73,6 +73,10 @@ func (h *Hub) person(w http.ResponseWriter, r *http.Request) (auth.Person, bool)
 		if err != nil {
 			h.logAuthFailure(r, err)
 		}
+		if refusedIdentity(err) {
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return auth.Person{}, false
+		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
 		http.Error(w, "Tether doesn't know who you are: sign in first.", http.StatusUnauthorized)
 		return auth.Person{}, false
@@ -111,6 +115,17 @@ func (h *Hub) fromOtherSite(r *http.Request, navigationsOK bool) bool {
 		return !(navigationsOK && isNavigation(r))
 	}
 	return false // same-origin, none (typed or bookmarked), or absent
+}
+
+// browserWithoutFetchMetadata reports whether r says it comes from a
+// browser (every browser's User-Agent starts "Mozilla/", and no page can
+// change it) yet has no Sec-Fetch-Site: a browser from before Fetch Metadata
+// (Safari before 16.4, Firefox before 90), or one on a plain-HTTP address,
+// where browsers send none. Another site's plain GET from such a browser
+// carries neither Origin nor Fetch Metadata, so fromOtherSite can't see it.
+// kubectl, client-go and curl don't say "Mozilla/". Decision 026.
+func browserWithoutFetchMetadata(r *http.Request) bool {
+	return r.Header.Get("Sec-Fetch-Site") == "" && strings.HasPrefix(r.Header.Get("User-Agent"), "Mozilla/")
 }
 
 // isNavigation reports whether a browser sent r to open a page in a window

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,11 +52,6 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 		return
 	}
 	path := strings.TrimPrefix(r.URL.Path, h.clusterPrefix(cluster))
-	if len(path) > maxAuditPath {
-		// Anyone, signed in or not, may send a path of up to a megabyte:
-		// an audit line keeps its start and says how long it was.
-		path = fmt.Sprintf("%s…(%d bytes)", strings.ToValidUTF8(path[:maxAuditPath], ""), len(path))
-	}
 	rec := auditRecord{
 		Time:      start.UTC(),
 		Person:    rt.person.Name,
@@ -71,6 +67,7 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 		RequestID: rt.id,
 		Remote:    r.RemoteAddr,
 	}
+	rec.bound()
 	h.auditMu.Lock()
 	h.auditLine = append(rec.appendJSON(h.auditLine[:0]), '\n')
 	_, err := h.cfg.Audit.Write(h.auditLine)
@@ -88,8 +85,71 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 	}
 }
 
-// maxAuditPath is the longest path an audit line holds whole.
-const maxAuditPath = 4 << 10
+// What an audit line holds of each field. Anyone, signed in or not, may
+// send a path, a cluster name or a method of up to a megabyte (the
+// server's header limit), and a signed-in person may have hundreds of
+// groups: a line keeps the start of each and says how long it was, so one
+// request can't write a megabyte to the audit log (issue 33).
+const (
+	maxAuditPath  = 4 << 10 // the path, after the cluster's prefix
+	maxAuditField = 1 << 10 // each other text: person, a group, cluster, verb, method, remote
+	// maxAuditGroups is the most bytes of groups a line holds; past it the
+	// last entry says how many more there were.
+	maxAuditGroups = 8 << 10
+)
+
+// maxAuditLine bounds an audit line, whatever a request brings (about
+// 118 KiB): every field at its bound with its mark, each byte escaped as
+// \u00XX, and the rest of the line. Lines of ordinary requests are a few
+// hundred bytes.
+const maxAuditLine = 6*(maxAuditPath+7*maxAuditField+maxAuditGroups+9*len(cutMark)) + 1024
+
+// cutMark is what a cut field ends with: "…(" the length of the whole
+// field in bytes " bytes)", as in "/api/v1/namespaces/aaaa…(900000 bytes)".
+// A cut list of groups ends with "…(N more groups)" instead.
+const cutMark = "…(1000000000 bytes)"
+
+// bound cuts rec's fields to their bounds, marking each cut (cutMark).
+func (rec *auditRecord) bound() {
+	rec.Path = cutField(rec.Path, maxAuditPath)
+	for _, f := range []*string{&rec.Person, &rec.Source, &rec.Cluster, &rec.Verb, &rec.Method, &rec.RequestID, &rec.Remote} {
+		*f = cutField(*f, maxAuditField)
+	}
+	rec.Groups = boundGroups(rec.Groups)
+}
+
+// boundGroups cuts each group to maxAuditField and the list to
+// maxAuditGroups bytes. The person's own list is shared (with the
+// authenticator's remembered tokens): a list to cut is copied.
+func boundGroups(groups []string) []string {
+	total := 0
+	for i, g := range groups {
+		if len(g) <= maxAuditField && total+len(g) <= maxAuditGroups {
+			total += len(g) + 1
+			continue
+		}
+		out := slices.Clone(groups[:i:i])
+		for _, g := range groups[i:] {
+			g = cutField(g, maxAuditField)
+			if total+len(g) > maxAuditGroups {
+				return append(out, fmt.Sprintf("…(%d more groups)", len(groups)-len(out)))
+			}
+			out = append(out, g)
+			total += len(g) + 1
+		}
+		return out
+	}
+	return groups
+}
+
+// cutField keeps the first max bytes of s, whole characters only, and says
+// how long s was.
+func cutField(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	return fmt.Sprintf("%s…(%d bytes)", strings.ToValidUTF8(s[:max], ""), len(s))
+}
 
 // maxKeptAuditLine is the largest buffer the hub keeps for its next audit
 // line: one for any line that holds no long path or long names.

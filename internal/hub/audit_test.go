@@ -139,6 +139,53 @@ func TestAuditLineOfALongPath(t *testing.T) {
 	}
 }
 
+// TestAuditLineOfLongNames: a 900 KB cluster name, a long method, and a
+// person with hundreds of long groups write an audit line of a few KiB,
+// each field cut and marked (issue 33: it was 900 KB, for one request
+// without signing in).
+func TestAuditLineOfLongNames(t *testing.T) {
+	fc := newFakeCluster(t)
+	h, audit := proxyHub(t, fc, "")
+	cluster := strings.Repeat("c", 900<<10)
+	method := strings.Repeat("M", 30<<10)
+	if code, _, _ := call(t, method, h.url+"/clusters/"+cluster+"/api", "", nil); code != http.StatusUnauthorized {
+		t.Fatalf("%d, want 401", code)
+	}
+	eventually(t, 5*time.Second, "an audit line", func() bool { return audit.String() != "" })
+	line := lastLine(audit.String())
+	var rec auditRecord
+	if err := json.Unmarshal([]byte(line), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if len(line) > 4<<10 || rec.Cluster != cluster[:1<<10]+fmt.Sprintf("…(%d bytes)", len(cluster)) ||
+		rec.Method != method[:1<<10]+fmt.Sprintf("…(%d bytes)", len(method)) || len(rec.Verb) > 1<<10+30 {
+		t.Errorf("an audit line of %d bytes: cluster of %d bytes, method of %d, verb of %d", len(line), len(rec.Cluster), len(rec.Method), len(rec.Verb))
+	}
+	t.Logf("the long names' audit line: %d bytes", len(line))
+
+	// Groups: each cut, and the list too.
+	groups := make([]string, 300)
+	for i := range groups {
+		groups[i] = fmt.Sprintf("g%03d-%s", i, strings.Repeat("x", 2<<10))
+	}
+	who := http.Header{"X-Remote-User": {"carol"}, "X-Remote-Group": {strings.Join(groups, ",")}}
+	if code, body, _ := call(t, "GET", h.url+"/clusters/open/api", "", who); code != http.StatusOK {
+		t.Fatalf("%d %.200s", code, body)
+	}
+	eventually(t, 5*time.Second, "carol's audit line", func() bool { return strings.Contains(lastLine(audit.String()), `"carol"`) })
+	line = lastLine(audit.String())
+	rec = auditRecord{}
+	if err := json.Unmarshal([]byte(line), &rec); err != nil {
+		t.Fatal(err)
+	}
+	n := len(rec.Groups)
+	if len(line) > 12<<10 || n < 2 || rec.Groups[0] != groups[0][:1<<10]+fmt.Sprintf("…(%d bytes)", len(groups[0])) ||
+		rec.Groups[n-1] != fmt.Sprintf("…(%d more groups)", len(groups)-(n-1)) {
+		t.Errorf("an audit line of %d bytes, with %d groups, the last %q", len(line), n, rec.Groups[n-1])
+	}
+	t.Logf("the long groups' audit line: %d bytes, %d groups", len(line), n)
+}
+
 // TestAppendJSONWritesEveryField: with every field of auditRecord set, the
 // line the hub writes is json.Marshal's, so a field added to the record
 // and left out of appendJSON fails here, whatever FuzzAuditLine sets.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -443,10 +444,14 @@ func (c *agentConn) dial(ctx context.Context) (net.Conn, error) {
 }
 
 // agentDialError is the agent's own account of why it couldn't dial its
-// API server: it says all there is to say.
+// API server: it says all there is to say, if the agent is honest. It is
+// shown to everyone who sees the cluster, so its text says whose words
+// they are, cut and without control characters: `the agent says: "…"`.
 type agentDialError string
 
-func (e agentDialError) Error() string { return string(e) }
+func (e agentDialError) Error() string {
+	return "the agent says: " + strconv.Quote(shownText(string(e), maxAgentWords))
+}
 
 // countingConn counts the bytes a stream to an API server carries, and its
 // close.

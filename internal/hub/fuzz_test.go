@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -325,6 +326,40 @@ func FuzzAuditLine(f *testing.F) {
 		}
 		if got := rec.appendJSON(nil); string(got) != string(want) {
 			t.Fatalf("audit line\n%s\nwant what json.Marshal writes:\n%s", got, want)
+		}
+
+		// As the hub writes it (bound), the line stays under maxAuditLine
+		// however long each text is, every cut field is marked, and it is
+		// still json.Marshal's (issue 33).
+		reps := 1 + int(uint64(n)%1024)
+		long := rec
+		long.Person, long.Cluster, long.Path = strings.Repeat(person, reps), strings.Repeat(group, reps), strings.Repeat(path, reps)
+		long.Method, long.Verb, long.Remote = long.Person, strings.Repeat(source, reps), long.Cluster
+		long.Groups = make([]string, reps)
+		for i := range long.Groups {
+			long.Groups[i] = strings.Repeat(group, 1+i%16)
+		}
+		for _, r := range []auditRecord{rec, long} {
+			whole := r
+			r.bound()
+			line, err := json.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := r.appendJSON(nil); string(got) != string(line) {
+				t.Fatalf("bound audit line\n%s\nwant what json.Marshal writes:\n%s", got, line)
+			}
+			if len(line) > maxAuditLine {
+				t.Fatalf("an audit line of %d bytes, more than %d", len(line), maxAuditLine)
+			}
+			for _, f := range []struct{ got, was string }{{r.Person, whole.Person}, {r.Cluster, whole.Cluster}, {r.Path, whole.Path}, {r.Method, whole.Method}} {
+				if f.got != f.was && !strings.HasSuffix(f.got, fmt.Sprintf("…(%d bytes)", len(f.was))) {
+					t.Fatalf("a field of %d bytes was cut to %q, without saying so", len(f.was), f.got[max(0, len(f.got)-40):])
+				}
+			}
+			if len(r.Groups) < len(whole.Groups) && !strings.HasSuffix(r.Groups[len(r.Groups)-1], " more groups)") {
+				t.Fatalf("%d groups were cut to %d, without saying so", len(whole.Groups), len(r.Groups))
+			}
 		}
 	})
 }

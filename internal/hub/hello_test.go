@@ -31,6 +31,12 @@ func rawAgent(t *testing.T, h *testHub) *tunnel.Session {
 	return sess
 }
 
+// goodHello is the hello a real agent of fc's cluster sends.
+func goodHello(fc *fakeCluster) protocol.Message {
+	return protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version, AgentVersion: "test", CACert: string(fc.ca.CertPEM),
+		ServiceAccountToken: "service-account-token-1", APIServer: fc.addr()}
+}
+
 func closedWithin(t *testing.T, sess *tunnel.Session, within time.Duration) {
 	t.Helper()
 	select {
@@ -198,9 +204,7 @@ func TestWelcomedOnceRegistered(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hello := protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version, AgentVersion: "test", CACert: string(fc.ca.CertPEM),
-			ServiceAccountToken: "service-account-token-1", APIServer: fc.addr()}
-		if err := protocol.Write(ctl, hello); err != nil {
+		if err := protocol.Write(ctl, goodHello(fc)); err != nil {
 			t.Fatal(err)
 		}
 		m, err := protocol.Read(ctl)
@@ -234,9 +238,7 @@ func TestTokenRevokedDuringTheHandshake(t *testing.T) {
 		t.Fatalf("change %+v, want eu-1's token revoked", change)
 	}
 	h.AgentsChanged(change)
-	hello := protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version, AgentVersion: "test", CACert: string(fc.ca.CertPEM),
-		ServiceAccountToken: "service-account-token-1", APIServer: fc.addr()}
-	if err := protocol.Write(ctl, hello); err != nil {
+	if err := protocol.Write(ctl, goodHello(fc)); err != nil {
 		t.Fatal(err)
 	}
 	m, err := protocol.Read(ctl)

@@ -29,6 +29,10 @@ func (h *Hub) serveKubeconfig(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			h.logAuthFailure(r, err)
 		}
+		if refusedIdentity(err) {
+			http.Error(w, err.Error(), http.StatusForbidden)
+			return
+		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
 		msg := "Tether doesn't know who you are: sign in first."
 		if err != nil || r.Header.Get("Authorization") != "" {

@@ -21,7 +21,7 @@ func TestUnreachableAPIServerSaysWhy(t *testing.T) {
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
 	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.APIServer = dead })
 	eventually(t, 5*time.Second, "connected", a.Connected)
-	want := "Unreachable: the agent can't reach its API server at " + dead + ": "
+	want := `Unreachable: the agent says: "the agent can't reach its API server at ` + dead + ": "
 	eventually(t, 5*time.Second, "the status says why", func() bool { return strings.HasPrefix(statusOf(h, "eu-1"), want) })
 	if !strings.Contains(h.logs.String(), `Cluster "eu-1" is `+want) {
 		t.Errorf("hub log:\n%s", h.logs)

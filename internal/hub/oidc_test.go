@@ -19,23 +19,8 @@ import (
 // on ordinary clusters, their own token forwarded (and nothing else) on a
 // forwardToken cluster, and bad tokens refused.
 func TestOIDCPeople(t *testing.T) {
-	issuer := oidctest.Start(t, oidctest.Options{})
-	people, err := auth.New(auth.Config{OIDC: auth.OIDCConfig{Issuer: issuer.URL, ClientID: issuer.ClientID, CAFile: issuer.CAFile(t)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer people.Close()
-	hash := []fleet.Hash{fleet.HashToken(testToken)}
-	list := fleet.New([]fleet.Agent{
-		{Name: "open", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}},
-		{Name: "own", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}, ForwardToken: true},
-	})
 	fc := newFakeCluster(t)
-	h := startHub(t, Config{Agents: list, Auth: people})
-	for _, n := range []string{"open", "own"} {
-		a := startAgent(t, h.url, n, fc)
-		eventually(t, 5*time.Second, n+" connects", a.Connected)
-	}
+	issuer, h, list := oidcHub(t, fc)
 	good := issuer.IDToken(t, map[string]any{"email": "dana@example.com", "email_verified": true, "groups": []string{"dev"}})
 
 	seen := func(cluster, token string) http.Header {
@@ -86,6 +71,29 @@ func TestOIDCPeople(t *testing.T) {
 			t.Errorf("%s: %d %s, want 401", name, code, body)
 		}
 	}
+}
+
+// oidcHub starts a hub that takes the ID tokens of a test issuer, with the
+// clusters "open" and "own" (forwardToken), both connected to fc.
+func oidcHub(t *testing.T, fc *fakeCluster) (*oidctest.Issuer, *testHub, *fleet.Agents) {
+	t.Helper()
+	issuer := oidctest.Start(t, oidctest.Options{})
+	people, err := auth.New(auth.Config{OIDC: auth.OIDCConfig{Issuer: issuer.URL, ClientID: issuer.ClientID, CAFile: issuer.CAFile(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { people.Close() })
+	hash := []fleet.Hash{fleet.HashToken(testToken)}
+	list := fleet.New([]fleet.Agent{
+		{Name: "open", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}},
+		{Name: "own", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}, ForwardToken: true},
+	})
+	h := startHub(t, Config{Agents: list, Auth: people})
+	for _, n := range []string{"open", "own"} {
+		a := startAgent(t, h.url, n, fc)
+		eventually(t, 5*time.Second, n+" connects", a.Connected)
+	}
+	return issuer, h, list
 }
 
 // TestOIDCBrowserSignIn follows a browser's sign-in with the issuer (the

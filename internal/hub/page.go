@@ -120,6 +120,10 @@ func (h *Hub) servePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, ok, err := h.cookiePerson(r)
+	if refusedIdentity(err) {
+		h.renderLogin(w, r, err.Error(), http.StatusForbidden)
+		return
+	}
 	if err != nil || !ok {
 		h.renderLogin(w, r, "", http.StatusOK)
 		return
@@ -167,6 +171,10 @@ func (h *Hub) serveClusterPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, ok, err := h.cookiePerson(r)
+	if refusedIdentity(err) {
+		h.renderLogin(w, r, err.Error(), http.StatusForbidden)
+		return
+	}
 	if err != nil || !ok {
 		h.renderLogin(w, r, "", http.StatusOK)
 		return

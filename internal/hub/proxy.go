@@ -65,6 +65,10 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			h.logAuthFailure(r, err)
 		}
+		if refusedIdentity(err) {
+			writeStatus(rw, http.StatusForbidden, "Forbidden", err.Error())
+			return
+		}
 		rw.Header().Set("WWW-Authenticate", `Bearer realm="tether"`)
 		writeStatus(rw, http.StatusUnauthorized, "Unauthorized", unauthorized(err))
 		return
@@ -77,6 +81,12 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		// pod's app a GET it acts on (an <img>, or a link: navigations too,
 		// as a page of a cluster is no place to land from elsewhere).
 		writeStatus(rw, http.StatusForbidden, "Forbidden", "Requests from other sites are refused: open the address itself, or follow it from the hub's own page.")
+		return
+	}
+	if p.Source == auth.SourceProxy && browserWithoutFetchMetadata(r) {
+		// Its <img> from another site's page would carry the proxy's
+		// cookie and neither Origin nor Fetch Metadata (decision 026).
+		writeStatus(rw, http.StatusForbidden, "Forbidden", "This browser sends no Sec-Fetch-Site, so the hub can't tell its requests from those another site's page makes: open the address in a current browser, over HTTPS, or use kubectl.")
 		return
 	}
 	entry, visible := h.visible(name, p)
@@ -137,6 +147,12 @@ func sentImpersonation(h http.Header) bool {
 // person can do something about it and the answer tells nothing of anyone
 // else: their token's time is up, or the hub that signed it has another
 // key now (a dev hub restarted, say). kubectl prints it.
+// refusedIdentity reports whether Authenticate knew who the person is but
+// refused their name or groups (SPEC section 3: control or invisible
+// characters, a fullwidth colon): a 403 that says why, as for "system:"
+// names, not a 401 that asks them to sign in again with the same result.
+func refusedIdentity(err error) bool { return errors.Is(err, auth.ErrIdentity) }
+
 func unauthorized(err error) string {
 	const who = "Tether doesn't know who you are: "
 	switch {
@@ -368,7 +384,7 @@ func (h *Hub) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if rt.warn {
 		w.Header().Add("Warning", impersonationWarning)
 	}
-	writeStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Tether can't reach cluster %q's API server: %v", name, err))
+	writeStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Tether can't reach cluster %q's API server: %s", name, shownText(err.Error(), maxStatusMessage)))
 }
 
 // writeStatus answers with a Kubernetes Status object, which kubectl shows

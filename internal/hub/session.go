@@ -97,6 +97,10 @@ func (h *Hub) serveLogin(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			h.logAuthFailure(r, err)
 		}
+		if refusedIdentity(err) {
+			h.renderLogin(w, r, err.Error(), http.StatusForbidden)
+			return
+		}
 		h.renderLogin(w, r, "That token isn't one this hub knows.", http.StatusUnauthorized)
 		return
 	}
@@ -232,6 +236,10 @@ func (h *Hub) serveOIDCCallback(w http.ResponseWriter, r *http.Request) {
 	p, err := h.cfg.Auth.OIDCExchange(r.Context(), h.oidcRedirectURL(), r.URL.Query().Get("code"), parts[2], parts[1])
 	if err != nil {
 		h.logAuthFailure(r, err)
+		if refusedIdentity(err) {
+			h.renderLogin(w, r, err.Error(), http.StatusForbidden)
+			return
+		}
 		h.renderLogin(w, r, "The identity provider's answer wasn't accepted; try again.", http.StatusUnauthorized)
 		return
 	}

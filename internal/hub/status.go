@@ -8,7 +8,11 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strings"
 	"time"
+	"unicode"
+
+	"github.com/tetherhq/tether/internal/protocol"
 )
 
 // Cluster statuses, as people and the JSON API see them.
@@ -142,11 +146,34 @@ func (h *Hub) clusterLocked(name string) ClusterStatus {
 	return st
 }
 
+// A status's texts can carry what a cluster sent (its agent's words, its
+// API server's status line and /version, the names in its certificate),
+// and everyone who sees the cluster reads them: on the page, in the API,
+// the event stream and kubectl's 503. They are cut to these bounds
+// (issue 33: an agent's dial error of a megabyte was shown whole).
+const (
+	maxStatusMessage     = 500
+	maxAgentWords        = 300 // of an agent's own account, within the message
+	maxKubernetesVersion = 128
+)
+
+// shownText makes text that came from a cluster fit to show to people: cut
+// to n bytes (marked "…"), with control and format characters (escape
+// sequences, line breaks, zero-width and bidi characters) made spaces.
+func shownText(s string, n int) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029' {
+			return ' '
+		}
+		return r
+	}, protocol.Clip(s, n))
+}
+
 // setStatus records a probe's result and logs a change.
 func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
-	next := ClusterStatus{Name: name, Status: Unreachable, Message: r.message, AgentVersion: agentVersion}
+	next := ClusterStatus{Name: name, Status: Unreachable, Message: shownText(r.message, maxStatusMessage), AgentVersion: agentVersion}
 	if r.ready {
-		next = ClusterStatus{Name: name, Status: Ready, KubernetesVersion: r.version, AgentVersion: agentVersion}
+		next = ClusterStatus{Name: name, Status: Ready, KubernetesVersion: shownText(r.version, maxKubernetesVersion), AgentVersion: agentVersion}
 	}
 	_, listed := h.cfg.Agents.Lookup(name)
 	h.mu.Lock()
