@@ -469,7 +469,11 @@ func TestIdleServerHoldsNoReadBuffer(t *testing.T) {
 		_, err := io.ReadFull(c, got)
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond) // the read waits for a frame
+	// The read waits for a frame, holding no buffer while it does.
+	waitParked(t, 1, "select", inWaitFrame)
+	if lr.buf != nil {
+		t.Fatal("the connection holds a read buffer while it waits for a frame")
+	}
 	peer.Write(wsFrame(0x82, []byte("three"), key))
 	if err := <-done; err != nil || string(got) != "thr" {
 		t.Fatalf("read %q, %v", got, err)
@@ -566,7 +570,7 @@ func TestServerReadWaitingOverTCPEndsOnClose(t *testing.T) {
 		_, err := c.Read(make([]byte, 1))
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond) // the read waits for a frame
+	waitParked(t, 1, "IO wait", inReadReady, inPollWait) // the read waits for a frame
 	c.Close()
 	select {
 	case err := <-done:
