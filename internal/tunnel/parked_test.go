@@ -9,12 +9,12 @@ import (
 )
 
 // parked counts the goroutines parked in state, as the runtime names it in
-// a stack dump ("select", "IO wait", "chan receive"), whose stacks call
-// every one of fns. A test that must act while a call waits (a Read on an
-// empty stream, a Write behind a stalled frame, a read on an idle socket)
-// waits for that call to be parked so, rather than sleep and hope it got
-// there: parked is the state, and it names the call, so nothing else that
-// waits in the same state is counted.
+// a stack dump ("select", "IO wait", "chan receive"; "" for any), whose
+// stacks call every one of fns. A test that must act while a call waits (a
+// Read on an empty stream, a Write behind a stalled frame, a read on an
+// idle socket) waits for that call to be parked so, rather than sleep and
+// hope it got there: parked is the state, and it names the call, so
+// nothing else that waits in the same state is counted.
 func parked(state string, fns ...string) int {
 	buf := make([]byte, 1<<20)
 	for {
@@ -34,7 +34,7 @@ func parked(state string, fns ...string) int {
 			continue
 		}
 		st, _, _ = strings.Cut(strings.TrimSuffix(st, "]:"), ",")
-		if st != state {
+		if state != "" && st != state {
 			continue
 		}
 		all := true
@@ -70,11 +70,13 @@ func waitParked(t *testing.T, n int, state string, fns ...string) {
 
 // Calls that waitParked looks for.
 const (
-	inStreamRead  = "tunnel.(*stream).Read"
-	inStreamWrite = "tunnel.(*stream).Write"
-	inLockWrite   = "tunnel.(*Session).lockWrite"
-	inReadFrom    = "tunnel.(*stream).ReadFrom"
-	inPollWait    = "internal/poll.runtime_pollWait"
-	inWaitFrame   = "tunnel.(*lazyReader).waitFrame"
-	inReadReady   = "tunnel.(*lazyReader).readReady"
+	inStreamRead   = "tunnel.(*stream).Read"
+	inStreamWrite  = "tunnel.(*stream).Write"
+	inLockWrite    = "tunnel.(*Session).lockWrite"
+	inReadFrom     = "tunnel.(*stream).ReadFrom"
+	inPollWait     = "internal/poll.runtime_pollWait"
+	inWaitFrame    = "tunnel.(*lazyReader).waitFrame"
+	inReadReady    = "tunnel.(*lazyReader).readReady"
+	inSessionClose = "tunnel.(*Session).Close"
+	inCloseNotify  = "crypto/tls.(*Conn).closeNotify"
 )
