@@ -336,7 +336,12 @@ func TestDialOutlivesItsContext(t *testing.T) {
 	s := <-accepted
 	defer s.Close()
 	defer c.Close()
-	time.Sleep(50 * time.Millisecond)
+	// Whatever the context's end set off in net/http (a goroutine that
+	// watches the request, a function run after the context) has run
+	// before the session is used.
+	waitFor(t, "net/http to finish with the dial's context", func() bool {
+		return parked("", "context.(*afterFuncCtx)") == 0 && parked("", "net/http.(*persistConn)") == 0
+	})
 	st := open(t, c)
 	io.WriteString(st, "still here")
 	st.Close()
