@@ -3,8 +3,13 @@ package dev
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,6 +17,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"sigs.k8s.io/yaml"
 
 	"github.com/tetherhq/tether/internal/localkube"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
@@ -101,7 +107,9 @@ func TestRunSaysAtOnceTheAddressIsTaken(t *testing.T) {
 // port 0 included, so what Run prints, the kubeconfig and the agent name
 // the hub where it really listens: the port the kernel picked (they said
 // port 0), and an address the hub's certificate names (it named 127.0.0.1
-// and ::1 only, and the agent on 127.0.0.2 never connected).
+// and ::1 only, and the agent on 127.0.0.2 never connected). The agent
+// connects, the printed address has a port, and a request made with the
+// kubeconfig alone (its server, CA and token) reaches the cluster.
 func TestRunOnAnyLoopbackAddress(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a local API server")
@@ -126,12 +134,70 @@ func TestRunOnAnyLoopbackAddress(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	m := regexp.MustCompile(`hub:\s+https://127\.0\.0\.2:(\d+)`).FindStringSubmatch(out.String())
-	if m == nil || m[1] == "0" {
-		t.Errorf("Run printed no hub address on 127.0.0.2 with the port it listens on:\n%s", out)
+	m := regexp.MustCompile(`hub:\s+(https://127\.0\.0\.2:(\d+))`).FindStringSubmatch(out.String())
+	if m == nil || m[2] == "0" {
+		t.Fatalf("Run printed no hub address on 127.0.0.2 with the port it listens on:\n%s", out)
+	}
+	// The kubeconfig names the hub at that address, and reaches the
+	// cluster through it: its CA takes the hub's certificate for
+	// 127.0.0.2, and the hub listens on that port.
+	k := regexp.MustCompile(`kubeconfig:\s+(\S+)`).FindStringSubmatch(out.String())
+	if k == nil {
+		t.Fatalf("Run printed no kubeconfig:\n%s", out)
+	}
+	server, client, token := readKubeconfig(t, k[1])
+	if want := m[1] + "/clusters/" + ClusterName; server != want {
+		t.Errorf("the kubeconfig's server is %s, want %s", server, want)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+"/version", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("GET /version with the kubeconfig: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	client.CloseIdleConnections()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /version with the kubeconfig: %s\n%s", resp.Status, body)
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
 	}
+}
+
+// readKubeconfig reads the kubeconfig Run wrote: its server, a client that
+// trusts its CA alone, and its token.
+func readKubeconfig(t *testing.T, path string) (server string, client *http.Client, token string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kc struct {
+		Clusters []struct {
+			Cluster struct {
+				Server string `json:"server"`
+				CA     []byte `json:"certificate-authority-data"`
+			} `json:"cluster"`
+		} `json:"clusters"`
+		Users []struct {
+			User struct {
+				Token string `json:"token"`
+			} `json:"user"`
+		} `json:"users"`
+	}
+	if err := yaml.Unmarshal(b, &kc); err != nil || len(kc.Clusters) != 1 || len(kc.Users) != 1 {
+		t.Fatalf("the kubeconfig %s: %v\n%s", path, err, b)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(kc.Clusters[0].Cluster.CA) {
+		t.Fatalf("the kubeconfig's CA holds no certificate:\n%s", b)
+	}
+	client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	return kc.Clusters[0].Cluster.Server, client, kc.Users[0].User.Token
 }

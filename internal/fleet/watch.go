@@ -27,6 +27,10 @@ type WatchOptions struct {
 	// Unwatched, when set, is told why the directory can't be watched (no inotify watches
 	// left, say); WatchFile then goes on reading the file every PollInterval alone.
 	Unwatched func(error)
+
+	// checked, when set, is called after each read of the file, changed or not: a test of
+	// what must not be reported waits for it rather than for a while.
+	checked func()
 }
 
 // WatchFile calls changed with the content of the file at path whenever it differs from the last
@@ -71,6 +75,9 @@ func WatchFile(ctx context.Context, path string, opts WatchOptions, changed func
 	last := sha256.Sum256(opts.Initial)
 	lastErr := ""
 	check := func() {
+		if opts.checked != nil {
+			defer opts.checked()
+		}
 		data, err := os.ReadFile(path)
 		if err != nil {
 			if err.Error() != lastErr {

@@ -221,15 +221,27 @@ func TestWatchFileIgnoresUnchanged(t *testing.T) {
 	got := make(chan string, 16)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	const debounce = 5 * time.Millisecond
+	checked := make(chan struct{}, 16)
 	go func() {
-		done <- WatchFile(ctx, path, WatchOptions{Debounce: debounce, PollInterval: -1, Initial: []byte("one")},
+		done <- WatchFile(ctx, path, WatchOptions{Debounce: 5 * time.Millisecond, PollInterval: -1, Initial: []byte("one"),
+			checked: func() { checked <- struct{}{} }},
 			func(data []byte, err error) { got <- string(data) })
 	}()
 	defer func() { cancel(); mustDo(t, <-done) }()
+	waitChecked := func() {
+		t.Helper()
+		select {
+		case <-checked:
+		case <-time.After(deadline):
+			t.Fatal("the file was never read")
+		}
+	}
+	waitChecked() // the read at start
 
+	// The file is read again after the write, and found unchanged: the
+	// reload that must not happen had its chance.
 	writeFile(t, filepath.Dir(path), "agents.yaml", "one")
-	time.Sleep(10 * debounce) // time enough for a reload that must not happen
+	waitChecked()
 	writeFile(t, filepath.Dir(path), "agents.yaml", "two")
 	if s := next(t, got); s != "two" {
 		t.Fatalf("got %q first, want two: an unchanged file was reported", s)

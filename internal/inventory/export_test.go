@@ -65,3 +65,24 @@ func (r *Reflector) Watch(ctx context.Context, rv string) (gone bool, err error)
 	_, gone, err = r.r.watch(ctx, rv)
 	return gone, err
 }
+
+// Names lists "namespace/name" of what w's reflectors of kind hold, sorted:
+// what the watcher has seen, whether or not a Stream sent it.
+func (w *Watcher) Names(kind string) []string {
+	w.mu.Lock()
+	var refls []*reflector
+	for sc, r := range w.scopes {
+		if sc.kind == kind {
+			refls = append(refls, r.refl)
+		}
+	}
+	w.mu.Unlock()
+	var out []string
+	for _, r := range refls {
+		for _, res := range r.all() {
+			out = append(out, res.Namespace+"/"+res.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

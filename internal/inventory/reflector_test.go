@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,13 +26,21 @@ import (
 
 // TestReflectorListsInPagesAndFollowsAcrossWatches runs one reflector with
 // pages of 2 objects and watches the API server ends after 1 to 2 s, and
-// changes the pods across several watches.
+// changes the pods across several watches. What reaches the API server
+// shows the list took 3 pages, and that each later change came by a later
+// watch, from where the one before ended, with no list again.
 func TestReflectorListsInPagesAndFollowsAcrossWatches(t *testing.T) {
 	saDir, ns := reflectorScope(t, "inv-refl", "refl-a")
 	for _, name := range []string{"p1", "p2", "p3", "p4", "p5"} {
 		mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, name, nil))
 	}
-	w := newTestWatcher(t, saDir, ns)
+	var calls collectionCalls
+	w := watchThrough(t, apiServer(t), saDir, func(_ http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path == "/api/v1/namespaces/"+ns+"/pods" {
+			calls.add(r.URL.Query())
+		}
+		return false
+	})
 	var changed changes
 	r := w.NewReflector("pods", ns, time.Second, 2, changed.add)
 	runReflector(t, r)
@@ -39,10 +48,22 @@ func TestReflectorListsInPagesAndFollowsAcrossWatches(t *testing.T) {
 	eventually(t, 10*time.Second, "the first list, over 3 pages", func() bool {
 		return slices.Equal(r.Names(), []string{ns + "/p1", ns + "/p2", ns + "/p3", ns + "/p4", ns + "/p5"})
 	})
-	// Each change lands in a later watch than the one before.
-	time.Sleep(2500 * time.Millisecond)
+	if lists, _ := calls.get(); len(lists) != 3 || lists[0].Get("continue") != "" || lists[1].Get("continue") == "" || lists[2].Get("continue") == "" || lists[0].Get("limit") != "2" {
+		t.Fatalf("the first list asked %v; want 3 pages of 2, the later two with continue", lists)
+	}
+	// Each change lands in a later watch than the one before: the next
+	// change waits until a watch began after the one before was seen.
+	watchesAfter := func(what string, n int) int {
+		t.Helper()
+		var got int
+		eventually(t, 10*time.Second, what, func() bool { _, watches := calls.get(); got = len(watches); return got > n })
+		return got
+	}
+	n := watchesAfter("a watch after the list", 0)
 	mustDo(t, "DELETE", "/api/v1/namespaces/"+ns+"/pods/p1", nil)
-	time.Sleep(2500 * time.Millisecond)
+	eventually(t, 10*time.Second, "p1 gone", func() bool { return !slices.Contains(r.Names(), ns+"/p1") })
+	_, watches := calls.get()
+	watchesAfter("a watch after the one that saw p1 go", len(watches))
 	mustDo(t, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, "p6", map[string]string{"a": "b"}))
 	eventually(t, 10*time.Second, "p1 gone and p6 there", func() bool {
 		return slices.Equal(r.Names(), []string{ns + "/p2", ns + "/p3", ns + "/p4", ns + "/p5", ns + "/p6"})
@@ -50,6 +71,56 @@ func TestReflectorListsInPagesAndFollowsAcrossWatches(t *testing.T) {
 	if changed := changed.take(); !slices.Contains(changed, "p1") || !slices.Contains(changed, "p6") {
 		t.Errorf("changes reported: %v; want p1 and p6 among them", changed)
 	}
+	lists, watches := calls.get()
+	if len(lists) != 3 {
+		t.Errorf("%d list requests; want the first list's 3 alone: the watches follow one another", len(lists))
+	}
+	// Each watch starts where the one before ended (bookmarks move that
+	// on while nothing changes), never from the list's resourceVersion
+	// again once a change came.
+	for i := 1; i < len(watches); i++ {
+		if rvNumber(t, watches[i]) < rvNumber(t, watches[i-1]) {
+			t.Errorf("watch %d started from resourceVersion %s, before watch %d's %s", i+1, watches[i], i, watches[i-1])
+		}
+	}
+	if last := watches[len(watches)-1]; rvNumber(t, last) <= rvNumber(t, watches[n-1]) {
+		t.Errorf("the last watch started from resourceVersion %s, no later than the watches before p1 went (%s): it did not follow", last, watches[n-1])
+	}
+}
+
+// calls records the lists (their queries) and the watches (their
+// resourceVersions) of a collection that reach the API server.
+type collectionCalls struct {
+	mu      sync.Mutex
+	lists   []url.Values
+	watches []string
+}
+
+func (c *collectionCalls) add(q url.Values) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q.Get("watch") == "1" {
+		c.watches = append(c.watches, q.Get("resourceVersion"))
+	} else {
+		c.lists = append(c.lists, q)
+	}
+}
+
+func (c *collectionCalls) get() ([]url.Values, []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.lists), slices.Clone(c.watches)
+}
+
+// rvNumber reads a resourceVersion as the number the test API server's
+// etcd makes it (opaque to clients, but ordered here).
+func rvNumber(t *testing.T, rv string) uint64 {
+	t.Helper()
+	n, err := strconv.ParseUint(rv, 10, 64)
+	if err != nil {
+		t.Fatalf("resourceVersion %q: %v", rv, err)
+	}
+	return n
 }
 
 // TestWatchFromCompactedHistoryAsksForAList watches from a resourceVersion
@@ -101,18 +172,28 @@ func TestReflectorListsAgainWhenItsHistoryIsCompacted(t *testing.T) {
 	elsewhere := unique("relist-other")
 	mustNamespace(t, elsewhere)
 	mustDo(t, "POST", "/apis/batch/v1/namespaces/"+ns+"/cronjobs", cronJob(ns, "first"))
-	w := newTestWatcher(t, saDir, ns)
+	var calls collectionCalls
+	w := watchThrough(t, apiServer(t), saDir, func(_ http.ResponseWriter, r *http.Request) bool {
+		if r.URL.Path == "/apis/batch/v1/namespaces/"+ns+"/cronjobs" {
+			calls.add(r.URL.Query())
+		}
+		return false
+	})
 	r := w.NewReflector("cronjobs", ns, time.Second, 10, func(protocol.ResourceRef) {})
 	runReflector(t, r)
 	eventually(t, 10*time.Second, "the first list", func() bool { return slices.Equal(r.Names(), []string{ns + "/first"}) })
 
 	// Nothing changes in ns, so each watch starts from the list's
 	// resourceVersion; writes elsewhere move etcd's revision past it, and
-	// compactions take its history away.
-	for i := range 4 * int(compactionInterval/time.Second) {
+	// compactions take its history away, until the reflector lists again.
+	listedAgain := func() bool { lists, _ := calls.get(); return len(lists) >= 2 }
+	for i, give := 0, time.Now().Add(10*compactionInterval); !listedAgain(); i++ {
+		if time.Now().After(give) {
+			t.Fatalf("no list again %s after the first, a compaction every %s", 10*compactionInterval, compactionInterval)
+		}
 		mustDo(t, "POST", "/api/v1/namespaces/"+elsewhere+"/configmaps", map[string]any{
 			"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": fmt.Sprintf("cm%d", i)}})
-		time.Sleep(time.Second)
+		time.Sleep(compactionInterval / 4)
 	}
 	mustDo(t, "POST", "/apis/batch/v1/namespaces/"+ns+"/cronjobs", cronJob(ns, "second"))
 	eventually(t, 10*time.Second, "the cronjob made after the compactions", func() bool {

@@ -245,7 +245,10 @@ func TestChangesArriveAndNoGhostsAfterReconnect(t *testing.T) {
 	f.stop()
 	mustDo(t, "DELETE", pods+"/old", nil)
 	mustDo(t, "POST", pods, pod(ns, "new", nil))
-	time.Sleep(200 * time.Millisecond) // the watcher sees both while nothing streams
+	eventually(t, 2*time.Second, "the watcher to see both while nothing streams", func() bool {
+		seen := namespaceOnly(w.Names("pods"), ns)
+		return !slices.Contains(seen, ns+"/old") && slices.Contains(seen, ns+"/new")
+	})
 	if !slices.Contains(names(store, "c1", "pods"), ns+"/old") {
 		t.Fatal("the store changed with no stream open")
 	}
@@ -597,27 +600,19 @@ func TestPartOfDiscoveryFailingKeepsWhatIsWatched(t *testing.T) {
 	}
 	// A proxy in front of the API server that can refuse /apis.
 	var refuse atomic.Bool
+	var refused atomic.Int32
 	w := watchThrough(t, kube, saDir, func(w http.ResponseWriter, r *http.Request) bool {
 		if !refuse.Load() || r.URL.Path != "/apis" {
 			return false
 		}
+		refused.Add(1)
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, `{"kind":"Status","message":"too many requests","code":429}`, http.StatusTooManyRequests)
 		return true
 	})
 	ns := unique("partial")
 	mustNamespace(t, ns)
-	mustDo(t, "POST", "/apis/apps/v1/namespaces/"+ns+"/deployments", map[string]any{
-		"apiVersion": "apps/v1", "kind": "Deployment",
-		"metadata": map[string]any{"name": "web", "namespace": ns},
-		"spec": map[string]any{
-			"selector": map[string]any{"matchLabels": map[string]any{"app": "web"}},
-			"template": map[string]any{
-				"metadata": map[string]any{"labels": map[string]any{"app": "web"}},
-				"spec":     map[string]any{"containers": []any{map[string]any{"name": "main", "image": "registry.example/app:1"}}},
-			},
-		},
-	})
+	mustDo(t, "POST", "/apis/apps/v1/namespaces/"+ns+"/deployments", deployment(ns, "web"))
 	runWatcher(t, w)
 	store := inventory.NewStore()
 	stream(t, w, store, "partial", "")
@@ -625,7 +620,14 @@ func TestPartOfDiscoveryFailingKeepsWhatIsWatched(t *testing.T) {
 	eventually(t, 10*time.Second, "the deployment in the inventory", func() bool { return slices.Contains(names(store, "partial", "deployments"), want) })
 
 	refuse.Store(true)
-	time.Sleep(3 * time.Second) // two rediscoveries, each refused /apis
+	// Two rediscoveries, each refused /apis, have run their course once a
+	// third asks; and a deployment made after that reaches the store, so
+	// the store has had what the watcher made of them.
+	eventually(t, 10*time.Second, "three rediscoveries refused /apis", func() bool { return refused.Load() >= 3 })
+	mustDo(t, "POST", "/apis/apps/v1/namespaces/"+ns+"/deployments", deployment(ns, "later"))
+	eventually(t, 10*time.Second, "a deployment made after the refusals in the inventory", func() bool {
+		return slices.Contains(names(store, "partial", "deployments"), ns+"/later")
+	})
 	if got := names(store, "partial", "deployments"); !slices.Contains(got, want) {
 		t.Errorf("after /apis was refused, deployments are %v; want %s kept", got, want)
 	}
@@ -634,6 +636,20 @@ func TestPartOfDiscoveryFailingKeepsWhatIsWatched(t *testing.T) {
 		if k.Kind == "deployments" && (k.Missing || k.Error != "") {
 			t.Errorf("after /apis was refused, deployments say: %q (missing %v); want no change", k.Error, k.Missing)
 		}
+	}
+}
+
+func deployment(ns, name string) map[string]any {
+	return map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{
+			"selector": map[string]any{"matchLabels": map[string]any{"app": name}},
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": map[string]any{"app": name}},
+				"spec":     map[string]any{"containers": []any{map[string]any{"name": "main", "image": "registry.example/app:1"}}},
+			},
+		},
 	}
 }
 

@@ -200,7 +200,7 @@ func TestReadFromEnds(t *testing.T) {
 			_, err := out.(io.ReaderFrom).ReadFrom(r)
 			copied <- err
 		}()
-		time.Sleep(50 * time.Millisecond) // waiting for bytes
+		waitParked(t, 1, "IO wait", inReadFrom, inPollWait) // waiting for bytes
 		r.Close()
 		if err := <-copied; !errors.Is(err, net.ErrClosed) {
 			t.Errorf("ReadFrom a socket closed under it: %v; want net.ErrClosed", err)
@@ -227,6 +227,9 @@ func TestReadFromEndsWithItsStream(t *testing.T) {
 				_, err := st.(io.ReaderFrom).ReadFrom(src)
 				done <- err
 			}()
+			// ReadFrom waits on its idle source: the stream's end must
+			// reach that read, not be found before it begins.
+			waitParked(t, 1, "IO wait", inReadFrom, inPollWait)
 			want := ErrStreamReset
 			if end == "reset" {
 				peer.Write(frame(header{typ: typeWindow, flags: flagRST, stream: 2}))

@@ -38,7 +38,8 @@ func TestSessionEndUnblocksManyStreams(t *testing.T) {
 	for range n {
 		<-accepted
 	}
-	time.Sleep(100 * time.Millisecond) // let the reads block
+	// Every read, the client's and the handlers', waits on its stream.
+	waitParked(t, 2*n, "select", inStreamRead)
 	start := time.Now()
 	server.Close()
 	client.Close()

@@ -204,7 +204,7 @@ func TestDeadlines(t *testing.T) {
 	// A deadline set while a read waits wakes it.
 	errc := make(chan error, 1)
 	go func() { _, err := st.Read(b); errc <- err }()
-	time.Sleep(20 * time.Millisecond)
+	waitParked(t, 1, "select", inStreamRead)
 	st.SetReadDeadline(time.Now())
 	if err := <-errc; !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("a waiting Read after SetReadDeadline(now) = %v", err)
@@ -387,7 +387,7 @@ func TestEveryWaitingReadEnds(t *testing.T) {
 			for range readers {
 				go func() { _, err := st.Read(make([]byte, 1)); errc <- err }()
 			}
-			time.Sleep(50 * time.Millisecond) // let them wait
+			waitParked(t, readers, "select", inStreamRead)
 			tc.end(st, in)
 			for i := range readers {
 				select {

@@ -336,7 +336,12 @@ func TestDialOutlivesItsContext(t *testing.T) {
 	s := <-accepted
 	defer s.Close()
 	defer c.Close()
-	time.Sleep(50 * time.Millisecond)
+	// Whatever the context's end set off in net/http (a goroutine that
+	// watches the request, a function run after the context) has run
+	// before the session is used.
+	waitFor(t, "net/http to finish with the dial's context", func() bool {
+		return parked("", "context.(*afterFuncCtx)") == 0 && parked("", "net/http.(*persistConn)") == 0
+	})
 	st := open(t, c)
 	io.WriteString(st, "still here")
 	st.Close()
@@ -469,7 +474,11 @@ func TestIdleServerHoldsNoReadBuffer(t *testing.T) {
 		_, err := io.ReadFull(c, got)
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond) // the read waits for a frame
+	// The read waits for a frame, holding no buffer while it does.
+	waitParked(t, 1, "select", inWaitFrame)
+	if lr.buf != nil {
+		t.Fatal("the connection holds a read buffer while it waits for a frame")
+	}
 	peer.Write(wsFrame(0x82, []byte("three"), key))
 	if err := <-done; err != nil || string(got) != "thr" {
 		t.Fatalf("read %q, %v", got, err)
@@ -566,7 +575,7 @@ func TestServerReadWaitingOverTCPEndsOnClose(t *testing.T) {
 		_, err := c.Read(make([]byte, 1))
 		done <- err
 	}()
-	time.Sleep(20 * time.Millisecond) // the read waits for a frame
+	waitParked(t, 1, "IO wait", inReadReady, inPollWait) // the read waits for a frame
 	c.Close()
 	select {
 	case err := <-done:

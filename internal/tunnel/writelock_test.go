@@ -92,7 +92,7 @@ func TestWriteWaitingForTheConnectionEndsAtItsDeadline(t *testing.T) {
 	stall()
 	wrote := make(chan error, 1)
 	go func() { _, err := st.Write([]byte("x")); wrote <- err }()
-	time.Sleep(50 * time.Millisecond) // let it wait
+	waitParked(t, 1, "select", inStreamWrite, inLockWrite)
 	st.SetWriteDeadline(time.Now())
 	select {
 	case err := <-wrote:
@@ -113,8 +113,8 @@ func TestCloseEndsAWriteWaitingForTheConnection(t *testing.T) {
 	stall()
 	wrote := make(chan error, 1)
 	go func() { _, err := st.Write([]byte("x")); wrote <- err }()
-	time.Sleep(50 * time.Millisecond) // let it wait
-	go st.Close()                     // its FIN waits for the connection too
+	waitParked(t, 1, "select", inStreamWrite, inLockWrite)
+	go st.Close() // its FIN waits for the connection too
 	select {
 	case err := <-wrote:
 		if !errors.Is(err, net.ErrClosed) {
