@@ -220,15 +220,31 @@ func FuzzParseCA(f *testing.F) {
 // part below the cluster's prefix, starting with a slash, and escaped as the
 // client escaped it (an escaped slash stays one).
 func FuzzRewritePath(f *testing.F) {
-	f.Add("/api/v1/namespaces/a/services/https:web:443/proxy/a%2Fb/c%20d")
-	f.Add("")
-	f.Add("%2Fx")
-	f.Add("/%63")
+	f.Add("/api/v1/namespaces/a/services/https:web:443/proxy/a%2Fb/c%20d", uint16(0))
+	f.Add("", uint16(0))
+	f.Add("%2Fx", uint16(0))
+	f.Add("/%63", uint16(0))
+	f.Add("/api/v1/namespaces/a/services/a%2Fb:80/proxy/", uint16(1<<9)) // /clusters/%63 (issue 33)
 	h := fuzzHub(f, auth.Config{Users: testUsers})
 	conn := &agentConn{hub: h, name: "c", saAuth: authorization("service-account-token")}
 	const prefix = "/clusters/c"
-	f.Fuzz(func(t *testing.T, path string) {
-		u, err := url.ParseRequestURI(prefix + path)
+	f.Fuzz(func(t *testing.T, path string, escape uint16) {
+		// The client may escape any byte of the hub's part of the path, in
+		// either case: bit i escapes byte i of "clusters/c" but the slash.
+		var written strings.Builder
+		written.WriteByte('/')
+		for i, c := range []byte(prefix[1:]) {
+			if c != '/' && escape&(1<<i) != 0 {
+				hex := "0123456789ABCDEF"
+				if escape&(1<<15) != 0 {
+					hex = "0123456789abcdef"
+				}
+				written.Write([]byte{'%', hex[c>>4], hex[c&0xf]})
+			} else {
+				written.WriteByte(c)
+			}
+		}
+		u, err := url.ParseRequestURI(written.String() + path)
 		if err != nil {
 			t.Skip()
 		}
@@ -252,8 +268,8 @@ func FuzzRewritePath(f *testing.F) {
 		if un, err := url.PathUnescape(sent); err != nil || un != out.Path {
 			t.Fatalf("%q: the request line's path %q doesn't decode to %q", u, sent, out.Path)
 		}
-		if escaped := u.EscapedPath(); strings.HasPrefix(escaped, prefix+"/") && sent != strings.TrimPrefix(escaped, prefix) {
-			t.Fatalf("%q: the request line's path is %q, want %q as the client escaped it", u, sent, strings.TrimPrefix(escaped, prefix))
+		if escaped := u.EscapedPath(); strings.HasPrefix(escaped, written.String()+"/") && sent != strings.TrimPrefix(escaped, written.String()) {
+			t.Fatalf("%q: the request line's path is %q, want %q as the client escaped it", u, sent, strings.TrimPrefix(escaped, written.String()))
 		}
 	})
 }

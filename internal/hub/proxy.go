@@ -235,8 +235,11 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 	// decoded one: an escaped slash (a%2Fb in a service proxy's path) must
 	// reach the API server escaped. url.URL uses RawPath only while it
 	// decodes to Path, and escapes Path itself otherwise.
-	rawRest := strings.TrimPrefix(pr.In.URL.RawPath, prefix)
-	if !strings.HasPrefix(rawRest, "/") {
+	// The prefix is trimmed segment by segment, decoded: a client may
+	// escape it too (/clusters/a%2Db for a-b), and trimmed as written it
+	// would be missed, and the rest's escaping lost with it.
+	rawRest, ok := trimEscapedPrefix(pr.In.URL.RawPath, prefix)
+	if !ok || !strings.HasPrefix(rawRest, "/") {
 		rawRest = ""
 	}
 	host := rt.conn.apiHost()
@@ -320,6 +323,28 @@ func dropBearerProtocols(h http.Header) {
 	if len(kept) > 0 {
 		h.Set(key, strings.Join(kept, ", "))
 	}
+}
+
+// trimEscapedPrefix returns what follows prefix, a decoded path, in
+// escaped, a path as a client escaped it: the segments of escaped that
+// decode to those of prefix are cut. ok is false when they don't.
+func trimEscapedPrefix(escaped, prefix string) (rest string, ok bool) {
+	rest = escaped
+	for seg := range strings.SplitSeq(strings.TrimPrefix(prefix, "/"), "/") {
+		if !strings.HasPrefix(rest, "/") {
+			return "", false
+		}
+		rest = rest[1:]
+		end := strings.IndexByte(rest, '/')
+		if end < 0 {
+			end = len(rest)
+		}
+		if got, err := url.PathUnescape(rest[:end]); err != nil || got != seg {
+			return "", false
+		}
+		rest = rest[end:]
+	}
+	return rest, true
 }
 
 func (h *Hub) clusterPrefix(name string) string {
