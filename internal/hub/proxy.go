@@ -248,6 +248,7 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 	// decoded one: an escaped slash (a%2Fb in a service proxy's path) must
 	// reach the API server escaped. url.URL uses RawPath only while it
 	// decodes to Path, and escapes Path itself otherwise.
+	//
 	// The prefix is trimmed segment by segment, decoded: a client may
 	// escape it too (/clusters/a%2Db for a-b), and trimmed as written it
 	// would be missed, and the rest's escaping lost with it.
