@@ -75,6 +75,14 @@ func TestRedirectsStayOnTheCluster(t *testing.T) {
 		t.Error("the recording API server got the person's token")
 	}
 
+	// A client that escapes the cluster's name keeps its escaping of the
+	// rest: a%2Fb is one segment (issue 33). Not kubectl: its --raw
+	// decodes the path itself.
+	const escaped = "/api/v1/namespaces/x/services/a%2Fb:80/proxy/"
+	if code, body := hubGet(t, hubURL+"/clusters/dir%65ct"+escaped, token); code != 200 || !strings.Contains(body, `"path":"`+escaped+`"`) {
+		t.Errorf("GET /clusters/dir%%65ct%s: %d %s", escaped, code, body)
+	}
+
 	// The audit says where the refused redirects pointed.
 	var refused []string
 	for line := range strings.SplitSeq(h.out.String(), "\n") {
