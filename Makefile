@@ -35,6 +35,7 @@ FUZZ_TARGETS = \
 	./internal/hub:FuzzAgentUpgradeHeaders \
 	./internal/hub:FuzzRewrite \
 	./internal/hub:FuzzRewritePath \
+	./internal/hub:FuzzRedirect \
 	./internal/hub:FuzzBasePath \
 	./internal/hub:FuzzCheckHello \
 	./internal/hub:FuzzParseCA \

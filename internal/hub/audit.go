@@ -34,6 +34,10 @@ type auditRecord struct {
 	Bytes     int64     `json:"bytes"`
 	RequestID string    `json:"requestId"`
 	Remote    string    `json:"remote"`
+	// Location is a Location or Content-Location the cluster answered
+	// with that pointed off the cluster, which the hub dropped, or for a
+	// redirect answered 502 for (redirect.go).
+	Location string `json:"location,omitempty"`
 }
 
 // audit writes one line for a request to a cluster, and counts it.
@@ -66,6 +70,7 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 		Bytes:     w.bytes + w.hijacked.Load(),
 		RequestID: rt.id,
 		Remote:    r.RemoteAddr,
+		Location:  w.location,
 	}
 	rec.bound()
 	h.auditMu.Lock()
@@ -215,6 +220,9 @@ type countingWriter struct {
 	// it, and the second may still run as the handler returns.
 	hijacked atomic.Int64
 	upgraded bool // the connection was hijacked
+	// location is the Location the hub dropped from the answer, for the
+	// audit line (auditRecord.Location).
+	location string
 	// gather is the client's connection under TLS, for an HTTP/1 request
 	// on the hub's own server; nil otherwise. While an answer of unknown
 	// length is written, it holds what the server writes from a write to

@@ -52,6 +52,10 @@ func (rec *auditRecord) appendJSON(b []byte) []byte {
 	b = appendJSONString(b, rec.RequestID)
 	b = append(b, `,"remote":`...)
 	b = appendJSONString(b, rec.Remote)
+	if rec.Location != "" {
+		b = append(b, `,"location":`...)
+		b = appendJSONString(b, rec.Location)
+	}
 	return append(b, '}')
 }
 

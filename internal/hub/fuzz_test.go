@@ -221,15 +221,31 @@ func FuzzParseCA(f *testing.F) {
 // part below the cluster's prefix, starting with a slash, and escaped as the
 // client escaped it (an escaped slash stays one).
 func FuzzRewritePath(f *testing.F) {
-	f.Add("/api/v1/namespaces/a/services/https:web:443/proxy/a%2Fb/c%20d")
-	f.Add("")
-	f.Add("%2Fx")
-	f.Add("/%63")
+	f.Add("/api/v1/namespaces/a/services/https:web:443/proxy/a%2Fb/c%20d", uint16(0))
+	f.Add("", uint16(0))
+	f.Add("%2Fx", uint16(0))
+	f.Add("/%63", uint16(0))
+	f.Add("/api/v1/namespaces/a/services/a%2Fb:80/proxy/", uint16(1<<9)) // /clusters/%63 (issue 33)
 	h := fuzzHub(f, auth.Config{Users: testUsers})
 	conn := &agentConn{hub: h, name: "c", saAuth: authorization("service-account-token")}
 	const prefix = "/clusters/c"
-	f.Fuzz(func(t *testing.T, path string) {
-		u, err := url.ParseRequestURI(prefix + path)
+	f.Fuzz(func(t *testing.T, path string, escape uint16) {
+		// The client may escape any byte of the hub's part of the path, in
+		// either case: bit i escapes byte i of "clusters/c" but the slash.
+		var written strings.Builder
+		written.WriteByte('/')
+		for i, c := range []byte(prefix[1:]) {
+			if c != '/' && escape&(1<<i) != 0 {
+				hex := "0123456789ABCDEF"
+				if escape&(1<<15) != 0 {
+					hex = "0123456789abcdef"
+				}
+				written.Write([]byte{'%', hex[c>>4], hex[c&0xf]})
+			} else {
+				written.WriteByte(c)
+			}
+		}
+		u, err := url.ParseRequestURI(written.String() + path)
 		if err != nil {
 			t.Skip()
 		}
@@ -253,8 +269,8 @@ func FuzzRewritePath(f *testing.F) {
 		if un, err := url.PathUnescape(sent); err != nil || un != out.Path {
 			t.Fatalf("%q: the request line's path %q doesn't decode to %q", u, sent, out.Path)
 		}
-		if escaped := u.EscapedPath(); strings.HasPrefix(escaped, prefix+"/") && sent != strings.TrimPrefix(escaped, prefix) {
-			t.Fatalf("%q: the request line's path is %q, want %q as the client escaped it", u, sent, strings.TrimPrefix(escaped, prefix))
+		if escaped := u.EscapedPath(); strings.HasPrefix(escaped, written.String()+"/") && sent != strings.TrimPrefix(escaped, written.String()) {
+			t.Fatalf("%q: the request line's path is %q, want %q as the client escaped it", u, sent, strings.TrimPrefix(escaped, written.String()))
 		}
 	})
 }
@@ -318,7 +334,7 @@ func FuzzAuditLine(f *testing.F) {
 		rec := auditRecord{
 			Time: time.Unix(0, unixNano).UTC(), Person: person, Groups: groups, Source: source,
 			Cluster: group, Verb: source, Method: person, Path: path, Status: int(n % 1000),
-			Duration: seconds, Bytes: n, RequestID: path, Remote: group,
+			Duration: seconds, Bytes: n, RequestID: path, Remote: group, Location: source,
 		}
 		want, err := json.Marshal(rec)
 		if err != nil {
@@ -386,6 +402,60 @@ func FuzzReturnTo(f *testing.F) {
 		u, err := url.Parse(got)
 		if err != nil || u.Scheme != "" || u.Host != "" || strings.HasPrefix(got, "//") || strings.ContainsAny(got, "\\\r\n") {
 			t.Fatalf("next %q sends the browser to %q, which names a site", next, got)
+		}
+	})
+}
+
+// FuzzRedirect: whatever Location an API server (or what it proxies)
+// answers with, clusterLocation either refuses it or points the client
+// into the cluster's prefix on the hub, which every reader takes as on the
+// hub: and it accepts only what Go's clients (client-go) would have
+// followed to the API server the hub dialed.
+func FuzzRedirect(f *testing.F) {
+	for _, loc := range []string{
+		"https://kubernetes.default.svc/api", "/api/v1/x%2Fy?q#f", "../../..", "d", "?", "#",
+		"//evil.example/", "///evil.example", `/\evil.example`, "https://kubernetes.default.svc@evil.example/",
+		"https://evil.example#@kubernetes.default.svc/", "/%2e%2e/clusters/other", "https:x", "javascript:x",
+		"HTTPS://KUBERNETES.DEFAULT.SVC:443", "https://kubernetes.default.svc:/", "/a/%2E%2E/b", "%2F%2Fevil",
+	} {
+		f.Add(loc)
+	}
+	api, _ := url.Parse("https://kubernetes.default.svc/api/v1/namespaces/x/services/s:80/proxy/a%2Fb/c")
+	hub, _ := url.Parse("https://hub.example.com/")
+	const cluster = "https://hub.example.com/tether/clusters/eu"
+	const prefix = "/tether/clusters/eu/"
+	f.Fuzz(func(t *testing.T, loc string) {
+		out, ok := clusterLocation(loc, api, cluster)
+		if !ok {
+			if out != "" {
+				t.Fatalf("%q: refused, yet %q", loc, out)
+			}
+			return
+		}
+		// What Go would have followed: the API server the hub dialed.
+		ref, err := url.Parse(loc)
+		if err != nil {
+			t.Fatalf("%q: Go can't parse it, yet it became %q", loc, out)
+		}
+		if to := api.ResolveReference(ref); to.Scheme != "https" || !strings.EqualFold(strings.TrimSuffix(to.Host, ":443"), "kubernetes.default.svc") {
+			t.Fatalf("%q: Go resolves it to %s, off the API server, yet it became %q", loc, to, out)
+		}
+		if !strings.HasPrefix(out, cluster+"/") || strings.ContainsFunc(out, func(r rune) bool { return r <= ' ' || r >= 0x7f || r == '\\' }) {
+			t.Fatalf("%q became %q", loc, out)
+		}
+		u, err := url.Parse(out)
+		if err != nil {
+			t.Fatalf("%q became %q, which doesn't parse: %v", loc, out, err)
+		}
+		to := hub.ResolveReference(u)
+		path := to.EscapedPath()
+		if to.Scheme != "https" || to.Host != "hub.example.com" || to.User != nil || !strings.HasPrefix(path, prefix) && path != strings.TrimSuffix(prefix, "/") {
+			t.Fatalf("%q became %q, which leads to %s", loc, out, to)
+		}
+		for seg := range strings.SplitSeq(path, "/") {
+			if d, err := url.PathUnescape(seg); err != nil || d == "." || d == ".." {
+				t.Fatalf("%q became %q, with a dot segment %q", loc, out, seg)
+			}
 		}
 	})
 }

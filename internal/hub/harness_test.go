@@ -391,6 +391,13 @@ type runningAgent struct {
 // Each mod may change its config before it starts.
 func startAgent(t *testing.T, hubURL, name string, fc *fakeCluster, mods ...func(*agent.Config)) *runningAgent {
 	t.Helper()
+	return startAgentFor(t, hubURL, name, fc.saDir, fc.addr(), mods...)
+}
+
+// startAgentFor runs an agent named name against hubURL for the API server
+// at apiAddr, with the service account directory saDir.
+func startAgentFor(t *testing.T, hubURL, name, saDir, apiAddr string, mods ...func(*agent.Config)) *runningAgent {
+	t.Helper()
 	u, err := url.Parse(hubURL)
 	if err != nil {
 		t.Fatal(err)
@@ -402,8 +409,8 @@ func startAgent(t *testing.T, hubURL, name string, fc *fakeCluster, mods ...func
 			Name:              name,
 			Token:             testToken,
 			TokenReread:       time.Minute,
-			ServiceAccountDir: fc.saDir,
-			APIServer:         fc.addr(),
+			ServiceAccountDir: saDir,
+			APIServer:         apiAddr,
 		},
 		Logger:           slogTo(ra.logs),
 		HandshakeTimeout: 2 * time.Second,

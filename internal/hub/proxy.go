@@ -37,6 +37,9 @@ type route struct {
 	groups []string // impersonated, prefixed
 	id     string   // request id
 	warn   bool     // the client sent Impersonate-* headers: the answer says they were removed
+	// answer is where the answer goes, for what the proxy's hooks tell the
+	// audit line.
+	answer *countingWriter
 }
 
 // serveCluster proxies a person's request to a cluster's API server:
@@ -51,7 +54,7 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &countingWriter{ResponseWriter: w, status: http.StatusOK, gather: gatherConnOf(r.Context(), r.ProtoMajor), sessions: &h.sessions}
 	name := r.PathValue("cluster")
-	rt := route{id: newRequestID()}
+	rt := route{id: newRequestID(), answer: rw}
 	defer func() {
 		if rw.conn != nil {
 			h.sessions.remove(rw.conn) // closed by the proxy as it returned
@@ -195,8 +198,18 @@ func (h *Hub) newProxy() *httputil.ReverseProxy {
 				// refuses them too (apiConn.exchange).
 				return fmt.Errorf("the API server answered with status %03d", resp.StatusCode)
 			}
+			rt, _ := resp.Request.Context().Value(clusterKey{}).(route)
+			if dropped, offCluster := h.confineLocations(resp, rt); dropped != "" {
+				if rt.answer != nil {
+					rt.answer.location = clipLocation(dropped)
+				}
+				if offCluster {
+					h.logRefusedRedirect(rt)
+					refuseRedirect(resp, rt.conn.name, dropped)
+				}
+			}
 			sandbox(resp.Header)
-			if rt, _ := resp.Request.Context().Value(clusterKey{}).(route); rt.warn {
+			if rt.warn {
 				resp.Header.Add("Warning", impersonationWarning)
 			}
 			closeFailedUpgrades(resp)
@@ -251,8 +264,12 @@ func (h *Hub) rewrite(pr *httputil.ProxyRequest) {
 	// decoded one: an escaped slash (a%2Fb in a service proxy's path) must
 	// reach the API server escaped. url.URL uses RawPath only while it
 	// decodes to Path, and escapes Path itself otherwise.
-	rawRest := strings.TrimPrefix(pr.In.URL.RawPath, prefix)
-	if !strings.HasPrefix(rawRest, "/") {
+	//
+	// The prefix is trimmed segment by segment, decoded: a client may
+	// escape it too (/clusters/a%2Db for a-b), and trimmed as written it
+	// would be missed, and the rest's escaping lost with it.
+	rawRest, ok := trimEscapedPrefix(pr.In.URL.RawPath, prefix)
+	if !ok || !strings.HasPrefix(rawRest, "/") {
 		rawRest = ""
 	}
 	host := rt.conn.apiHost()
@@ -338,6 +355,28 @@ func dropBearerProtocols(h http.Header) {
 	}
 }
 
+// trimEscapedPrefix returns what follows prefix, a decoded path, in
+// escaped, a path as a client escaped it: the segments of escaped that
+// decode to those of prefix are cut. ok is false when they don't.
+func trimEscapedPrefix(escaped, prefix string) (rest string, ok bool) {
+	rest = escaped
+	for seg := range strings.SplitSeq(strings.TrimPrefix(prefix, "/"), "/") {
+		if !strings.HasPrefix(rest, "/") {
+			return "", false
+		}
+		rest = rest[1:]
+		end := strings.IndexByte(rest, '/')
+		if end < 0 {
+			end = len(rest)
+		}
+		if got, err := url.PathUnescape(rest[:end]); err != nil || got != seg {
+			return "", false
+		}
+		rest = rest[end:]
+	}
+	return rest, true
+}
+
 func (h *Hub) clusterPrefix(name string) string {
 	return strings.TrimSuffix(h.cfg.BasePath, "/") + "/clusters/" + name
 }
@@ -393,10 +432,16 @@ func writeStatus(w http.ResponseWriter, code int, reason, message string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
-	json.NewEncoder(w).Encode(map[string]any{
+	w.Write(statusBody(code, reason, message))
+}
+
+// statusBody is a Kubernetes Status object, as JSON.
+func statusBody(code int, reason, message string) []byte {
+	b, _ := json.Marshal(map[string]any{
 		"kind": "Status", "apiVersion": "v1", "metadata": map[string]any{},
 		"status": "Failure", "message": message, "reason": reason, "code": code,
 	})
+	return append(b, '\n')
 }
 
 func newRequestID() string {
