@@ -97,7 +97,7 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 // request can't write a megabyte to the audit log (issue 33).
 const (
 	maxAuditPath  = 4 << 10 // the path, after the cluster's prefix
-	maxAuditField = 1 << 10 // each other text: person, a group, cluster, verb, method, remote
+	maxAuditField = 1 << 10 // each other text: person, a group, cluster, verb, method, remote, location
 	// maxAuditGroups is the most bytes of groups a line holds; past it the
 	// last entry says how many more there were.
 	maxAuditGroups = 8 << 10
@@ -107,7 +107,7 @@ const (
 // 118 KiB): every field at its bound with its mark, each byte escaped as
 // \u00XX, and the rest of the line. Lines of ordinary requests are a few
 // hundred bytes.
-const maxAuditLine = 6*(maxAuditPath+7*maxAuditField+maxAuditGroups+9*len(cutMark)) + 1024
+const maxAuditLine = 6*(maxAuditPath+8*maxAuditField+maxAuditGroups+10*len(cutMark)) + 1024
 
 // cutMark is what a cut field ends with: "…(" the length of the whole
 // field in bytes " bytes)", as in "/api/v1/namespaces/aaaa…(900000 bytes)".
@@ -117,7 +117,7 @@ const cutMark = "…(1000000000 bytes)"
 // bound cuts rec's fields to their bounds, marking each cut (cutMark).
 func (rec *auditRecord) bound() {
 	rec.Path = cutField(rec.Path, maxAuditPath)
-	for _, f := range []*string{&rec.Person, &rec.Source, &rec.Cluster, &rec.Verb, &rec.Method, &rec.RequestID, &rec.Remote} {
+	for _, f := range []*string{&rec.Person, &rec.Source, &rec.Cluster, &rec.Verb, &rec.Method, &rec.RequestID, &rec.Remote, &rec.Location} {
 		*f = cutField(*f, maxAuditField)
 	}
 	rec.Groups = boundGroups(rec.Groups)

@@ -201,7 +201,7 @@ func (h *Hub) newProxy() *httputil.ReverseProxy {
 			rt, _ := resp.Request.Context().Value(clusterKey{}).(route)
 			if dropped, offCluster := h.confineLocations(resp, rt); dropped != "" {
 				if rt.answer != nil {
-					rt.answer.location = clipLocation(dropped)
+					rt.answer.location = dropped // cut by the audit line (auditRecord.bound)
 				}
 				if offCluster {
 					h.logRefusedRedirect(rt)

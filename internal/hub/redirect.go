@@ -161,17 +161,6 @@ func describeLocation(location string) string {
 	return strconv.Quote(d)
 }
 
-// maxAuditLocation is the longest Location an audit line holds whole.
-const maxAuditLocation = 1 << 10
-
-// clipLocation cuts a refused Location to what an audit line holds.
-func clipLocation(loc string) string {
-	if len(loc) <= maxAuditLocation {
-		return loc
-	}
-	return fmt.Sprintf("%s…(%d bytes)", strings.ToValidUTF8(loc[:maxAuditLocation], ""), len(loc))
-}
-
 // logRefusedRedirect says that a cluster answered rt's request with a
 // redirect away from it, once per cluster per the limiter's window: its pods
 // answer what they like, as often as they are asked.
