@@ -33,6 +33,9 @@ type auditRecord struct {
 	Bytes     int64     `json:"bytes"`
 	RequestID string    `json:"requestId"`
 	Remote    string    `json:"remote"`
+	// Ended says why the hub ended a request before its end (open.go):
+	// "revoked" or "expired"; "" for every other.
+	Ended string `json:"ended,omitempty"`
 }
 
 // audit writes one line for a request to a cluster, and counts it.
@@ -70,6 +73,7 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 		Bytes:     w.bytes + w.hijacked.Load(),
 		RequestID: rt.id,
 		Remote:    r.RemoteAddr,
+		Ended:     rt.open.endedWhy(),
 	}
 	h.auditMu.Lock()
 	h.auditLine = append(rec.appendJSON(h.auditLine[:0]), '\n')
@@ -164,6 +168,9 @@ type countingWriter struct {
 	// for the hub to close at the end (conn); serveCluster takes it off.
 	sessions *sessionSet
 	conn     net.Conn
+	// open, when set, is the request's entry in the hub's open requests,
+	// which must close the client's connection to end the session.
+	open *openRequest
 }
 
 // flush sends what the handler wrote and the server still buffers, unless
@@ -206,6 +213,9 @@ func (w *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if w.sessions != nil {
 		w.conn = cc
 		w.sessions.add(cc)
+	}
+	if w.open != nil {
+		w.open.hijacked(cc)
 	}
 	return cc, brw, nil
 }

@@ -52,6 +52,10 @@ func (rec *auditRecord) appendJSON(b []byte) []byte {
 	b = appendJSONString(b, rec.RequestID)
 	b = append(b, `,"remote":`...)
 	b = appendJSONString(b, rec.Remote)
+	if rec.Ended != "" {
+		b = append(b, `,"ended":`...)
+		b = appendJSONString(b, rec.Ended)
+	}
 	return append(b, '}')
 }
 

@@ -116,9 +116,9 @@ type openSet struct {
 	counts map[openKey]*[numKinds]int
 }
 
-// add takes r in unless its person already holds max of its kind open on
-// its cluster (max 0: no bound), and says whether it did.
-func (s *openSet) add(r *openRequest, max int) bool {
+// add takes r in unless its person already holds limit of its kind open on
+// its cluster (limit 0: no bound), and says whether it did.
+func (s *openSet) add(r *openRequest, limit int) bool {
 	k := openKey{r.cluster, r.person.Name}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -130,7 +130,7 @@ func (s *openSet) add(r *openRequest, max int) bool {
 		}
 		s.counts[k] = c
 	}
-	if max > 0 && c[r.kind] >= max {
+	if limit > 0 && c[r.kind] >= limit {
 		if *c == ([numKinds]int{}) {
 			delete(s.counts, k)
 		}
@@ -238,7 +238,7 @@ func (h *Hub) openLimit(p auth.Person, kind openKind) int {
 
 // openTooMany answers a request past its person's bound: 429, which
 // client-go retries after Retry-After, as it does the API server's own.
-func (h *Hub) openTooMany(w http.ResponseWriter, cluster string, kind openKind, max int) {
+func (h *Hub) openTooMany(w http.ResponseWriter, cluster string, kind openKind, limit int) {
 	what, setting, key := "requests", SettingMaxRequests, "requests"
 	switch kind {
 	case kindWatch:
@@ -250,19 +250,30 @@ func (h *Hub) openTooMany(w http.ResponseWriter, cluster string, kind openKind, 
 	w.Header().Set("Retry-After", "1")
 	writeStatus(w, http.StatusTooManyRequests, "TooManyRequests", fmt.Sprintf(
 		"Tether lets one person hold at most %d %s open at once on cluster %q, and you hold that many: end some, or ask the hub's operator for more (%s, or limits.%s of your entry in the users list).",
-		max, what, cluster, setting, key))
+		limit, what, cluster, setting, key))
 }
 
-// track registers r, ending it when p's credential expires.
-func (h *Hub) track(r *openRequest, max int) bool {
-	if !h.open.add(r, max) {
+// track registers r, ending it when its person's credential expires.
+func (h *Hub) track(r *openRequest, limit int) bool {
+	if !h.open.add(r, limit) {
 		return false
 	}
 	if exp := r.person.Expires(); !exp.IsZero() {
-		r.timer = time.AfterFunc(time.Until(exp), func() { r.end(endedExpired) })
+		// A token auth still accepts just past its expiry (the leeway
+		// between replicas' clocks) gets that long, not an answer cut at
+		// once.
+		d := time.Until(exp)
+		if d <= 0 {
+			d = expiredGrace
+		}
+		r.timer = time.AfterFunc(d, func() { r.end(endedExpired) })
 	}
 	return true
 }
+
+// expiredGrace is how long a request made with a token already past its
+// expiry, which auth accepted within its leeway, may last.
+const expiredGrace = 5 * time.Second
 
 // recheckOpen ends the open requests for which which is true (nil: all)
 // whose person the hub no longer admits as they were: their credential

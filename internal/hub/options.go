@@ -32,6 +32,9 @@ type Options struct {
 	// (TETHER_FLEET_CLUSTERS).
 	Clusters []fleet.Cluster
 	Auth     auth.Config
+	// Limits bound what one person holds open at once on one cluster
+	// (TETHER_MAX_REQUESTS_PER_PERSON and its like).
+	Limits auth.Limits
 	// Listener, when set, is used instead of listening on Addr: for tests
 	// and `tether dev`, which pick their address first.
 	Listener net.Listener
@@ -108,6 +111,19 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 	if o.LogFormat != "text" && o.LogFormat != "json" {
 		return Options{}, fmt.Errorf("TETHER_LOG_FORMAT must be text or json, not %q", o.LogFormat)
 	}
+	for _, l := range []struct {
+		v       *int
+		setting string
+		def     int
+	}{
+		{&o.Limits.Requests, SettingMaxRequests, DefaultMaxRequests},
+		{&o.Limits.Watches, SettingMaxWatches, DefaultMaxWatches},
+		{&o.Limits.Sessions, SettingMaxSessions, DefaultMaxSessions},
+	} {
+		if *l.v, err = count(getenv, l.setting, l.def); err != nil {
+			return Options{}, err
+		}
+	}
 	if o.Auth, err = auth.OptionsFromEnv(getenv); err != nil {
 		return Options{}, err
 	}
@@ -164,6 +180,19 @@ func seconds(getenv func(string) string, name string, def, least int) (time.Dura
 		return 0, fmt.Errorf("%s must be at most %d seconds (a year), not %q", name, maxSeconds, v)
 	}
 	return time.Duration(n) * time.Second, nil
+}
+
+// count reads a setting that is a whole number of at least 1.
+func count(getenv func(string) string, name string, def int) (int, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > 1_000_000 {
+		return 0, fmt.Errorf("%s must be a whole number from 1 to 1000000, not %q", name, v)
+	}
+	return n, nil
 }
 
 func orDefault(v, def string) string {

@@ -33,10 +33,11 @@ type route struct {
 	conn   *agentConn
 	entry  fleet.Agent
 	person auth.Person
-	user   string   // impersonated, prefixed
-	groups []string // impersonated, prefixed
-	id     string   // request id
-	warn   bool     // the client sent Impersonate-* headers: the answer says they were removed
+	user   string       // impersonated, prefixed
+	groups []string     // impersonated, prefixed
+	id     string       // request id
+	open   *openRequest // its entry among the hub's open requests (open.go)
+	warn   bool         // the client sent Impersonate-* headers: the answer says they were removed
 }
 
 // serveCluster proxies a person's request to a cluster's API server:
@@ -109,6 +110,16 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		writeStatus(rw, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Cluster %q is Unreachable: %s", name, MessageNotConnected))
 		return
 	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	open := &openRequest{cluster: name, person: p, user: rt.user, groups: rt.groups, cancel: cancel,
+		kind: openKindOf(r, strings.TrimPrefix(r.URL.Path, h.clusterPrefix(name)))}
+	if limit := h.openLimit(p, open.kind); !h.track(open, limit) {
+		h.openTooMany(rw, name, open.kind, limit)
+		return
+	}
+	defer h.open.remove(open)
+	rt.open, rw.open = open, open
 	rw.Header().Del("Warning") // ModifyResponse or proxyError adds it again
 	// The body goes to the API server, for as long as it takes
 	// (closeUnreadBodies); a request with none, most, costs nothing here.
@@ -116,7 +127,7 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		rw.Header().Del("Connection")
 		http.NewResponseController(w).SetReadDeadline(time.Time{})
 	}
-	h.proxy.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), clusterKey{}, rt)))
+	h.proxy.ServeHTTP(rw, r.WithContext(context.WithValue(ctx, clusterKey{}, rt)))
 }
 
 // impersonationWarning answers a request that came with Impersonate-*

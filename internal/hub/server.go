@@ -91,6 +91,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		ReconnectSpread: opts.ReconnectSpread,
 		Registerer:      reg,
 		Direct:          direct,
+		Limits:          opts.Limits,
 	})
 	if err != nil {
 		return err
