@@ -363,3 +363,61 @@ func signIn(t *testing.T, h *testHub, token string) string {
 	t.Fatalf("sign-in: %d, no session cookie", resp.StatusCode)
 	return ""
 }
+
+// TestUsersListChangesEndWatches: a reload ends alice's watch when it
+// drops her, replaces her token, or changes her groups (the cluster would
+// see another identity now), and leaves it open when it changes only
+// someone else.
+func TestUsersListChangesEndWatches(t *testing.T) {
+	bob := testUsers[strings.Index(testUsers, "- name: bob"):]
+	for _, tc := range []struct {
+		name, users string
+		ends        bool
+	}{
+		{"dropped", bob, true},
+		{"token replaced", "- name: alice\n  token: alice-new-token-0123456789abcdef012345\n  groups: [dev]\n" + bob, true},
+		{"groups changed", "- name: alice\n  token: " + aliceToken + "\n  groups: [dev, ops]\n" + bob, true},
+		{"someone else changed", "- name: alice\n  token: " + aliceToken + "\n  groups: [dev]\n- name: bob\n  token: " + bobToken + "\n  groups: [dev]\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fc := newFakeCluster(t)
+			h, audit, file := limitsHub(t, fc, testUsers)
+			watch := watchAs(t, h, aliceToken)
+			if watch.StatusCode != http.StatusOK {
+				t.Fatalf("watch: %s", watch.Status)
+			}
+			ended := ending(func() error { _, err := io.Copy(io.Discard, watch.Body); return err })
+			if err := os.WriteFile(file, []byte(tc.users), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if tc.ends {
+				endsWithin(t, ended, 5*time.Second, "alice's watch")
+				eventually(t, 5*time.Second, "the audit line", func() bool { return strings.Contains(audit.String(), `"ended":"revoked"`) })
+				return
+			}
+			eventually(t, 5*time.Second, "the reload", func() bool {
+				p, ok, _ := h.cfg.Auth.Authenticate(&http.Request{Header: http.Header{"Authorization": {"Bearer " + bobToken}}})
+				return ok && len(p.Groups) == 1 && p.Groups[0] == "dev"
+			})
+			// A second reload, seen in force, follows the first one's
+			// recheck: the users file's reloads and their hooks run one
+			// after another.
+			const carol = "- name: carol\n  token: carol-token-0123456789abcdef0123456789\n"
+			if err := os.WriteFile(file, []byte(tc.users+carol), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 5*time.Second, "the second reload", func() bool {
+				_, ok, _ := h.cfg.Auth.Authenticate(&http.Request{Header: http.Header{"Authorization": {"Bearer carol-token-0123456789abcdef0123456789"}}})
+				return ok
+			})
+			select {
+			case err := <-ended:
+				t.Fatalf("alice's watch ended when only bob changed: %v", err)
+			default:
+			}
+			if h.open.count("open", "alice", kindWatch) != 1 {
+				t.Fatal("alice's watch is no longer counted")
+			}
+		})
+	}
+}
