@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/testutil/files"
+	"github.com/tetherhq/tether/internal/testutil/oidctest"
 )
 
 // mustAuth authenticates a bearer token that must be accepted.
@@ -99,5 +100,24 @@ func TestRecheck(t *testing.T) {
 	}
 	if !bob2.Expires().IsZero() {
 		t.Errorf("a static token expires at %v", bob2.Expires())
+	}
+}
+
+// TestRecheckOIDC: an OIDC person's credential expires with their ID
+// token, and Recheck refuses them from then on.
+func TestRecheckOIDC(t *testing.T) {
+	clock := newFakeClock()
+	iss, a := oidcAuth(t, oidctest.Options{Now: clock.Now}, Config{Now: clock.Now})
+	exp := clock.Now().Add(10 * time.Minute).Truncate(time.Second)
+	p := mustAuth(t, a, iss.Sign(t, oidctest.Token{Claims: verified, Expiry: exp}))
+	if !p.Expires().Equal(exp) {
+		t.Fatalf("Expires %v, want the token's %v", p.Expires(), exp)
+	}
+	if _, err := a.Recheck(p); err != nil {
+		t.Fatalf("before its expiry: %v", err)
+	}
+	clock.Advance(10 * time.Minute)
+	if _, err := a.Recheck(p); !errors.Is(err, ErrExpired) {
+		t.Errorf("at its expiry: %v", err)
 	}
 }
