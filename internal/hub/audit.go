@@ -73,7 +73,7 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 		Bytes:     w.bytes + w.hijacked.Load(),
 		RequestID: rt.id,
 		Remote:    r.RemoteAddr,
-		Ended:     rt.open.endedWhy(),
+		Ended:     w.open.endedWhy(),
 	}
 	h.auditMu.Lock()
 	h.auditLine = append(rec.appendJSON(h.auditLine[:0]), '\n')
@@ -168,8 +168,9 @@ type countingWriter struct {
 	// for the hub to close at the end (conn); serveCluster takes it off.
 	sessions *sessionSet
 	conn     net.Conn
-	// open, when set, is the request's entry in the hub's open requests,
-	// which must close the client's connection to end the session.
+	// open, when set, is the request's entry in the hub's open requests
+	// (open.go): it closes the client's connection to end the session, and
+	// says why the hub ended the request, for the audit line.
 	open *openRequest
 }
 

@@ -284,11 +284,22 @@ func (h *Hub) recheckOpen(which func(*openRequest) bool) {
 		return
 	}
 	rs := h.open.matching(func(r *openRequest) bool { return which == nil || which(r) })
+	// One log line per person and cluster, not per request: a reload may
+	// end an Argo CD's hundreds of watches.
+	type ended struct{ person, cluster, why string }
+	count := map[ended]int{}
 	for _, r := range rs {
 		if why := h.stillAdmits(r); why != "" {
-			h.log.Info(fmt.Sprintf("Ending a request of %q to cluster %q: %s", r.person.Name, r.cluster, why), "user", r.person.Name, "cluster", r.cluster)
 			r.end(why)
+			count[ended{r.person.Name, r.cluster, why}]++
 		}
+	}
+	for e, n := range count {
+		where := fmt.Sprintf("on cluster %q", e.cluster)
+		if e.cluster == "" {
+			where = "to the fleet page (event streams)"
+		}
+		h.log.Info(fmt.Sprintf("Ended %d open requests of %q %s: %s", n, e.person, where, e.why), "user", e.person, "cluster", e.cluster)
 	}
 }
 

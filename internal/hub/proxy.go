@@ -33,11 +33,10 @@ type route struct {
 	conn   *agentConn
 	entry  fleet.Agent
 	person auth.Person
-	user   string       // impersonated, prefixed
-	groups []string     // impersonated, prefixed
-	id     string       // request id
-	open   *openRequest // its entry among the hub's open requests (open.go)
-	warn   bool         // the client sent Impersonate-* headers: the answer says they were removed
+	user   string   // impersonated, prefixed
+	groups []string // impersonated, prefixed
+	id     string   // request id
+	warn   bool     // the client sent Impersonate-* headers: the answer says they were removed
 }
 
 // serveCluster proxies a person's request to a cluster's API server:
@@ -119,7 +118,7 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.open.remove(open)
-	rt.open, rw.open = open, open
+	rw.open = open
 	rw.Header().Del("Warning") // ModifyResponse or proxyError adds it again
 	// The body goes to the API server, for as long as it takes
 	// (closeUnreadBodies); a request with none, most, costs nothing here.
