@@ -67,8 +67,9 @@ type Person struct {
 	// (hubClaims.Session); zero for every other token. Signing out voids the
 	// sessions made before it (EndSessions).
 	session int64
-	// expires is when a hub-issued token expires: a token made from it
-	// expires then too.
+	// expires is when a hub-issued token or an OIDC ID token expires (a
+	// token made from a hub-issued one expires then too); zero for the
+	// users list's tokens and the auth proxy's people.
 	expires time.Time
 	// cred names the static token a person on the users list signed in
 	// with (credOf), or that a hub-issued token was made from: such a token
@@ -97,6 +98,9 @@ type Authenticator struct {
 	signedOut signedOut
 	oidc      *oidcSource  // nil without an issuer
 	proxy     *proxyConfig // nil without an auth proxy
+
+	watchersMu sync.Mutex // guards watchers
+	watchers   map[*func()]struct{}
 
 	life context.Context // done when Close is called
 	stop context.CancelFunc
@@ -134,6 +138,7 @@ func New(cfg Config) (*Authenticator, error) {
 		}
 	}
 	if a.users != nil && a.users.path != "" {
+		a.users.changed = a.usersChanged
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()

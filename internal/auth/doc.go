@@ -46,6 +46,7 @@
 //	  groups: [platform]          # optional
 //	- name: ci
 //	  token: <at least 32 characters>    # instead of tokenSha256; only its hash is kept
+//	  limits: {watches: 1000}     # optional: requests, watches, sessions open at once per cluster
 //
 // It is parsed by the same code as the agents list (package fleet), so it takes the same forms
 // and its errors read the same: TETHER_USERS[0] ("alice") needs a token of at least 32

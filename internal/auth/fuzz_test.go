@@ -27,6 +27,8 @@ func FuzzParseUsers(f *testing.F) {
 		"- name: \"a\\tb\"\n  token: " + tokAlice + "\n  groups: [\" x\"]\n",
 		"- {name: 1, token: 2}",
 		"- name: a\n  groups:\n",
+		"- name: argocd\n  token: " + tokAlice + "\n  limits: {requests: 500, watches: 1000, sessions: 50}\n",
+		"- name: a\n  token: " + tokAlice + "\n  limits: {watches: 0, x: 1}\n",
 		base64.StdEncoding.EncodeToString([]byte("- name: b64\n  token: " + tokBob + "\n")),
 	} {
 		f.Add([]byte(seed))
@@ -55,6 +57,11 @@ func FuzzParseUsers(f *testing.F) {
 			names[u.Name] = true
 			if err := CheckIdentity(u.Name, u.Groups); err != nil {
 				t.Fatalf("accepted a user the hub can't impersonate: %v", err)
+			}
+			for _, n := range []int{u.Limits.Requests, u.Limits.Watches, u.Limits.Sessions} {
+				if n < 0 || n > 1_000_000 {
+					t.Fatalf("%q has a limit of %d", u.Name, n)
+				}
 			}
 			if n := len(u.TokenHashes); n < 1 || n > 2 {
 				t.Fatalf("%q has %d token hashes", u.Name, n)

@@ -258,7 +258,7 @@ func (o *oidcSource) check(ctx context.Context, raw string) (Person, time.Time, 
 	if err != nil {
 		return Person{}, time.Time{}, err
 	}
-	return Person{Name: name, Groups: groups, Source: SourceOIDC, Bearer: raw}, tok.Expiry, nil
+	return Person{Name: name, Groups: groups, Source: SourceOIDC, Bearer: raw, expires: tok.Expiry}, tok.Expiry, nil
 }
 
 func (o *oidcSource) username(claims map[string]json.RawMessage) (string, error) {

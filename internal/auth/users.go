@@ -9,7 +9,10 @@ import (
 	"github.com/tetherhq/tether/internal/fleet"
 )
 
-var userFields = []string{"name", "tokenSha256", "token", "groups"}
+var userFields = []string{"name", "tokenSha256", "token", "groups", "limits"}
+
+// limitKeys are the keys of a user entry's limits, each a Limits field.
+var limitKeys = []string{"requests", "watches", "sessions"}
 
 // User is one entry of the users list: a person who signs in with a static bearer token.
 type User struct {
@@ -19,6 +22,17 @@ type User struct {
 	Groups []string
 	// TokenHashes are the SHA-256 of the person's tokens: one, or two while one is rotated.
 	TokenHashes []fleet.Hash
+	// Limits are the person's own bounds on what they hold open at once on each cluster, where
+	// the hub's defaults are too few for them (Argo CD's watches, say); zero fields take the
+	// hub's.
+	Limits Limits
+}
+
+// Limits bound what one person holds open at once on one cluster: requests (but watches and
+// upgraded sessions), watches, and upgraded sessions (exec, attach, port-forward). Zero means
+// the hub's default for that kind.
+type Limits struct {
+	Requests, Watches, Sessions int
 }
 
 // ParseUsers reads a users list; setting is what its errors name (SettingUsers or
@@ -46,6 +60,11 @@ func parseUsers(setting string, data []byte, c Config) ([]User, error) {
 		if u.Groups, _, err = e.Strings("groups"); err != nil {
 			return err
 		}
+		limits, _, err := e.Counts("limits", limitKeys)
+		if err != nil {
+			return err
+		}
+		u.Limits = Limits{Requests: limits["requests"], Watches: limits["watches"], Sessions: limits["sessions"]}
 		for i, g := range u.Groups {
 			if err := checkText(g); err != nil {
 				return e.Errorf("has a groups[%d] of %q, which %s.", i, g, err)
@@ -79,6 +98,9 @@ type users struct {
 	cur    atomic.Pointer[userIndex]
 	path   string // the file watch follows, or "" for a list from TETHER_USERS
 	loaded []byte // the file's content when loadUsers read it
+	// changed is called after each reload, once the new list is in force: the hub ends what
+	// people it no longer admits still hold open (Authenticator.OnUsersChanged).
+	changed func()
 }
 
 // loadUsers reads the users list from cfg, or returns nil when none is set.
@@ -160,6 +182,9 @@ func (u *users) watch(ctx context.Context, cfg Config, log *slog.Logger) {
 		}
 		u.replace(list)
 		log.Info("Reloaded the users list", "file", u.path, "users", len(list))
+		if u.changed != nil {
+			u.changed()
+		}
 	})
 	if err != nil {
 		log.Warn("Can't watch the users list; changes to it need a hub restart", "file", u.path, "error", err)

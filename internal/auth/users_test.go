@@ -34,8 +34,8 @@ func TestParseUsersErrors(t *testing.T) {
 		{"no token", "- name: alice", `TETHER_USERS[0] ("alice") needs a token of at least 32 characters, or its tokenSha256.`},
 		{"short token", "- name: alice\n  token: secret", `TETHER_USERS[0] ("alice") needs a token of at least 32 characters, or its tokenSha256.`},
 		{"three hashes", "- name: alice\n  tokenSha256: [" + h + ", " + sha(tokBob) + ", " + sha(tokCarol) + "]", `TETHER_USERS[0] ("alice") has 3 tokenSha256 values; give one, or two while a token is being rotated.`},
-		{"unknown field", "- name: alice\n  tokenSha256: " + h + "\n  labels: {a: b}", `TETHER_USERS[0] ("alice") has an unknown field "labels"; the fields are name, tokenSha256, token and groups.`},
-		{"typo", "- name: alice\n  tokenSha256: " + h + "\n  Groups: [a]", `TETHER_USERS[0] ("alice") has an unknown field "Groups" (did you mean "groups"?); the fields are name, tokenSha256, token and groups.`},
+		{"unknown field", "- name: alice\n  tokenSha256: " + h + "\n  labels: {a: b}", `TETHER_USERS[0] ("alice") has an unknown field "labels"; the fields are name, tokenSha256, token, groups and limits.`},
+		{"typo", "- name: alice\n  tokenSha256: " + h + "\n  Groups: [a]", `TETHER_USERS[0] ("alice") has an unknown field "Groups" (did you mean "groups"?); the fields are name, tokenSha256, token, groups and limits.`},
 		{"duplicate name", "- name: alice\n  tokenSha256: " + h + "\n- name: alice\n  token: " + tokBob, `TETHER_USERS[1] ("alice") has the same name as TETHER_USERS[0]; names must be unique.`},
 		{"same token", "- name: alice\n  tokenSha256: " + h + "\n- name: bob\n  token: " + tokAlice, `TETHER_USERS[1] ("bob") has the same token as TETHER_USERS[0] ("alice"); each person needs a token of their own.`},
 		{"groups not a list", "- name: alice\n  token: " + tokAlice + "\n  groups: admins", `TETHER_USERS[0] ("alice") needs groups to be a list; it is text.`},
@@ -49,6 +49,12 @@ func TestParseUsersErrors(t *testing.T) {
 		{"fullwidth colon", "- name: alice\n  token: " + tokAlice + "\n  groups: [\"system\uff1amasters\"]", `TETHER_USERS[0] ("alice") has a groups[0] of "system：masters", which contains a fullwidth colon (U+FF1A), which reads as ":".`},
 		{"system name", "- name: system:admin\n  token: " + tokAlice, `TETHER_USERS[0] ("system:admin") has a name that starts with "system:", which Kubernetes keeps for itself; rename it, or set TETHER_IMPERSONATE_USER_PREFIX.`},
 		{"system group", "- name: alice\n  token: " + tokAlice + "\n  groups: [dev, system:masters]", `TETHER_USERS[0] ("alice") has a groups[1] of "system:masters", which starts with "system:", which Kubernetes keeps for itself; remove it, or set TETHER_IMPERSONATE_GROUP_PREFIX.`},
+		{"limits not a mapping", "- name: alice\n  token: " + tokAlice + "\n  limits: 5", `TETHER_USERS[0] ("alice") needs limits to be a mapping of requests, watches, sessions to numbers; it is a number.`},
+		{"unknown limit", "- name: alice\n  token: " + tokAlice + "\n  limits: {watch: 5}", `TETHER_USERS[0] ("alice") has an unknown limits "watch"; they are requests, watches, sessions.`},
+		{"zero limit", "- name: alice\n  token: " + tokAlice + "\n  limits: {watches: 0}", `TETHER_USERS[0] ("alice") needs limits.watches to be a whole number from 1 to 1000000; it is a number.`},
+		{"fractional limit", "- name: alice\n  token: " + tokAlice + "\n  limits: {watches: 1.5}", `TETHER_USERS[0] ("alice") needs limits.watches to be a whole number from 1 to 1000000; it is a number.`},
+		{"text limit", "- name: alice\n  token: " + tokAlice + "\n  limits: {sessions: many}", `TETHER_USERS[0] ("alice") needs limits.sessions to be a whole number from 1 to 1000000; it is text.`},
+		{"limits null", "- name: alice\n  token: " + tokAlice + "\n  limits:", `TETHER_USERS[0] ("alice") has no value for limits; give it one, or leave it out.`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			list, err := ParseUsers(SettingUsers, []byte(tc.list))
@@ -175,5 +181,32 @@ func TestUsersFileReload(t *testing.T) {
 		if strings.Contains(logs.String(), tok) {
 			t.Fatalf("a token reached the log: %s", logs)
 		}
+	}
+}
+
+// TestUsersLimits: an entry's limits are read, and given to the people it
+// admits and the hub-issued tokens made from them; nobody else's.
+func TestUsersLimits(t *testing.T) {
+	list, err := ParseUsers(SettingUsers, []byte("- name: argocd\n  token: "+tokAlice+"\n  limits: {requests: 500, watches: 1000, sessions: 50}\n- name: bob\n  token: "+tokBob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (Limits{Requests: 500, Watches: 1000, Sessions: 50}); list[0].Limits != want || list[1].Limits != (Limits{}) {
+		t.Fatalf("limits %+v and %+v, want %+v and none", list[0].Limits, list[1].Limits, want)
+	}
+	a := newAuth(t, Config{Users: "- name: argocd\n  token: " + tokAlice + "\n  limits: {watches: 1000}"})
+	p := mustAuth(t, a, tokAlice)
+	if got := a.Limits(p); got.Watches != 1000 {
+		t.Errorf("the list's person: %+v", got)
+	}
+	token, _, err := a.IssueToken(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Limits(mustAuth(t, a, token)); got.Watches != 1000 {
+		t.Errorf("their kubeconfig's token: %+v", got)
+	}
+	if got := a.Limits(Person{Name: "argocd", Source: SourceOIDC}); got != (Limits{}) {
+		t.Errorf("an OIDC person of the same name: %+v", got)
 	}
 }

@@ -390,6 +390,36 @@ func (e *Entry) StringMap(field string) (map[string]string, bool, error) {
 	return out, true, nil
 }
 
+// Counts reads a mapping of some of keys to whole numbers of at least 1, like
+// limits: {watches: 1000}. It reports false when the field is absent. A key not in keys is an
+// error, as an unknown field is: a misspelt limit must not silently leave the default in force.
+func (e *Entry) Counts(field string, keys []string) (map[string]int, bool, error) {
+	raw, ok, err := e.value(field)
+	if !ok {
+		return nil, false, err
+	}
+	var items map[string]json.RawMessage
+	if raw[0] != '{' || json.Unmarshal(raw, &items) != nil {
+		return nil, false, e.Errorf("needs %s to be a mapping of %s to numbers; it is %s.", field, strings.Join(keys, ", "), kindOf(raw))
+	}
+	out := make(map[string]int, len(items))
+	for _, k := range slices.Sorted(maps.Keys(items)) {
+		if !slices.Contains(keys, k) {
+			return nil, false, e.Errorf("has an unknown %s %q; they are %s.", field, k, strings.Join(keys, ", "))
+		}
+		var n int
+		if err := json.Unmarshal(items[k], &n); err != nil || n < 1 || n > maxCount {
+			return nil, false, e.Errorf("needs %s.%s to be a whole number from 1 to %d; it is %s.", field, k, maxCount, kindOf(items[k]))
+		}
+		out[k] = n
+	}
+	return out, true, nil
+}
+
+// maxCount bounds what Counts reads: past it a limit is no limit, and int stays far from
+// overflowing when counts are added up.
+const maxCount = 1_000_000
+
 // SHA256 reads a field of 64 hex characters, like caSha256; how says how to make one.
 func (e *Entry) SHA256(field, how string) (Hash, bool, error) {
 	s, ok, err := e.String(field)

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -227,6 +228,13 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Accel-Buffering", "no") // nginx ingresses must not buffer the stream
 	sub := h.events.subscribe()
 	defer h.events.unsubscribe(sub)
+	// Kept with the open requests, so that signing out, or leaving the
+	// users list, ends it at once (open.go), not at its next keep-alive.
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	open := &openRequest{kind: kindEvents, person: p, cancel: cancel}
+	h.track(open, 0)
+	defer h.open.remove(open)
 
 	shown := map[string]struct{}{}
 	send := func(c ClusterJSON) error {
@@ -276,7 +284,7 @@ func (h *Hub) serveEvents(w http.ResponseWriter, r *http.Request) {
 	defer keepAlive.Stop()
 	for {
 		select {
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			return
 		case <-h.stopping:
 			// The hub is stopping: EventSource connects again, to the

@@ -38,6 +38,9 @@ type auditRecord struct {
 	// with that pointed off the cluster, which the hub dropped, or for a
 	// redirect answered 502 for (redirect.go).
 	Location string `json:"location,omitempty"`
+	// Ended says why the hub ended a request before its end (open.go):
+	// "revoked" or "expired"; "" for every other.
+	Ended string `json:"ended,omitempty"`
 }
 
 // audit writes one line for a request to a cluster, and counts it.
@@ -71,6 +74,7 @@ func (h *Hub) audit(r *http.Request, rt route, cluster string, w *countingWriter
 		RequestID: rt.id,
 		Remote:    r.RemoteAddr,
 		Location:  w.location,
+		Ended:     w.open.endedWhy(),
 	}
 	rec.bound()
 	h.auditMu.Lock()
@@ -232,6 +236,10 @@ type countingWriter struct {
 	// for the hub to close at the end (conn); serveCluster takes it off.
 	sessions *sessionSet
 	conn     net.Conn
+	// open, when set, is the request's entry in the hub's open requests
+	// (open.go): it closes the client's connection to end the session, and
+	// says why the hub ended the request, for the audit line.
+	open *openRequest
 }
 
 // flush sends what the handler wrote and the server still buffers, unless
@@ -274,6 +282,9 @@ func (w *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if w.sessions != nil {
 		w.conn = cc
 		w.sessions.add(cc)
+	}
+	if w.open != nil {
+		w.open.hijacked(cc)
 	}
 	return cc, brw, nil
 }

@@ -56,6 +56,10 @@ func (rec *auditRecord) appendJSON(b []byte) []byte {
 		b = append(b, `,"location":`...)
 		b = appendJSONString(b, rec.Location)
 	}
+	if rec.Ended != "" {
+		b = append(b, `,"ended":`...)
+		b = appendJSONString(b, rec.Ended)
+	}
 	return append(b, '}')
 }
 

@@ -58,31 +58,12 @@ func openWatch(t *testing.T, h *testHub) *bufio.Reader {
 	return r
 }
 
-// openExec upgrades a connection through the hub, as kubectl exec does, to
-// the fake API server's echo protocol, and checks that it echoes.
+// openExec upgrades a connection through the hub as alice, as kubectl
+// exec does, to the fake API server's echo protocol, and checks that it
+// echoes.
 func openExec(t *testing.T, h *testHub) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	io.WriteString(c, "GET /clusters/open/echo-upgrade HTTP/1.1\r\nHost: hub\r\nAuthorization: Bearer "+aliceToken+
-		"\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("exec: status %d, want 101", resp.StatusCode)
-	}
-	io.WriteString(c, "ping")
-	got := make([]byte, 4)
-	if _, err := io.ReadFull(br, got); err != nil || string(got) != "ping" {
-		t.Fatalf("exec echoed %q, %v", got, err)
-	}
-	return c, br
+	return sessionAs(t, h, aliceToken)
 }
 
 // ending runs read in a goroutine and returns a channel that gets its

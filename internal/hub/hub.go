@@ -94,6 +94,10 @@ type Config struct {
 	// IdleTimeout is how long a connection to an API server stays open,
 	// unused, for the next request. Zero means 90 s.
 	IdleTimeout time.Duration
+	// Limits bound what one person holds open at once on one cluster
+	// (open.go); zero fields take the defaults (DefaultMaxRequests…), and
+	// the users list may raise or lower them for its people.
+	Limits auth.Limits
 	// FormTimeout bounds the wait for the body of a request the hub reads
 	// or leaves before it knows who sent it (the sign-in form, a refused
 	// request): closeUnreadBodies. Zero means 10 s.
@@ -113,6 +117,9 @@ type Hub struct {
 	conns    sync.WaitGroup // one per served agent connection
 	requests *inflight      // requests to clusters in progress, upgraded sessions included
 	sessions sessionSet     // the clients' connections of upgraded sessions in progress
+	open     openSet        // requests in progress, and event streams, by person (open.go)
+	// stopUsers stops the users list's reloads from calling recheckOpen.
+	stopUsers func()
 
 	watchMu       sync.Mutex              // guards the following
 	watches       map[*watchBody]struct{} // watch answers in flight (watchend.go)
@@ -240,6 +247,10 @@ func New(cfg Config) (*Hub, error) {
 		access:    newAccessCache(cfg.AccessTTL, cfg.AccessReviewsPerPerson),
 	}
 	h.proxy = h.newProxy()
+	if cfg.Auth != nil {
+		// A reload ends what the people it drops hold open (open.go).
+		h.stopUsers = cfg.Auth.OnUsersChanged(func() { h.recheckOpen(nil) })
+	}
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tether_streams_open", Help: "Streams to API servers open now across every agent's tunnel (control and inventory streams not counted).",
 	}, h.streamsOpen)
@@ -381,6 +392,9 @@ func (h *Hub) spreadDelay() time.Duration {
 // after the HTTP server's Shutdown has let open requests finish. Close may be
 // called more than once.
 func (h *Hub) Close() error {
+	if h.stopUsers != nil {
+		h.stopUsers()
+	}
 	h.mu.Lock()
 	h.closed = true
 	conns := make([]*agentConn, 0, len(h.agents))
@@ -464,6 +478,10 @@ func (h *Hub) AgentsChanged(c fleet.Change) {
 			h.events.changed(name)
 		}
 	}
+	// Requests open on a cluster whose groups no longer include their
+	// person end now, not when they would have.
+	changed := slices.Concat(c.Removed, c.Updated)
+	h.recheckOpen(func(r *openRequest) bool { return r.cluster != "" && slices.Contains(changed, r.cluster) })
 	var gs []goodbye
 	drop := slices.Concat(c.Removed, c.TokensRevoked, h.caUnpinned(c.Updated))
 	slices.Sort(drop)

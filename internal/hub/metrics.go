@@ -21,6 +21,10 @@ type metrics struct {
 	streamsOpened, streamsClosed prometheus.Counter
 
 	auditErrors prometheus.Counter // audit lines that couldn't be written
+
+	// limitRefusals counts requests refused as past their person's bound
+	// (open.go), by cluster and bound.
+	limitRefusals *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -62,7 +66,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.auditErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tether_audit_write_errors_total", Help: "Audit lines the hub couldn't write to TETHER_AUDIT_FILE, and so lost.",
 	})
-	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, m.requests, m.requestDuration, relayed, m.streamsOpened, m.streamsClosed, m.auditErrors} {
+	m.limitRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tether_person_limit_refusals_total", Help: "Requests refused with 429 because their person already held as many open on the cluster as their bound allows (TETHER_MAX_REQUESTS_PER_PERSON, TETHER_MAX_WATCHES_PER_PERSON, TETHER_MAX_SESSIONS_PER_PERSON), by cluster and limit (requests, watches, sessions).",
+	}, []string{"cluster", "limit"})
+	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, m.requests, m.requestDuration, relayed, m.streamsOpened, m.streamsClosed, m.auditErrors, m.limitRefusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -79,6 +86,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 func (m *metrics) forgetCluster(name string) {
 	m.requests.DeletePartialMatch(prometheus.Labels{"cluster": name})
 	m.requestDuration.DeleteLabelValues(name)
+	m.limitRefusals.DeletePartialMatch(prometheus.Labels{"cluster": name})
 }
 
 // clusterReadyDesc is tether_cluster_ready, one series per cluster, read

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/pki"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
@@ -157,8 +158,14 @@ func TestOptionsFromEnv(t *testing.T) {
 	}
 	if o.Addr != ":8080" || o.PublicURL.String() != "https://t.example.com/base" || o.BasePath != "/" || o.Heartbeat != 30*time.Second ||
 		o.ReconnectSpread != 10*time.Second || o.ShutdownGrace != 30*time.Second || o.MetricsAddr != ":9090" || o.LogFormat != "text" ||
-		o.AuditFile != "-" || o.Auth.HubURL != "https://t.example.com/base" || o.AccessReviewsPerQuery != 500 || o.AccessReviewsPerPerson != 1000 {
+		o.AuditFile != "-" || o.Auth.HubURL != "https://t.example.com/base" || o.AccessReviewsPerQuery != 500 || o.AccessReviewsPerPerson != 1000 ||
+		o.Limits != (auth.Limits{Requests: DefaultMaxRequests, Watches: DefaultMaxWatches, Sessions: DefaultMaxSessions}) {
 		t.Errorf("defaults: %+v", o)
+	}
+	o, err = OptionsFromEnv(env(map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_USERS": users,
+		"TETHER_MAX_REQUESTS_PER_PERSON": "7", "TETHER_MAX_WATCHES_PER_PERSON": " 2000 ", "TETHER_MAX_SESSIONS_PER_PERSON": "1"}), true)
+	if err != nil || o.Limits != (auth.Limits{Requests: 7, Watches: 2000, Sessions: 1}) {
+		t.Errorf("limits set: %+v, %v", o.Limits, err)
 	}
 	tests := []struct {
 		env  map[string]string
@@ -184,9 +191,12 @@ func TestOptionsFromEnv(t *testing.T) {
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_HEARTBEAT_SECONDS": "9223372037"}, `TETHER_HEARTBEAT_SECONDS must be at most 31536000 seconds (a year), not "9223372037"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_RECONNECT_SPREAD_SECONDS": "-1"}, "TETHER_RECONNECT_SPREAD_SECONDS must be a whole number of seconds, at least 0"},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_SHUTDOWN_GRACE_SECONDS": "soon"}, "TETHER_SHUTDOWN_GRACE_SECONDS must be a whole number"},
-		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_ACCESS_REVIEWS_PER_QUERY": "0"}, `TETHER_ACCESS_REVIEWS_PER_QUERY must be a whole number, at least 1, not "0"`},
-		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_ACCESS_REVIEWS_PER_PERSON": "many"}, `TETHER_ACCESS_REVIEWS_PER_PERSON must be a whole number, at least 1, not "many"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_ACCESS_REVIEWS_PER_QUERY": "0"}, `TETHER_ACCESS_REVIEWS_PER_QUERY must be a whole number from 1 to 1000000, not "0"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_ACCESS_REVIEWS_PER_PERSON": "many"}, `TETHER_ACCESS_REVIEWS_PER_PERSON must be a whole number from 1 to 1000000, not "many"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_METRICS_ADDR": "x"}, `TETHER_METRICS_ADDR must be an address like :9090, or 0 to turn it off, not "x"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_MAX_WATCHES_PER_PERSON": "0"}, `TETHER_MAX_WATCHES_PER_PERSON must be a whole number from 1 to 1000000, not "0"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_MAX_REQUESTS_PER_PERSON": "lots"}, `TETHER_MAX_REQUESTS_PER_PERSON must be a whole number from 1 to 1000000, not "lots"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_MAX_SESSIONS_PER_PERSON": "-1"}, `TETHER_MAX_SESSIONS_PER_PERSON must be a whole number from 1 to 1000000, not "-1"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_LOG_FORMAT": "xml"}, `TETHER_LOG_FORMAT must be text or json, not "xml"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_FLEET_CLUSTERS": "- name: s\n  server: https://h\n  caFile: c\n"}, `TETHER_FLEET_CLUSTERS[0] ("s") needs tokenFile, the path of a file.`},
 	}

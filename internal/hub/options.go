@@ -36,6 +36,9 @@ type Options struct {
 	// reviews of inventory queries (TETHER_ACCESS_REVIEWS_PER_QUERY,
 	// TETHER_ACCESS_REVIEWS_PER_PERSON): Config's fields of those names.
 	AccessReviewsPerQuery, AccessReviewsPerPerson int
+	// Limits bound what one person holds open at once on one cluster
+	// (TETHER_MAX_REQUESTS_PER_PERSON and its like).
+	Limits auth.Limits
 	// Listener, when set, is used instead of listening on Addr: for tests
 	// and `tether dev`, which pick their address first.
 	Listener net.Listener
@@ -118,6 +121,19 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 	if o.LogFormat != "text" && o.LogFormat != "json" {
 		return Options{}, fmt.Errorf("TETHER_LOG_FORMAT must be text or json, not %q", o.LogFormat)
 	}
+	for _, l := range []struct {
+		v       *int
+		setting string
+		def     int
+	}{
+		{&o.Limits.Requests, SettingMaxRequests, DefaultMaxRequests},
+		{&o.Limits.Watches, SettingMaxWatches, DefaultMaxWatches},
+		{&o.Limits.Sessions, SettingMaxSessions, DefaultMaxSessions},
+	} {
+		if *l.v, err = count(getenv, l.setting, l.def); err != nil {
+			return Options{}, err
+		}
+	}
 	if o.Auth, err = auth.OptionsFromEnv(getenv); err != nil {
 		return Options{}, err
 	}
@@ -176,15 +192,15 @@ func seconds(getenv func(string) string, name string, def, least int) (time.Dura
 	return time.Duration(n) * time.Second, nil
 }
 
-// count reads a setting that is a whole number, at least 1.
+// count reads a setting that is a whole number from 1 to a million.
 func count(getenv func(string) string, name string, def int) (int, error) {
 	v := strings.TrimSpace(getenv(name))
 	if v == "" {
 		return def, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		return 0, fmt.Errorf("%s must be a whole number, at least 1, not %q", name, v)
+	if err != nil || n < 1 || n > 1_000_000 {
+		return 0, fmt.Errorf("%s must be a whole number from 1 to 1000000, not %q", name, v)
 	}
 	return n, nil
 }

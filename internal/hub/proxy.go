@@ -122,6 +122,16 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		writeStatus(rw, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Cluster %q is Unreachable: %s", name, MessageNotConnected))
 		return
 	}
+	ctx, cancel := context.WithCancelCause(r.Context())
+	defer cancel(nil)
+	open := &openRequest{cluster: name, person: p, user: rt.user, groups: rt.groups, cancel: cancel,
+		kind: openKindOf(r, strings.TrimPrefix(r.URL.Path, h.clusterPrefix(name)))}
+	if limit := h.openLimit(p, open.kind); !h.track(open, limit) {
+		h.openTooMany(rw, name, open.kind, limit)
+		return
+	}
+	defer h.open.remove(open)
+	rw.open = open
 	rw.Header().Del("Warning") // ModifyResponse or proxyError adds it again
 	// The body goes to the API server, for as long as it takes
 	// (closeUnreadBodies); a request with none, most, costs nothing here.
@@ -129,7 +139,7 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 		rw.Header().Del("Connection")
 		http.NewResponseController(w).SetReadDeadline(time.Time{})
 	}
-	h.proxy.ServeHTTP(rw, r.WithContext(context.WithValue(r.Context(), clusterKey{}, rt)))
+	h.proxy.ServeHTTP(rw, r.WithContext(context.WithValue(ctx, clusterKey{}, rt)))
 }
 
 // impersonationWarning answers a request that came with Impersonate-*

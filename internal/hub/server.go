@@ -94,6 +94,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		AccessReviewsPerQuery:  opts.AccessReviewsPerQuery,
 		AccessReviewsPerPerson: opts.AccessReviewsPerPerson,
 		Direct:                 direct,
+		Limits:                 opts.Limits,
 	})
 	if err != nil {
 		return err

@@ -178,6 +178,9 @@ func (h *Hub) serveLogout(w http.ResponseWriter, r *http.Request) {
 	}
 	if p, ok, err := h.sessionPerson(r); ok && err == nil {
 		h.cfg.Auth.EndSessions(p)
+		// The page's event streams, and anything else the session's
+		// token holds open, end now.
+		h.recheckOpen(func(o *openRequest) bool { return o.person.Name == p.Name })
 	}
 	for i := range maxSessionPieces {
 		if _, err := r.Cookie(h.sessionCookieName(r, i)); err == nil || i == 0 {
