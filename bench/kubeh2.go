@@ -29,13 +29,9 @@ func kubeH2(ctx context.Context, r *report, h1 []*client, gets, lists int) error
 	if err != nil {
 		return fmt.Errorf("HTTP/2: %w", err)
 	}
-	t50, d50, r50 := quantile(lat[viaHub], 0.5), quantile(lat[viaDirect], 0.5), quantile(lat[viaRelays], 0.5)
-	t99, d99, r99 := quantile(lat[viaHub], 0.99), quantile(lat[viaDirect], 0.99), quantile(lat[viaRelays], 0.99)
-	r.add(atMostPlus(figure{Section: "kube-h2", Name: "small GET over HTTP/2, one at a time, p50, hub − direct", Value: t50 - d50, Unit: "ms",
-		Detail: fmt.Sprintf("hub %.2f ms, direct %.2f ms (%.2f×), two relays %.2f ms (+%.2f); %d each", t50, d50, t50/d50, r50, r50-d50, len(lat[viaHub]))},
-		r50-d50, 0.30, "two relays'"))
-	r.add(atMost(figure{Section: "kube-h2", Name: "small GET over HTTP/2, one at a time, p99, hub ÷ direct", Value: t99 / d99, Unit: "×",
-		Detail: fmt.Sprintf("hub %.2f ms, direct %.2f ms, two relays %.2f ms (%.2f×)", t99, d99, r99, r99/d99)}, 1.30))
+	addGet(r, "kube-h2", "small GET over HTTP/2, one at a time", lat, func(f, g figure, added, _ float64) (figure, figure) {
+		return atMostPlus(f, added, 0.30, "two relays'"), atMost(g, 1.30)
+	})
 	if lists == 0 {
 		return nil
 	}

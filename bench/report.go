@@ -86,7 +86,11 @@ func atMost(f figure, max float64) figure {
 func atMostPlus(f figure, floor, margin float64, whose string) figure {
 	f = atMost(f, floor+margin)
 	f.floor, f.margin = floor, margin
-	f.Budget = fmt.Sprintf("≤ %s +%s + %s = %s %s", whose, fmtValue(floor, f.Unit), fmtValue(margin, f.Unit), fmtValue(floor+margin, f.Unit), f.Unit)
+	sign := "+"
+	if floor < 0 {
+		sign = "" // the floor path was faster than direct, in this run's noise
+	}
+	f.Budget = fmt.Sprintf("≤ %s %s%s + %s = %s %s", whose, sign, fmtValue(floor, f.Unit), fmtValue(margin, f.Unit), fmtValue(floor+margin, f.Unit), f.Unit)
 	return f
 }
 
