@@ -163,14 +163,9 @@ func tunnelHub(ctx context.Context, args []string) error {
 			if err != nil {
 				return
 			}
-			var up net.Conn = st
-			if inner != nil {
-				tc := tls.Client(st, inner)
-				if err := tc.HandshakeContext(ctx); err != nil {
-					st.Close()
-					return
-				}
-				up = tc
+			up, err := overTLS(ctx, st, inner, false)
+			if err != nil {
+				return
 			}
 			splice(c, up, false)
 		}()
@@ -270,37 +265,41 @@ func relay(ctx context.Context, args []string) error {
 		}
 		go func() {
 			defer c.Close()
-			if linkClient != nil {
-				tc := tls.Client(c, linkClient)
-				if err := tc.HandshakeContext(ctx); err != nil {
-					return
-				}
-				c = tc
+			down, err := overTLS(ctx, c, linkClient, false)
+			if err != nil {
+				return
 			}
 			var d net.Dialer
 			up, err := d.DialContext(ctx, "tcp", *target)
 			if err != nil {
 				return
 			}
-			if linkServer != nil {
-				ts := tls.Server(up, linkServer)
-				if err := ts.HandshakeContext(ctx); err != nil {
-					up.Close()
-					return
-				}
-				up = ts
+			if up, err = overTLS(ctx, up, linkServer, true); err != nil {
+				return
 			}
-			if inner != nil {
-				tc := tls.Client(up, inner)
-				if err := tc.HandshakeContext(ctx); err != nil {
-					up.Close()
-					return
-				}
-				up = tc
+			if up, err = overTLS(ctx, up, inner, false); err != nil {
+				return
 			}
-			splice(c, up, *userCopy)
+			splice(down, up, *userCopy)
 		}()
 	}
+}
+
+// overTLS runs TLS over c with cfg, as the server or the client, and closes c
+// if the handshake fails; with a nil cfg it returns c.
+func overTLS(ctx context.Context, c net.Conn, cfg *tls.Config, server bool) (net.Conn, error) {
+	if cfg == nil {
+		return c, nil
+	}
+	t := tls.Client(c, cfg)
+	if server {
+		t = tls.Server(c, cfg)
+	}
+	if err := t.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return t, nil
 }
 
 // splice copies both ways, passing half-closes on, like the agent's relay.
