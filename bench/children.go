@@ -163,14 +163,9 @@ func tunnelHub(ctx context.Context, args []string) error {
 			if err != nil {
 				return
 			}
-			var up net.Conn = st
-			if inner != nil {
-				tc := tls.Client(st, inner)
-				if err := tc.HandshakeContext(ctx); err != nil {
-					st.Close()
-					return
-				}
-				up = tc
+			up, err := overTLS(ctx, st, inner, false)
+			if err != nil {
+				return
 			}
 			splice(c, up, false)
 		}()
@@ -223,16 +218,39 @@ func tunnelAgent(ctx context.Context, args []string) error {
 
 // relay is one process of a plain two-process TCP relay: no multiplexing,
 // one upstream connection per connection. With -inner-ca, it runs TLS to
-// the upstream, like tunnelHub.
+// the upstream, like tunnelHub. With -link-cert (the front relay) and
+// -link-ca (the back one), the two relays also run TLS between them, the
+// front one serving it as the hub serves wss and the back one its client as
+// the agent is, so the pair makes the same AES-GCM passes per byte as the
+// tunnel with production TLS: the wss sealed and opened, and the API
+// server's TLS opened in front.
 func relay(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("relay", flag.ExitOnError)
 	target := fs.String("target", "", "upstream")
 	innerCA := fs.String("inner-ca", "", "run TLS to the upstream, trusting this CA")
 	userCopy := fs.Bool("copy", false, "copy through a buffer in user space, as anything that frames or masks the bytes must, instead of letting the kernel splice")
+	linkCert := fs.String("link-cert", "", "serve TLS on each upstream connection with this certificate (the hub's end of the wss), under -inner-ca's")
+	linkKey := fs.String("link-key", "", "and this key")
+	linkCA := fs.String("link-ca", "", "run TLS as the client on each accepted connection, trusting this CA for localhost (the agent's end of the wss)")
 	fs.Parse(args)
 	inner, err := innerTLS(*innerCA)
 	if err != nil {
 		return err
+	}
+	var linkServer, linkClient *tls.Config
+	if *linkCert != "" {
+		cert, err := tls.LoadX509KeyPair(*linkCert, *linkKey)
+		if err != nil {
+			return err
+		}
+		linkServer = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if *linkCA != "" {
+		pool, err := loadPool(*linkCA)
+		if err != nil {
+			return err
+		}
+		linkClient = &tls.Config{RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS12}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -247,22 +265,41 @@ func relay(ctx context.Context, args []string) error {
 		}
 		go func() {
 			defer c.Close()
+			down, err := overTLS(ctx, c, linkClient, false)
+			if err != nil {
+				return
+			}
 			var d net.Dialer
 			up, err := d.DialContext(ctx, "tcp", *target)
 			if err != nil {
 				return
 			}
-			if inner != nil {
-				tc := tls.Client(up, inner)
-				if err := tc.HandshakeContext(ctx); err != nil {
-					up.Close()
-					return
-				}
-				up = tc
+			if up, err = overTLS(ctx, up, linkServer, true); err != nil {
+				return
 			}
-			splice(c, up, *userCopy)
+			if up, err = overTLS(ctx, up, inner, false); err != nil {
+				return
+			}
+			splice(down, up, *userCopy)
 		}()
 	}
+}
+
+// overTLS runs TLS over c with cfg, as the server or the client, and closes c
+// if the handshake fails; with a nil cfg it returns c.
+func overTLS(ctx context.Context, c net.Conn, cfg *tls.Config, server bool) (net.Conn, error) {
+	if cfg == nil {
+		return c, nil
+	}
+	t := tls.Client(c, cfg)
+	if server {
+		t = tls.Server(c, cfg)
+	}
+	if err := t.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return t, nil
 }
 
 // splice copies both ways, passing half-closes on, like the agent's relay.

@@ -315,8 +315,8 @@ func benchFleet(ctx context.Context, r *report, dir string, o fleetOpts) error {
 		g := float64(s.Goroutines-base.Goroutines) / float64(n)
 		name := fmt.Sprintf("idle fleet of %d agents (TLS): hub", n)
 		detail := fmt.Sprintf("hub RSS %.0f MiB, heap %.0f MiB, %d goroutines; before agents %.0f MiB, %.0f MiB, %d", float64(s.RSS)/(1<<20), float64(s.HeapAlloc)/(1<<20), s.Goroutines, float64(base.RSS)/(1<<20), float64(base.HeapAlloc)/(1<<20), base.Goroutines)
-		r.add(atMost(figure{Section: "fleet", Name: name + " RSS per agent", Value: rss, Unit: "KiB", Detail: detail}, 32))
-		r.add(atMost(figure{Section: "fleet", Name: name + " heap + stacks per agent", Value: heap + stack, Unit: "KiB", Detail: fmt.Sprintf("heap %.1f KiB, stacks %.1f KiB (after GC)", heap, stack)}, 32))
+		r.add(atMost(figure{Section: "fleet", Name: name + " RSS per agent", Value: rss, Unit: "KiB", Detail: detail + "; read after debug.FreeOSMemory"}, 32))
+		r.add(atMost(figure{Section: "fleet", Name: name + " heap + stacks per agent", Value: heap + stack, Unit: "KiB", Detail: fmt.Sprintf("heap %.1f KiB, stacks %.1f KiB (after GC)", heap, stack)}, 20))
 		f.saveProfiles(n)
 		r.add(figure{Section: "fleet", Name: name + " RSS beyond heap + stacks per agent", Value: rss - heap - stack, Unit: "KiB", Detail: classesPerAgent(s.Classes, base.Classes, n)})
 		r.add(atMost(figure{Section: "fleet", Name: name + " goroutines per agent", Value: g, Unit: "goroutines",

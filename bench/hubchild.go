@@ -12,6 +12,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
 	"strings"
@@ -19,7 +20,8 @@ import (
 	"github.com/tetherhq/tether/internal/hub"
 )
 
-// hubStats is what a hub child reports about itself, after a GC.
+// hubStats is what a hub child reports about itself, after a GC and
+// debug.FreeOSMemory.
 type hubStats struct {
 	HeapAlloc  uint64 `json:"heapAlloc"`
 	HeapInuse  uint64 `json:"heapInuse"`
@@ -69,8 +71,12 @@ func hubChild(ctx context.Context, args []string) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
+		// FreeOSMemory collects and returns the free pages to the OS at
+		// once, as the runtime's scavenger would in a few minutes at rest:
+		// RSS is then what the hub holds, not what a recent GC has yet to
+		// give back. The figures are read after it.
 		runtime.GC()
-		runtime.GC()
+		debug.FreeOSMemory()
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
 		json.NewEncoder(w).Encode(hubStats{HeapAlloc: m.HeapAlloc, HeapInuse: m.HeapInuse, StackInuse: m.StackInuse,

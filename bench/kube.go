@@ -82,6 +82,8 @@ type kubeOpts struct {
 	gets      int           // alternated pairs of small GETs, one in flight
 	blocks200 int           // alternated 2 s blocks at 200 requests a second
 	lists     int           // alternated pairs of each list, the first a warm-up
+	h2Gets    int           // the same small GETs over HTTP/2; 0: none
+	h2Lists   int           // the same lists over HTTP/2; 0: none
 	agentRest time.Duration // how long the agent rests before its RSS is read
 }
 
@@ -164,6 +166,11 @@ func benchKube(ctx context.Context, r *report, dir string, o kubeOpts) error {
 	}
 	if err := bigLists(ctx, r, clients, o.lists); err != nil {
 		return err
+	}
+	if o.h2Gets > 0 {
+		if err := kubeH2(ctx, r, clients, o.h2Gets, o.h2Lists); err != nil {
+			return err
+		}
 	}
 	time.Sleep(5 * time.Second)
 	r.add(figure{Section: "fleet", Name: "agent RSS after the Kubernetes tests, 5 s later", Value: float64(agentProc.rss()) / (1 << 20), Unit: "MiB",
@@ -295,6 +302,7 @@ type client struct {
 	tls       *tls.Config
 	header    http.Header
 	requestID bool // add a fresh Impersonate-Extra-Tether-Request-Id, as the hub does
+	h2        bool // speak HTTP/2, as kubectl and client-go do, and insist on it
 	c         *http.Client
 }
 
@@ -302,7 +310,7 @@ func (c *client) init(noGzip bool) {
 	if c.c != nil {
 		c.c.CloseIdleConnections()
 	}
-	c.c = &http.Client{Transport: &http.Transport{TLSClientConfig: c.tls, MaxIdleConnsPerHost: 256, DisableCompression: noGzip, ForceAttemptHTTP2: false}}
+	c.c = &http.Client{Transport: &http.Transport{TLSClientConfig: c.tls.Clone(), MaxIdleConnsPerHost: 256, DisableCompression: noGzip, ForceAttemptHTTP2: c.h2}}
 }
 
 // get returns the body's length, after reading all of it.
@@ -328,6 +336,9 @@ func (c *client) get(ctx context.Context, path string) (int64, error) {
 	if err != nil {
 		return n, err
 	}
+	if c.h2 && resp.ProtoMajor != 2 {
+		return n, fmt.Errorf("GET %s: answered in %s, not HTTP/2", path, resp.Proto)
+	}
 	if resp.StatusCode != 200 {
 		return n, fmt.Errorf("GET %s: %s", path, resp.Status)
 	}
@@ -350,21 +361,11 @@ func smallGets(ctx context.Context, r *report, clients []*client, o kubeOpts) er
 	for _, c := range clients {
 		c.init(false)
 	}
-	lat := make([][]float64, len(clients))
-	// One in flight, alternating request by request.
-	for i := range o.gets {
-		for j := range clients {
-			k := (i + j) % len(clients)
-			t := time.Now()
-			if _, err := clients[k].get(ctx, path); err != nil {
-				return err
-			}
-			if i >= 100 { // warm-up
-				lat[k] = append(lat[k], float64(time.Since(t).Microseconds())/1000)
-			}
-		}
+	lat, err := oneAtATime(ctx, clients, o.gets, path)
+	if err != nil {
+		return err
 	}
-	addGet(r, "small GET, 1 in flight", lat, true)
+	addGet(r, "kube", "small GET, 1 in flight", lat, http1Budget)
 	// 200 requests a second, open loop, alternating in 2 s blocks.
 	lat = make([][]float64, len(clients))
 	var errs int
@@ -396,8 +397,28 @@ func smallGets(ctx context.Context, r *report, clients []*client, o kubeOpts) er
 	if errs > 0 {
 		return fmt.Errorf("%d small GETs failed at 200/s", errs)
 	}
-	addGet(r, "small GET, 200 req/s", lat, false)
+	addGet(r, "kube", "small GET, 200 req/s", lat, nil)
 	return nil
+}
+
+// oneAtATime sends n GETs of path on each client, one in flight,
+// alternating request by request, and returns each client's latencies in
+// ms after the first 100 rounds' warm-up.
+func oneAtATime(ctx context.Context, clients []*client, n int, path string) ([][]float64, error) {
+	lat := make([][]float64, len(clients))
+	for i := range n {
+		for j := range clients {
+			k := (i + j) % len(clients)
+			t := time.Now()
+			if _, err := clients[k].get(ctx, path); err != nil {
+				return nil, err
+			}
+			if i >= 100 || n <= 100 { // warm-up
+				lat[k] = append(lat[k], float64(time.Since(t).Microseconds())/1000)
+			}
+		}
+	}
+	return lat, nil
 }
 
 // getCPU sends small GETs one at a time through the hub and through the two
@@ -443,57 +464,88 @@ func getCPU(ctx context.Context, r *report, clients []*client, n int, procs [][]
 	return nil
 }
 
-func addGet(r *report, name string, lat [][]float64, budget bool) {
+// getBudget sets the budgets of a small GET's p50 and p99 figures, given
+// the two relays' added time at p50 and their ratio to direct at p99.
+type getBudget func(p50, p99 figure, relaysAdded, relaysRatio float64) (figure, figure)
+
+// http1Budget: p50 added within the relays' + 0.30 ms, p99 within their
+// ratio × 1.15.
+func http1Budget(f, g figure, added, ratio float64) (figure, figure) {
+	return atMostPlus(f, added, 0.30, "two relays'"), atMostTimes(g, ratio, 1.15, "two relays'")
+}
+
+// addGet adds a small GET's p50 and p99 figures from lat, by path, with
+// budget's budgets unless it is nil.
+func addGet(r *report, section, name string, lat [][]float64, budget getBudget) {
 	t50, d50, r50 := quantile(lat[viaHub], 0.5), quantile(lat[viaDirect], 0.5), quantile(lat[viaRelays], 0.5)
 	t99, d99, r99 := quantile(lat[viaHub], 0.99), quantile(lat[viaDirect], 0.99), quantile(lat[viaRelays], 0.99)
-	f := figure{Section: "kube", Name: name + ", p50, hub − direct", Value: t50 - d50, Unit: "ms",
-		Detail: fmt.Sprintf("hub %.2f ms, direct %.2f ms, two relays %.2f ms (+%.2f); %d each", t50, d50, r50, r50-d50, len(lat[viaHub]))}
-	g := figure{Section: "kube", Name: name + ", p99, hub ÷ direct", Value: t99 / d99, Unit: "×",
+	f := figure{Section: section, Name: name + ", p50, hub − direct", Value: t50 - d50, Unit: "ms",
+		Detail: fmt.Sprintf("hub %.2f ms, direct %.2f ms (%.2f×), two relays %.2f ms (%+.2f); %d each", t50, d50, t50/d50, r50, r50-d50, len(lat[viaHub]))}
+	g := figure{Section: section, Name: name + ", p99, hub ÷ direct", Value: t99 / d99, Unit: "×",
 		Detail: fmt.Sprintf("hub %.2f ms, direct %.2f ms, two relays %.2f ms (%.2f×)", t99, d99, r99, r99/d99)}
-	if budget {
-		f, g = atMost(f, 0.4), atMost(g, 1.3)
+	if budget != nil {
+		f, g = budget(f, g, r50-d50, r99/d99)
 	}
 	r.add(f)
 	r.add(g)
 }
 
 func bigLists(ctx context.Context, r *report, clients []*client, pairs int) error {
-	const path = "/api/v1/namespaces/" + benchNS + "/configmaps"
 	for _, noGzip := range []bool{false, true} {
-		for _, c := range clients {
-			c.init(noGzip)
+		l, err := listPairs(ctx, clients, pairs, noGzip)
+		if err != nil {
+			return err
 		}
-		times := make([][]float64, len(clients))
-		var ratios, relayRatios []float64
-		var size int64
-		for i := range pairs {
-			got := make([]float64, len(clients))
-			for j := range clients {
-				k := (i + j) % len(clients)
-				t := time.Now()
-				n, err := clients[k].get(ctx, path)
-				if err != nil {
-					return err
-				}
-				size = n
-				got[k] = time.Since(t).Seconds() * 1000
-			}
-			if i == 0 {
-				continue // warm-up: connections, and the API server's cache
-			}
-			for k := range got {
-				times[k] = append(times[k], got[k])
-			}
-			ratios = append(ratios, got[viaHub]/got[viaDirect])
-			relayRatios = append(relayRatios, got[viaRelays]/got[viaDirect])
-		}
-		name, max := "21 MB list, gzip (Go's default), hub ÷ direct", 1.15
+		name := "21 MB list, gzip (Go's default), hub ÷ direct"
 		if noGzip {
-			name, max = "21 MB list, no gzip, hub ÷ direct", 1.6
+			name = "21 MB list, no gzip, hub ÷ direct"
 		}
-		r.add(atMost(figure{Section: "kube", Name: name, Value: median(ratios), Unit: "×",
-			Detail: fmt.Sprintf("hub %.0f ms, direct %.0f ms, two relays %.0f ms (%.2f×), %.1f MB decoded; ratio per pair %s",
-				median(times[viaHub]), median(times[viaDirect]), median(times[viaRelays]), median(relayRatios), float64(size)/1e6, spread(ratios))}, max))
+		r.add(atMostTimes(figure{Section: "kube", Name: name, Value: median(l.ratios), Unit: "×", Detail: l.detail()}, median(l.relayRatios), 1.10, "two relays'"))
 	}
 	return nil
+}
+
+// lists is what listPairs measured: each path's times in ms, the hub's and
+// the two relays' ratios to direct per round, and the list's decoded size.
+type lists struct {
+	times               [][]float64
+	ratios, relayRatios []float64
+	size                int64
+}
+
+func (l lists) detail() string {
+	return fmt.Sprintf("hub %.0f ms, direct %.0f ms, two relays %.0f ms (%.2f×), %.1f MB decoded; ratio per pair %s",
+		median(l.times[viaHub]), median(l.times[viaDirect]), median(l.times[viaRelays]), median(l.relayRatios), float64(l.size)/1e6, spread(l.ratios))
+}
+
+// listPairs lists the bench's 24 big ConfigMaps on each client in turn,
+// pairs rounds after a warm-up one, the order rotating each round.
+func listPairs(ctx context.Context, clients []*client, pairs int, noGzip bool) (lists, error) {
+	const path = "/api/v1/namespaces/" + benchNS + "/configmaps"
+	for _, c := range clients {
+		c.init(noGzip)
+	}
+	l := lists{times: make([][]float64, len(clients))}
+	for i := range pairs {
+		got := make([]float64, len(clients))
+		for j := range clients {
+			k := (i + j) % len(clients)
+			t := time.Now()
+			n, err := clients[k].get(ctx, path)
+			if err != nil {
+				return l, err
+			}
+			l.size = n
+			got[k] = time.Since(t).Seconds() * 1000
+		}
+		if i == 0 {
+			continue // warm-up: connections, and the API server's cache
+		}
+		for k := range got {
+			l.times[k] = append(l.times[k], got[k])
+		}
+		l.ratios = append(l.ratios, got[viaHub]/got[viaDirect])
+		l.relayRatios = append(l.relayRatios, got[viaRelays]/got[viaDirect])
+	}
+	return l, nil
 }

@@ -36,6 +36,7 @@ func main() {
 		workDir = flag.String("dir", "", "where logs and files go; empty: a new temporary directory")
 		agents  = flag.String("agents", "", "agentrss: tether binaries to compare, comma-separated; empty: this tree's")
 	)
+	short := flag.Bool("short", false, "the perf-check's short counts, to try the bench itself: the figures are noisier than the full run's")
 	rewrite := flag.Bool("rewrite", false, "only write the report again from the JSON file's figures")
 	flag.Parse()
 	if *rewrite {
@@ -80,11 +81,17 @@ func main() {
 		}
 		log.Printf("bench: %s took %s", name, time.Since(began).Round(time.Second))
 	}
+	tunnelO := tunnelOpts{rounds: *rounds, d: 2 * time.Second, rttBlocks: 10, tls: true}
+	kubeO := kubeOpts{gets: 3600, blocks200: 9, lists: 17, h2Gets: 3600, h2Lists: 17, agentRest: 12 * time.Second}
+	if *short {
+		tunnelO = tunnelOpts{rounds: 2, d: 700 * time.Millisecond, rttBlocks: 2, tls: true}
+		kubeO = kubeOpts{gets: 200, blocks200: 3, lists: 4, h2Gets: 300, h2Lists: 4, agentRest: time.Second}
+	}
 	run("tunnel", func() error {
-		return benchTunnel(ctx, r, filepath.Join(dir, "tunnel"), tunnelOpts{rounds: *rounds, d: 2 * time.Second, rttBlocks: 10, tls: true})
+		return benchTunnel(ctx, r, filepath.Join(dir, "tunnel"), tunnelO)
 	})
 	run("kube", func() error {
-		return benchKube(ctx, r, filepath.Join(dir, "kube"), kubeOpts{gets: 3600, blocks200: 9, lists: 17, agentRest: 12 * time.Second})
+		return benchKube(ctx, r, filepath.Join(dir, "kube"), kubeO)
 	})
 	run("agentrss", func() error {
 		var bins []string

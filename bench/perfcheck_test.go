@@ -40,9 +40,12 @@ func TestPerfIdleFleet(t *testing.T) {
 	})
 }
 
+// TestPerfKubernetesPath also sends 300 small GETs over HTTP/2, as kubectl
+// does (h2Gets, about 3 s): their p50 and p99 are held to the lenient bound
+// of their budget, the relays' added time + 0.60 ms and 1.6×.
 func TestPerfKubernetesPath(t *testing.T) {
 	checkPart(t, func(ctx context.Context, r *report, dir string) error {
-		return benchKube(ctx, r, dir, kubeOpts{gets: 200, blocks200: 3, lists: 4, agentRest: time.Second})
+		return benchKube(ctx, r, dir, kubeOpts{gets: 200, blocks200: 3, lists: 4, h2Gets: 300, agentRest: time.Second})
 	})
 }
 
@@ -86,10 +89,10 @@ var guards = []struct {
 	name  string
 	bound float64
 }{
-	{"small GET, 1 in flight, p50", 2.5}, // lenient 0.8 ms; measured 0.70–1.4 ms
-	{"small GET, 1 in flight, p99", 3.0}, // lenient 1.6×; measured 0.57–1.77×, once over 2.5 in CI
-	{"21 MB list, gzip", 2.7},            // lenient 1.3×; measured 0.65–1.81×
-	{"21 MB list, no gzip", 3.5},         // lenient 2.2×; measured 1.44–2.34×
+	{"small GET, 1 in flight, p50", 2.5}, // lenient: the relays' added + 0.6 ms; measured 0.70–1.4 ms
+	{"small GET, 1 in flight, p99", 3.0}, // lenient: the relays' ratio × 1.3; measured 0.57–1.77×, once over 2.5 in CI
+	{"21 MB list, gzip", 2.7},            // lenient: the relays' ratio × 1.2; measured 0.65–1.81×
+	{"21 MB list, no gzip", 3.5},         // lenient: the relays' ratio × 1.2; measured 1.44–2.34×
 }
 
 // ciBound is the bound CI holds f to, and whether f is within it.

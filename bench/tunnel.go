@@ -160,6 +160,23 @@ func (s *tunnelSetup) paths(ctx context.Context, withTLS bool) ([]path, func(), 
 		stop()
 		return nil, nil, err
 	}
+	var tlsPaths []path
+	if withTLS {
+		// The copying relay doing the tunnel's TLS work: TLS between the
+		// two relays as the wss between hub and agent, and the API server's
+		// TLS run by the front one.
+		linkB, err := start("relay-tls-b", "relay", "-copy", "-link-ca", s.caFile, "-target", ln.Addr().String())
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		linkA, err := start("relay-tls-a", append([]string{"relay", "-copy", "-link-cert", s.hubCert, "-link-key", s.hubKey, "-target", linkB.ready[0]}, innerCA...)...)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		tlsPaths = append(tlsPaths, path{name: "relay-tls", dial: func() (net.Conn, error) { return net.Dial("tcp", linkA.ready[0]) }, procs: []*child{linkA, linkB}})
+	}
 	hubArgs := []string{"tunnel-hub"}
 	if withTLS {
 		hubArgs = append(hubArgs, "-cert", s.hubCert, "-key", s.hubKey)
@@ -209,7 +226,7 @@ func (s *tunnelSetup) paths(ctx context.Context, withTLS bool) ([]path, func(), 
 		{name: "relay", dial: tcp(relayA.ready[0]), procs: []*child{relayA, relayB}},
 		{name: "relay-copy", dial: tcp(copyA.ready[0]), procs: []*child{copyA, copyB}},
 		{name: "tunnel", dial: tcp(th.ready[1]), procs: []*child{th, ta}},
-	}, extra...), stop, nil
+	}, append(tlsPaths, extra...)...), stop, nil
 }
 
 // bulk reads from the sink over n connections for d after a warm-up, and
@@ -314,7 +331,7 @@ func throughput(ctx context.Context, r *report, section string, paths []path, o 
 	for _, n := range ns {
 		mb := map[string][]float64{}
 		cpu := map[string][]float64{}
-		var vsDirect, vsRelay, vsCopy []float64
+		var vsDirect, vsRelay, vsCopy, vsTLS []float64
 		for round := range rounds {
 			got := map[string]float64{}
 			// Rotate the order each round, so no path always goes first.
@@ -334,27 +351,40 @@ func throughput(ctx context.Context, r *report, section string, paths []path, o 
 			vsDirect = append(vsDirect, got["tunnel"]/got["direct"])
 			vsRelay = append(vsRelay, got["tunnel"]/got["relay"])
 			vsCopy = append(vsCopy, got["tunnel"]/got["relay-copy"])
+			if got["relay-tls"] > 0 {
+				vsTLS = append(vsTLS, got["tunnel"]/got["relay-tls"])
+			}
 		}
 		for _, p := range paths {
 			log.Printf("bench: %s, %d streams, %s: %.0f MB/s, %.2f CPU-s/GiB (medians)", section, n, p.name, median(mb[p.name]), median(cpu[p.name]))
 		}
 		detail := fmt.Sprintf("MB/s: tunnel %.0f, direct %.0f, relay %.0f; ratio per round %s",
 			median(mb["tunnel"]), median(mb["direct"]), median(mb["relay"]), spread(vsDirect))
-		f := figure{Section: section, Name: fmt.Sprintf("throughput, %d stream%s, tunnel ÷ direct TCP", n, plural(n)), Value: median(vsDirect), Unit: "×", Detail: detail}
-		if section == "tunnel" {
-			min := 0.35
-			if n == 32 {
-				min = 0.30
-			}
-			f = atLeast(f, min)
-		}
-		r.add(f)
+		// The ratio to direct TCP has no budget: it follows direct loopback
+		// TCP, which swings twofold between runs, and the copying relay, a
+		// path that does no work but touch the bytes, reaches only about
+		// 0.3× (decision 017). The budget is against that relay.
+		r.add(figure{Section: section, Name: fmt.Sprintf("throughput, %d stream%s, tunnel ÷ direct TCP", n, plural(n)), Value: median(vsDirect), Unit: "×", Detail: detail})
 		r.add(figure{Section: section, Name: fmt.Sprintf("throughput, %d stream%s, tunnel ÷ two-process relay", n, plural(n)), Value: median(vsRelay), Unit: "×",
 			Detail: fmt.Sprintf("relay ÷ direct %.3f", median(div(mb["relay"], mb["direct"])))})
-		r.add(figure{Section: section, Name: fmt.Sprintf("throughput, %d stream%s, tunnel ÷ relay copying in user space", n, plural(n)), Value: median(vsCopy), Unit: "×",
-			Detail: fmt.Sprintf("copying relay ÷ direct %.3f, %.2f CPU-s/GiB", median(div(mb["relay-copy"], mb["direct"])), median(cpu["relay-copy"]))})
-		r.add(atMost(figure{Section: section, Name: fmt.Sprintf("CPU, %d stream%s, hub + agent", n, plural(n)), Value: median(cpu["tunnel"]), Unit: "CPU-s/GiB",
-			Detail: fmt.Sprintf("spread %s; the relay's two processes %.2f", spread(cpu["tunnel"]), median(cpu["relay"]))}, 2.5))
+		f := figure{Section: section, Name: fmt.Sprintf("throughput, %d stream%s, tunnel ÷ relay copying in user space", n, plural(n)), Value: median(vsCopy), Unit: "×",
+			Detail: fmt.Sprintf("copying relay ÷ direct %.3f, %.2f CPU-s/GiB; ratio per round %s", median(div(mb["relay-copy"], mb["direct"])), median(cpu["relay-copy"]), spread(vsCopy))}
+		if len(vsTLS) == 0 {
+			f = atLeast(f, 0.90)
+		} else {
+			f.Detail = "the relay runs TLS to the sink only, one AES-GCM pass per byte to the tunnel's three; " + f.Detail
+		}
+		r.add(f)
+		if len(vsTLS) > 0 {
+			r.add(atLeast(figure{Section: section, Name: fmt.Sprintf("throughput, %d stream%s, tunnel ÷ relay copying with the same TLS", n, plural(n)), Value: median(vsTLS), Unit: "×",
+				Detail: fmt.Sprintf("the copying relay with TLS between its two processes (as the wss) and to the sink: ÷ direct %.3f, %.0f MB/s, %.2f CPU-s/GiB; ratio per round %s",
+					median(div(mb["relay-tls"], mb["direct"])), median(mb["relay-tls"]), median(cpu["relay-tls"]), spread(vsTLS))}, 0.90))
+		}
+		cpuDetail := fmt.Sprintf("spread %s; the relay's two processes %.2f", spread(cpu["tunnel"]), median(cpu["relay"]))
+		if len(vsTLS) > 0 {
+			cpuDetail += fmt.Sprintf(", the copying relay with the same TLS %.2f", median(cpu["relay-tls"]))
+		}
+		r.add(atMost(figure{Section: section, Name: fmt.Sprintf("CPU, %d stream%s, hub + agent", n, plural(n)), Value: median(cpu["tunnel"]), Unit: "CPU-s/GiB", Detail: cpuDetail}, 2.5))
 	}
 	return nil
 }
@@ -437,7 +467,7 @@ func roundTrips(ctx context.Context, r *report, paths []path, blocks int) error 
 		f := figure{Section: "rtt", Name: "1 KiB echo round trip, " + q.name + ", tunnel − direct", Value: t - d, Unit: "µs",
 			Detail: fmt.Sprintf("tunnel %.0f µs, direct %.0f µs, relay %.0f µs (+%.0f); %d each", t, d, rl, rl-d, len(rtt["direct"]))}
 		if q.name == "p50" {
-			f = atMost(f, 120)
+			f = atMostPlus(f, rl-d, 30, "the relay's")
 		}
 		r.add(f)
 	}
