@@ -219,6 +219,9 @@ type countingWriter struct {
 	status      int
 	bytes       int64
 	wroteHeader bool
+	// gone is closed when the client has left (the request's context):
+	// an answer whose head comes after that reached no one.
+	gone <-chan struct{}
 	// hijacked counts what is written to the client's connection after an
 	// upgrade (exec, attach, port-forward): the proxy's two copies write
 	// it, and the second may still run as the handler returns.
@@ -350,6 +353,14 @@ func (w *countingWriter) WriteHeader(code int) {
 	// before the answer: the answer's status is the one to record.
 	if !w.wroteHeader && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		w.status, w.wroteHeader = code, true
+		select {
+		case <-w.gone:
+			// The client left before the answer came (and the API server
+			// may have answered because the stream ended): audited as 499,
+			// not as a status no one got.
+			w.status = statusClientClosed
+		default:
+		}
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

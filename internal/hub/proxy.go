@@ -52,7 +52,7 @@ func (h *Hub) serveCluster(w http.ResponseWriter, r *http.Request) {
 	h.requests.add()
 	defer h.requests.done()
 	start := time.Now()
-	rw := &countingWriter{ResponseWriter: w, status: http.StatusOK, gather: gatherConnOf(r.Context(), r.ProtoMajor), sessions: &h.sessions}
+	rw := &countingWriter{ResponseWriter: w, status: http.StatusOK, gone: r.Context().Done(), gather: gatherConnOf(r.Context(), r.ProtoMajor), sessions: &h.sessions}
 	name := r.PathValue("cluster")
 	rt := route{id: newRequestID(), answer: rw}
 	defer func() {
