@@ -86,6 +86,9 @@ type Config struct {
 	// IdleTimeout is how long a connection to an API server stays open,
 	// unused, for the next request. Zero means 90 s.
 	IdleTimeout time.Duration
+	// InventoryMaxBytes bounds every cluster's inventory together, in
+	// bytes of heap; zero means inventory.DefaultStoreMaxBytes.
+	InventoryMaxBytes int
 	// FormTimeout bounds the wait for the body of a request the hub reads
 	// or leaves before it knows who sent it (the sign-in form, a refused
 	// request): closeUnreadBodies. Zero means 10 s.
@@ -222,9 +225,9 @@ func New(cfg Config) (*Hub, error) {
 		requests:  newInflight(),
 		watches:   map[*watchBody]struct{}{},
 		stopping:  make(chan struct{}),
-		inventory: inventory.NewStore(),
 		access:    accessCache{ttl: cfg.AccessTTL},
 	}
+	h.inventory = inventory.NewStoreConfig(inventory.StoreConfig{MaxBytes: cfg.InventoryMaxBytes, Dropped: h.inventoryDropped})
 	h.proxy = h.newProxy()
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tether_streams_open", Help: "Streams to API servers open now across every agent's tunnel (control and inventory streams not counted).",

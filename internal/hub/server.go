@@ -78,19 +78,20 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h, err = New(Config{
-		KubeconfigCA:    kubeconfigCA,
-		Auth:            people,
-		AuthConfig:      authCfg,
-		PublicURL:       urlString(opts),
-		Audit:           audit,
-		Logger:          log,
-		Agents:          agents,
-		OwnAgentsOnly:   !listed,
-		BasePath:        opts.BasePath,
-		Heartbeat:       opts.Heartbeat,
-		ReconnectSpread: opts.ReconnectSpread,
-		Registerer:      reg,
-		Direct:          direct,
+		KubeconfigCA:      kubeconfigCA,
+		Auth:              people,
+		AuthConfig:        authCfg,
+		PublicURL:         urlString(opts),
+		Audit:             audit,
+		Logger:            log,
+		Agents:            agents,
+		OwnAgentsOnly:     !listed,
+		BasePath:          opts.BasePath,
+		Heartbeat:         opts.Heartbeat,
+		ReconnectSpread:   opts.ReconnectSpread,
+		Registerer:        reg,
+		InventoryMaxBytes: opts.InventoryMaxBytes,
+		Direct:            direct,
 	})
 	if err != nil {
 		return err

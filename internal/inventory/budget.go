@@ -37,9 +37,10 @@ type StoreConfig struct {
 	// ClusterMaxBytes bounds one cluster's; zero means MaxBytes (the
 	// constant), and it is never more than the MaxBytes above.
 	ClusterMaxBytes int
-	// Dropped, when set, is called with each cluster whose inventory was
-	// dropped to make room for another cluster's, which changed the cluster
-	// without an Update of its own. It is called without the store's lock.
+	// Dropped, when set, is called with each cluster whose inventory a
+	// Receiver's Apply dropped, for the bounds: the Receiver's own, or
+	// another cluster's, which changed without an Update of its own. It is
+	// called without the store's lock.
 	Dropped func(cluster string)
 }
 
@@ -66,6 +67,16 @@ func (s *Store) Bytes() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.total
+}
+
+// ClusterBytes returns what the store holds of cluster, as Bytes counts.
+func (s *Store) ClusterBytes(cluster string) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if h := s.held[cluster]; h != nil {
+		return h.bytes
+	}
+	return 0
 }
 
 func (s *Store) holdingLocked(cluster string) *holding {

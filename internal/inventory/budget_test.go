@@ -173,10 +173,33 @@ func TestTheClusterOverItsShareIsRefusedNeverTheOthers(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if slices.ContainsFunc(dropped, func(c string) bool { return c != "hostile" }) || len(dropped) == 0 {
+	if slices.ContainsFunc(dropped, func(c string) bool { return !strings.HasPrefix(c, "hostile") }) || len(dropped) == 0 {
 		t.Errorf("Dropped was told of %v; want the hostile cluster alone", dropped)
 	}
 	if s.Bytes() != held(s) {
 		t.Errorf("counted %d bytes; the states hold %d", s.Bytes(), held(s))
+	}
+}
+
+// TestASnapshotDroppedForAnotherClusterTakesNoMore: the Receiver whose
+// snapshot was dropped to make room for another cluster's ignores the rest
+// of that snapshot, and may begin another.
+func TestASnapshotDroppedForAnotherClusterTakesNoMore(t *testing.T) {
+	const bound = 4 << 20
+	s := NewStoreConfig(StoreConfig{MaxBytes: bound})
+	hostile := s.Receiver("hostile")
+	u := big(0, 35)
+	u.Snapshot = true
+	hostile.Apply(u, time.Now())
+	good := big(0, 10)
+	good.Snapshot, good.Complete = true, true
+	s.Receiver("good").Apply(good, time.Now())
+	if hostile.Apply(big(100, 5), time.Now()) || s.ClusterBytes("hostile") != 0 {
+		t.Errorf("the rest of a dropped snapshot: %d bytes held", s.ClusterBytes("hostile"))
+	}
+	again := big(200, 1)
+	again.Snapshot, again.Complete = true, true
+	if !hostile.Apply(again, time.Now()) {
+		t.Error("a new snapshot after the drop changed nothing")
 	}
 }

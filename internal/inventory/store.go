@@ -119,8 +119,8 @@ func (r *Receiver) Apply(u *protocol.Update, now time.Time) bool {
 	dropped := s.dropped
 	s.dropped = nil
 	s.mu.Unlock()
-	for _, c := range dropped {
-		if c != r.cluster && s.cfg.Dropped != nil {
+	if s.cfg.Dropped != nil {
+		for _, c := range dropped {
 			s.cfg.Dropped(c)
 		}
 	}
@@ -138,6 +138,11 @@ func (r *Receiver) applyLocked(u *protocol.Update, now time.Time) bool {
 		}
 		r.pending = s.newStateLocked(r.cluster, r, u.GatewayTieBreaker)
 		r.committed = nil
+	}
+	if r.pending != nil && r.pending.dropped {
+		// Dropped for another cluster's room: Updates are ignored until
+		// the next snapshot.
+		r.pending = nil
 	}
 	if r.pending != nil {
 		st := r.pending
@@ -169,6 +174,9 @@ func (r *Receiver) applyLocked(u *protocol.Update, now time.Time) bool {
 }
 
 func (st *state) apply(u *protocol.Update) {
+	if st.dropped {
+		return
+	}
 	st.counted = nil // apply runs under the store's write lock: no Info counts now
 	if u.Kinds != nil {
 		if !st.charge(kindsSize(u.Kinds) - kindsSize(st.kinds)) {
