@@ -215,17 +215,17 @@ func New(cfg Config) (*Hub, error) {
 		return nil, err
 	}
 	h := &Hub{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		metrics:   m,
-		refusals:  newLimiter(10 * time.Second),
-		agents:    map[string]*agentConn{},
-		status:    map[string]*clusterStatus{},
-		lastCA:    map[string]string{},
-		requests:  newInflight(),
-		watches:   map[*watchBody]struct{}{},
-		stopping:  make(chan struct{}),
-		access:    accessCache{ttl: cfg.AccessTTL},
+		cfg:      cfg,
+		log:      cfg.Logger,
+		metrics:  m,
+		refusals: newLimiter(10 * time.Second),
+		agents:   map[string]*agentConn{},
+		status:   map[string]*clusterStatus{},
+		lastCA:   map[string]string{},
+		requests: newInflight(),
+		watches:  map[*watchBody]struct{}{},
+		stopping: make(chan struct{}),
+		access:   accessCache{ttl: cfg.AccessTTL},
 	}
 	h.inventory = inventory.NewStoreConfig(inventory.StoreConfig{MaxBytes: cfg.InventoryMaxBytes, Dropped: h.inventoryDropped})
 	h.proxy = h.newProxy()
