@@ -185,6 +185,9 @@ func TestOptionsFromEnv(t *testing.T) {
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_RECONNECT_SPREAD_SECONDS": "-1"}, "TETHER_RECONNECT_SPREAD_SECONDS must be a whole number of seconds, at least 0"},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_SHUTDOWN_GRACE_SECONDS": "soon"}, "TETHER_SHUTDOWN_GRACE_SECONDS must be a whole number"},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_METRICS_ADDR": "x"}, `TETHER_METRICS_ADDR must be an address like :9090, or 0 to turn it off, not "x"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_INVENTORY_MAX_BYTES": "1Mi"}, `TETHER_INVENTORY_MAX_BYTES must be a number of bytes, like 512Mi or 536870912, of at least 16Mi, not "1Mi"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_INVENTORY_MAX_BYTES": "1G"}, `TETHER_INVENTORY_MAX_BYTES must be a number of bytes`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_INVENTORY_MAX_BYTES": "99999999999Gi"}, `TETHER_INVENTORY_MAX_BYTES must be a number of bytes`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_LOG_FORMAT": "xml"}, `TETHER_LOG_FORMAT must be text or json, not "xml"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_FLEET_CLUSTERS": "- name: s\n  server: https://h\n  caFile: c\n"}, `TETHER_FLEET_CLUSTERS[0] ("s") needs tokenFile, the path of a file.`},
 	}
@@ -203,6 +206,12 @@ func TestOptionsFromEnv(t *testing.T) {
 	}
 	if _, err := OptionsFromEnv(env(nil), false); err != nil {
 		t.Errorf("tether dev needs no public URL: %v", err)
+	}
+	for v, want := range map[string]int{"": 256 << 20, "512Mi": 512 << 20, "2Gi": 2 << 30, "20000000": 20000000} {
+		o, err := OptionsFromEnv(env(map[string]string{"TETHER_INVENTORY_MAX_BYTES": v}), false)
+		if err != nil || o.InventoryMaxBytes != want {
+			t.Errorf("TETHER_INVENTORY_MAX_BYTES=%q: %d, %v; want %d", v, o.InventoryMaxBytes, err, want)
+		}
 	}
 }
 
