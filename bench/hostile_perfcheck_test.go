@@ -4,7 +4,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -129,6 +131,22 @@ func TestPerfHostileInventoryStaysUnderTheChartsLimit(t *testing.T) {
 		mib(int64(s.HeapAlloc)), mib(s.RSS), mib(hwm), mib(peak), mib(limit))
 	if hwm >= limit || peak >= limit {
 		t.Errorf("the hub's RSS peaked at %.0f MiB, past the chart's limit of %.0f MiB", mib(max(hwm, peak)), mib(limit))
+	}
+	// The third cluster's 2,700 pods, none ready, are all there.
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/api/clusters/good", nil)
+	req.Header.Set("Authorization", "Bearer "+userToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var c struct {
+		Summary struct {
+			PodsNotReady int `json:"podsNotReady"`
+		} `json:"summary"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || c.Summary.PodsNotReady != 2700 {
+		t.Errorf("the good cluster: %s, %d pods not ready, %v; want 2700", resp.Status, c.Summary.PodsNotReady, err)
 	}
 	for _, a := range hostile {
 		a.Close()
