@@ -98,6 +98,9 @@ type Config struct {
 	// (open.go); zero fields take the defaults (DefaultMaxRequests…), and
 	// the users list may raise or lower them for its people.
 	Limits auth.Limits
+	// InventoryMaxBytes bounds every cluster's inventory together, in
+	// bytes of heap; zero means inventory.DefaultStoreMaxBytes.
+	InventoryMaxBytes int
 	// FormTimeout bounds the wait for the body of a request the hub reads
 	// or leaves before it knows who sent it (the sign-in form, a refused
 	// request): closeUnreadBodies. Zero means 10 s.
@@ -233,19 +236,19 @@ func New(cfg Config) (*Hub, error) {
 		return nil, err
 	}
 	h := &Hub{
-		cfg:       cfg,
-		log:       cfg.Logger,
-		metrics:   m,
-		refusals:  newLimiter(10 * time.Second),
-		agents:    map[string]*agentConn{},
-		status:    map[string]*clusterStatus{},
-		lastCA:    map[string]string{},
-		requests:  newInflight(),
-		watches:   map[*watchBody]struct{}{},
-		stopping:  make(chan struct{}),
-		inventory: inventory.NewStore(),
-		access:    newAccessCache(cfg.AccessTTL, cfg.AccessReviewsPerPerson),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		metrics:  m,
+		refusals: newLimiter(10 * time.Second),
+		agents:   map[string]*agentConn{},
+		status:   map[string]*clusterStatus{},
+		lastCA:   map[string]string{},
+		requests: newInflight(),
+		watches:  map[*watchBody]struct{}{},
+		stopping: make(chan struct{}),
+		access:   newAccessCache(cfg.AccessTTL, cfg.AccessReviewsPerPerson),
 	}
+	h.inventory = inventory.NewStoreConfig(inventory.StoreConfig{MaxBytes: cfg.InventoryMaxBytes, Dropped: h.inventoryDropped})
 	h.proxy = h.newProxy()
 	if cfg.Auth != nil {
 		// A reload ends what the people it drops hold open (open.go).

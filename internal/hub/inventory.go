@@ -14,6 +14,8 @@ import (
 // until the stream or the connection ends. Who closes st: the caller.
 func (h *Hub) receiveInventory(c *agentConn, st net.Conn) {
 	rcv := h.inventory.Receiver(c.name)
+	// A snapshot never completed is let go with its connection (issue 33).
+	defer rcv.Close()
 	for {
 		u, err := protocol.ReadUpdate(st)
 		if err != nil {
@@ -35,4 +37,13 @@ func (h *Hub) receiveInventory(c *agentConn, st net.Conn) {
 			h.events.changed(c.name)
 		}
 	}
+}
+
+// inventoryDropped is told of a cluster whose inventory the store dropped:
+// it took more than its share of TETHER_INVENTORY_MAX_BYTES.
+func (h *Hub) inventoryDropped(cluster string) {
+	if info, ok := h.inventory.Info(cluster); ok && info.TooLarge != "" {
+		h.log.Warn(fmt.Sprintf("The inventory of %q was too large: %s", cluster, info.TooLarge), "cluster", cluster)
+	}
+	h.events.changed(cluster)
 }

@@ -197,6 +197,9 @@ func TestOptionsFromEnv(t *testing.T) {
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_MAX_WATCHES_PER_PERSON": "0"}, `TETHER_MAX_WATCHES_PER_PERSON must be a whole number from 1 to 1000000, not "0"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_MAX_REQUESTS_PER_PERSON": "lots"}, `TETHER_MAX_REQUESTS_PER_PERSON must be a whole number from 1 to 1000000, not "lots"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_MAX_SESSIONS_PER_PERSON": "-1"}, `TETHER_MAX_SESSIONS_PER_PERSON must be a whole number from 1 to 1000000, not "-1"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_INVENTORY_MAX_BYTES": "1Mi"}, `TETHER_INVENTORY_MAX_BYTES must be a number of bytes, like 512Mi or 536870912, of at least 16Mi, not "1Mi"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_INVENTORY_MAX_BYTES": "1G"}, `TETHER_INVENTORY_MAX_BYTES must be a number of bytes`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_INVENTORY_MAX_BYTES": "99999999999Gi"}, `TETHER_INVENTORY_MAX_BYTES must be a number of bytes`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_LOG_FORMAT": "xml"}, `TETHER_LOG_FORMAT must be text or json, not "xml"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_FLEET_CLUSTERS": "- name: s\n  server: https://h\n  caFile: c\n"}, `TETHER_FLEET_CLUSTERS[0] ("s") needs tokenFile, the path of a file.`},
 	}
@@ -215,6 +218,12 @@ func TestOptionsFromEnv(t *testing.T) {
 	}
 	if _, err := OptionsFromEnv(env(nil), false); err != nil {
 		t.Errorf("tether dev needs no public URL: %v", err)
+	}
+	for v, want := range map[string]int{"": 256 << 20, "512Mi": 512 << 20, "2Gi": 2 << 30, "20000000": 20000000} {
+		o, err := OptionsFromEnv(env(map[string]string{"TETHER_INVENTORY_MAX_BYTES": v}), false)
+		if err != nil || o.InventoryMaxBytes != want {
+			t.Errorf("TETHER_INVENTORY_MAX_BYTES=%q: %d, %v; want %d", v, o.InventoryMaxBytes, err, want)
+		}
 	}
 }
 

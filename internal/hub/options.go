@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/logging"
 )
 
@@ -39,6 +40,9 @@ type Options struct {
 	// Limits bound what one person holds open at once on one cluster
 	// (TETHER_MAX_REQUESTS_PER_PERSON and its like).
 	Limits auth.Limits
+	// InventoryMaxBytes bounds every cluster's inventory together, in bytes
+	// of the hub's heap (TETHER_INVENTORY_MAX_BYTES).
+	InventoryMaxBytes int
 	// Listener, when set, is used instead of listening on Addr: for tests
 	// and `tether dev`, which pick their address first.
 	Listener net.Listener
@@ -111,6 +115,9 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 		return Options{}, err
 	}
 	if o.AccessReviewsPerPerson, err = count(getenv, "TETHER_ACCESS_REVIEWS_PER_PERSON", defaultReviewsPerPerson); err != nil {
+		return Options{}, err
+	}
+	if o.InventoryMaxBytes, err = byteSize(getenv, "TETHER_INVENTORY_MAX_BYTES", inventory.DefaultStoreMaxBytes, 16<<20); err != nil {
 		return Options{}, err
 	}
 	if o.MetricsAddr == "0" {
@@ -203,6 +210,26 @@ func count(getenv func(string) string, name string, def int) (int, error) {
 		return 0, fmt.Errorf("%s must be a whole number from 1 to 1000000, not %q", name, v)
 	}
 	return n, nil
+}
+
+// byteSize reads a setting in bytes: a whole number, or one with Ki, Mi or
+// Gi after it, as Kubernetes writes memory (256Mi).
+func byteSize(getenv func(string) string, name string, def, least int) (int, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return def, nil
+	}
+	digits, unit := v, 1
+	for suffix, u := range map[string]int{"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30} {
+		if d, ok := strings.CutSuffix(v, suffix); ok {
+			digits, unit = d, u
+		}
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 0 || n > (1<<50)/unit || n*unit < least {
+		return 0, fmt.Errorf("%s must be a number of bytes, like 512Mi or 536870912, of at least %dMi, not %q", name, least>>20, v)
+	}
+	return n * unit, nil
 }
 
 func orDefault(v, def string) string {

@@ -373,6 +373,9 @@ type InventoryJSON struct {
 	// cluster (a million objects, or 256 MiB of them), and some are left
 	// out.
 	Truncated bool `json:"truncated,omitempty"`
+	// TooLarge, when set, says why the hub keeps none of the cluster's
+	// inventory: it took more than its share of TETHER_INVENTORY_MAX_BYTES.
+	TooLarge string `json:"tooLarge,omitempty"`
 }
 
 // KindProblem is one kind the agent doesn't watch. Missing means the
@@ -397,7 +400,7 @@ func (h *Hub) addInventory(c *ClusterJSON) {
 	}
 	// The tie-breaker names a gateway: addTieBreaker shows it to those who
 	// may list it, in /api/clusters/<name> alone.
-	inv := &InventoryJSON{Updated: info.Updated.UTC(), Truncated: info.Truncated}
+	inv := &InventoryJSON{Updated: info.Updated.UTC(), Truncated: info.Truncated, TooLarge: info.TooLarge}
 	for _, k := range info.Kinds {
 		if k.Error != "" {
 			inv.Problems = append(inv.Problems, KindProblem{Kind: k.Kind, Namespace: k.Namespace, Error: k.Error, Missing: k.Missing})

@@ -95,6 +95,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		AccessReviewsPerPerson: opts.AccessReviewsPerPerson,
 		Direct:                 direct,
 		Limits:                 opts.Limits,
+		InventoryMaxBytes:      opts.InventoryMaxBytes,
 	})
 	if err != nil {
 		return err

@@ -16,12 +16,20 @@ import (
 // Store is the hub's copy of every cluster's inventory, in memory. Each
 // cluster's state is replaced as a whole by each complete snapshot, so a
 // reconnected agent leaves no ghosts of objects deleted while it was away.
+//
+// What it holds is bounded (budget.go): per cluster, its state and a
+// snapshot being received together, and across clusters, all of them.
 type Store struct {
-	mu       sync.RWMutex // guards clusters and everything in them, and ends
+	mu       sync.RWMutex // guards the following, and every state's objects, kept or being received
 	clusters map[string]*state
 	// ends counts each cluster's calls to Forget and End: a Receiver made
 	// before the last of them changes nothing, however late its Updates.
 	ends map[string]uint64
+
+	cfg     StoreConfig
+	held    map[string]*holding // by cluster: the bytes of its states, kept and being received
+	total   int                 // held's bytes, together
+	dropped []string            // clusters whose inventory an Apply let go of, for cfg.Dropped
 }
 
 // MaxObjects bounds the objects the hub keeps of one cluster, so an agent
@@ -30,26 +38,23 @@ type Store struct {
 // cluster's state says so.
 const MaxObjects = 1_000_000
 
-// MaxBytes bounds the bytes of summaries the hub keeps of one cluster, as
-// summarySize counts them, for the same reason: a summary's names are
-// bounded, but its labels, conditions and hosts only by the message they
-// come in (1 MiB), so a million objects could hold far more than any real
-// cluster's.
-// A summary is a few hundred bytes; the largest clusters (150,000 pods)
-// need well under this. Past it, new objects and growing changes are left
-// out, as past MaxObjects.
-const MaxBytes = 256 << 20
-
-// state is one cluster's inventory.
+// state is one cluster's inventory, kept or being received.
 type state struct {
 	objects    map[string]map[string]*protocol.Resource // kind → "namespace/name" → summary
 	count      int                                      // objects in all kinds
-	bytes      int                                      // their summarySize, together
-	maxBytes   int                                      // 0: MaxBytes (tests set less)
-	truncated  bool                                     // some were left out: over MaxObjects or MaxBytes
+	bytes      int                                      // what they and kinds cost the hub's heap (size.go)
+	maxBytes   int                                      // 0: MaxBytes; for a state without a store (tests)
+	truncated  bool                                     // some were left out: over MaxObjects or a bound on bytes
 	kinds      []protocol.KindState
 	tieBreaker string
 	updated    time.Time
+
+	// Set by the store that holds the state, under its lock.
+	store    *Store
+	cluster  string
+	receiver *Receiver // the one receiving it, while it is a snapshot not yet complete
+	dropped  bool      // the store let it go (budget.go): nothing more is applied to it
+	tooLarge string    // why the store dropped the cluster's inventory: this state holds none of it
 
 	// counted is the Summary as last counted, nil since the state changed:
 	// every open page asks for it at each change, and counting walks every
@@ -59,19 +64,23 @@ type state struct {
 	counted *Summary
 }
 
-// NewStore returns an empty Store.
-func NewStore() *Store {
-	return &Store{clusters: map[string]*state{}, ends: map[string]uint64{}}
+// NewStore returns an empty Store with the default bounds.
+func NewStore() *Store { return NewStoreConfig(StoreConfig{}) }
+
+// NewStoreConfig returns an empty Store that holds no more than cfg allows.
+func NewStoreConfig(cfg StoreConfig) *Store {
+	return &Store{clusters: map[string]*state{}, ends: map[string]uint64{}, held: map[string]*holding{}, cfg: cfg.withDefaults()}
 }
 
 // Receiver applies one connection's Updates to the store's state of one
-// cluster. It is not safe for concurrent use: each connection has its own.
+// cluster. It is not safe for concurrent use: each connection has its own,
+// and closes it when the connection ends.
 type Receiver struct {
-	store   *Store
-	cluster string
-	end     uint64 // the cluster's ends when it was made
-	pending *state // a snapshot being received
-	live    bool   // a snapshot completed: Updates now change the store
+	store     *Store
+	cluster   string
+	end       uint64 // the cluster's ends when it was made
+	pending   *state // a snapshot being received
+	committed *state // the snapshot it completed last: its Updates change it while the store keeps it
 }
 
 // Receiver returns a Receiver for a new connection of cluster.
@@ -83,51 +92,96 @@ func (s *Store) Receiver(cluster string) *Receiver {
 
 // End makes the Receivers of cluster made so far change nothing more, and
 // keeps its state: its agent was taken over, and the next connection's
-// snapshot replaces it.
+// snapshot replaces it. The snapshots they were receiving are let go.
 func (s *Store) End(cluster string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ends[cluster]++
+	s.dropPendingLocked(cluster)
+}
+
+// Close lets go of the snapshot r was receiving, if any: its connection
+// ended, and the snapshot can never complete. The state r completed stays.
+func (r *Receiver) Close() {
+	r.store.mu.Lock()
+	defer r.store.mu.Unlock()
+	if r.pending != nil {
+		r.store.dropStateLocked(r.pending)
+		r.pending = nil
+	}
 }
 
 // Apply takes one Update. It reports whether the store changed.
 func (r *Receiver) Apply(u *protocol.Update, now time.Time) bool {
+	s := r.store
+	s.mu.Lock()
+	changed := r.applyLocked(u, now)
+	dropped := s.dropped
+	s.dropped = nil
+	s.mu.Unlock()
+	if s.cfg.Dropped != nil {
+		for _, c := range dropped {
+			s.cfg.Dropped(c)
+		}
+	}
+	return changed || slices.Contains(dropped, r.cluster)
+}
+
+func (r *Receiver) applyLocked(u *protocol.Update, now time.Time) bool {
+	s := r.store
+	if s.ends[r.cluster] != r.end {
+		return false // forgotten, or taken over, meanwhile
+	}
 	if u.Snapshot {
-		r.pending = &state{objects: map[string]map[string]*protocol.Resource{}, tieBreaker: u.GatewayTieBreaker}
-		r.live = false
+		if r.pending != nil {
+			s.dropStateLocked(r.pending) // a snapshot begun again: the first never completes
+		}
+		r.pending = s.newStateLocked(r.cluster, r, u.GatewayTieBreaker)
+		r.committed = nil
+	}
+	if r.pending != nil && r.pending.dropped {
+		// Dropped for another cluster's room: Updates are ignored until
+		// the next snapshot.
+		r.pending = nil
 	}
 	if r.pending != nil {
-		r.pending.apply(u)
+		st := r.pending
+		st.apply(u)
+		if st.dropped {
+			r.pending = nil // over its share of the store: Updates are ignored until the next snapshot
+			return false
+		}
 		if !u.Complete {
 			return false
 		}
-		r.pending.updated = now
-		r.store.mu.Lock()
-		ended := r.store.ends[r.cluster] != r.end
-		if !ended {
-			r.store.clusters[r.cluster] = r.pending
-		}
-		r.store.mu.Unlock()
-		r.pending, r.live = nil, !ended
-		return !ended
+		st.updated = now
+		s.commitLocked(st)
+		r.pending, r.committed = nil, st
+		return true
 	}
-	if !r.live {
-		return false // changes before any snapshot: the agent broke the protocol; ignore them
-	}
-	r.store.mu.Lock()
-	defer r.store.mu.Unlock()
-	st := r.store.clusters[r.cluster]
-	if st == nil || r.store.ends[r.cluster] != r.end {
-		return false // forgotten, or taken over, meanwhile
+	st := s.clusters[r.cluster]
+	if st == nil || st != r.committed {
+		// Changes before any snapshot (the agent broke the protocol), or
+		// to a state the store let go of: ignore them.
+		return false
 	}
 	st.apply(u)
 	st.updated = now
+	if st.dropped {
+		r.committed = nil
+	}
 	return true
 }
 
 func (st *state) apply(u *protocol.Update) {
+	if st.dropped {
+		return
+	}
 	st.counted = nil // apply runs under the store's write lock: no Info counts now
 	if u.Kinds != nil {
+		if !st.charge(kindsSize(u.Kinds) - kindsSize(st.kinds)) {
+			return // dropped; a state over its bound keeps its kinds, which are small
+		}
 		st.kinds = u.Kinds
 	}
 	for i := range u.Upserts {
@@ -137,31 +191,29 @@ func (st *state) apply(u *protocol.Update) {
 			if _, known := LookupKind(res.Kind); !known {
 				// No query can ask for it (a newer agent's kind, or a made-up
 				// one): holding it would only let an agent fill the hub with
-				// kinds that count toward neither MaxObjects nor MaxBytes.
+				// kinds that count toward neither MaxObjects nor the bytes.
 				continue
 			}
 			byKey = map[string]*protocol.Resource{}
 			st.objects[res.Kind] = byKey
 		}
 		k := key(res.Namespace, res.Name)
-		size := summarySize(&res)
+		size := resourceSize(&res)
 		old, ok := byKey[k]
 		grows := size
 		if ok {
-			grows -= summarySize(old)
+			grows -= resourceSize(old)
 		}
-		limit := st.maxBytes
-		if limit == 0 {
-			limit = MaxBytes
-		}
-		if !ok && st.count >= MaxObjects || grows > 0 && st.bytes+grows > limit {
+		if !ok && st.count >= MaxObjects || !st.charge(grows) {
+			if st.dropped {
+				return
+			}
 			st.truncated = true
 			continue // a kept object keeps its last summary
 		}
 		if !ok {
 			st.count++
 		}
-		st.bytes += grows
 		byKey[k] = &res
 	}
 	for _, ref := range u.Deletes {
@@ -170,7 +222,7 @@ func (st *state) apply(u *protocol.Update) {
 		if old, ok := byKey[k]; ok {
 			delete(byKey, k)
 			st.count--
-			st.bytes -= summarySize(old)
+			st.charge(-resourceSize(old))
 			if len(byKey) == 0 {
 				delete(st.objects, ref.Kind)
 			}
@@ -178,26 +230,22 @@ func (st *state) apply(u *protocol.Update) {
 	}
 }
 
-// summarySize is about what a summary costs the hub: its strings' bytes, and some
-// for each string, map entry and the object itself.
-func summarySize(r *protocol.Resource) int {
-	const perString, perObject = 16, 256
-	n := perObject
-	str := func(ss ...string) {
-		for _, s := range ss {
-			n += perString + len(s)
-		}
+// charge counts grows more bytes (fewer, when negative) to st, and reports
+// whether it may hold them: always when it shrinks, and when it grows, if
+// its store's bounds leave room, or without a store, MaxBytes (maxBytes).
+func (st *state) charge(grows int) bool {
+	if st.store != nil {
+		return st.store.chargeLocked(st, grows)
 	}
-	str(r.Kind, r.Namespace, r.Name, r.Owner, r.Phase, r.Replicas, r.Version, r.Sync, r.Health)
-	for k, v := range r.Labels {
-		str(k, v)
+	limit := st.maxBytes
+	if limit == 0 {
+		limit = MaxBytes
 	}
-	for _, c := range r.Conditions {
-		str(c.Type, c.Status, c.Reason, c.Message)
+	if grows > 0 && st.bytes+grows > limit {
+		return false
 	}
-	str(r.Images...)
-	str(r.Hosts...)
-	return n
+	st.bytes += grows
+	return true
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }
@@ -206,7 +254,9 @@ func key(namespace, name string) string { return namespace + "/" + name }
 func (s *Store) Forget(cluster string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.dropClusterLocked(cluster)
 	delete(s.clusters, cluster)
+	delete(s.held, cluster)
 	s.ends[cluster]++
 }
 
@@ -295,8 +345,11 @@ type Info struct {
 	GatewayTieBreaker string
 	Updated           time.Time
 	// Truncated is true when the cluster sent more than MaxObjects objects,
-	// or MaxBytes of them, and the hub left some out.
+	// or more bytes than the store keeps of it, and the hub left some out.
 	Truncated bool
+	// TooLarge, when set, says why the hub keeps none of the cluster's
+	// inventory: it took more than its share of the hub's memory.
+	TooLarge string
 }
 
 // Info returns cluster's summary and kind states, and whether there is any
@@ -308,7 +361,7 @@ func (s *Store) Info(cluster string) (Info, bool) {
 	if st == nil {
 		return Info{}, false
 	}
-	info := Info{Kinds: st.kinds, GatewayTieBreaker: st.tieBreaker, Updated: st.updated, Truncated: st.truncated, Summary: st.summary()}
+	info := Info{Kinds: st.kinds, GatewayTieBreaker: st.tieBreaker, Updated: st.updated, Truncated: st.truncated, TooLarge: st.tooLarge, Summary: st.summary()}
 	return info, true
 }
 

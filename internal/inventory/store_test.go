@@ -153,7 +153,7 @@ func TestSummary(t *testing.T) {
 	// does with its numbers changes nobody else's.
 	*got.PodsNotReady = 99
 	c := s.Receiver("c")
-	c.live = true
+	c.committed = s.clusters["c"]
 	c.Apply(&protocol.Update{Upserts: []protocol.Resource{res("pods", "a", "p3", false, nil)}}, time.Now())
 	if info, _ := s.Info("c"); *info.Summary.PodsNotReady != 2 || *info.Summary.NodesTotal != 3 {
 		t.Errorf("after a pod not ready more: %d pods not ready, %d nodes; want 2, 3", *info.Summary.PodsNotReady, *info.Summary.NodesTotal)
@@ -340,7 +340,7 @@ func TestBytesPerClusterAreBounded(t *testing.T) {
 	want := 0
 	for _, byKey := range st.objects {
 		for _, r := range byKey {
-			want += summarySize(r)
+			want += resourceSize(r)
 		}
 	}
 	if st.bytes != want {

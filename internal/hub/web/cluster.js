@@ -179,7 +179,9 @@
 
     const problems = document.getElementById("problems");
     const items = [];
-    if (inv && inv.truncated) {
+    if (inv && inv.tooLarge) {
+      items.push(warning(inv.tooLarge));
+    } else if (inv && inv.truncated) {
       items.push(warning("The cluster has more than the hub keeps of one cluster (a million objects, or 256 MiB of them): some are left out here."));
     }
     haveInventory = !!inv;
