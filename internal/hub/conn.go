@@ -54,6 +54,8 @@ type agentConn struct {
 	lastHeard atomic.Int64 // unix nanoseconds of the last message from the agent
 	// inventoryOpen is true while the agent's inventory stream is open.
 	inventoryOpen atomic.Bool
+	// streams counts the streams to the API server open now (dial).
+	streams atomic.Int64
 
 	writeMu sync.Mutex // guards writes to ctl
 
@@ -404,14 +406,20 @@ func (c *agentConn) pingSent(seq uint64) time.Time {
 
 // Dial opens a stream to the cluster's API server. The agent dials it; the
 // first message on the stream says whether it could. Every stream opened is
-// counted, and counted again when closed, whichever way it ends.
+// counted, and counted again when closed, whichever way it ends. Past the
+// cluster's MaxStreamsPerAgent it opens none for a person's request
+// (*streamLimitError); the hub's own (ownRequest) have reservedStreams more.
 func (c *agentConn) dial(ctx context.Context) (net.Conn, error) {
+	if err := c.takeStream(ctx.Value(ownKey{}) != nil); err != nil {
+		return nil, err
+	}
 	raw, err := c.sess.Open(ctx)
 	if err != nil {
+		c.streams.Add(-1)
 		return nil, fmt.Errorf("the agent's tunnel: %w", err)
 	}
 	c.hub.metrics.streamsOpened.Inc()
-	st := &countingConn{Conn: raw, m: c.hub.metrics}
+	st := &countingConn{Conn: raw, m: c.hub.metrics, release: func() { c.streams.Add(-1) }}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(30 * time.Second)
@@ -438,6 +446,50 @@ func (c *agentConn) dial(ctx context.Context) (net.Conn, error) {
 	return st, nil
 }
 
+// takeStream counts a stream about to open, if the bound lets it. At the
+// bound it first closes the clients' idle connections, whose streams count
+// too, and tries once more.
+func (c *agentConn) takeStream(own bool) error {
+	limit := int64(c.hub.cfg.MaxStreamsPerAgent)
+	if own {
+		limit += reservedStreams
+	}
+	for try := 0; ; try++ {
+		if c.streams.Add(1) <= limit {
+			return nil
+		}
+		c.streams.Add(-1)
+		if try > 0 {
+			break
+		}
+		c.dropIdle()
+	}
+	if !own {
+		c.hub.metrics.streamsRefused.WithLabelValues(c.name).Inc()
+	}
+	return &streamLimitError{cluster: c.name, limit: c.hub.cfg.MaxStreamsPerAgent}
+}
+
+// ownKey marks the context of a request the hub sends for itself: a probe
+// or an access review.
+type ownKey struct{}
+
+// ownRequest marks ctx as the hub's own, for dial.
+func ownRequest(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ownKey{}, true)
+}
+
+// streamLimitError is a request refused because the cluster's streams were
+// at MaxStreamsPerAgent.
+type streamLimitError struct {
+	cluster string
+	limit   int
+}
+
+func (e *streamLimitError) Error() string {
+	return fmt.Sprintf("cluster %q has %d requests open through its agent, the most Tether sends to one cluster at once (TETHER_MAX_STREAMS_PER_AGENT); try again once some have ended", e.cluster, e.limit)
+}
+
 // agentDialError is the agent's own account of why it couldn't dial its
 // API server: it says all there is to say.
 type agentDialError string
@@ -449,6 +501,7 @@ func (e agentDialError) Error() string { return string(e) }
 type countingConn struct {
 	net.Conn
 	m         *metrics
+	release   func() // gives the stream back to its connection's count
 	closeOnce sync.Once
 }
 
@@ -472,7 +525,10 @@ func (c *countingConn) CloseWrite() error {
 
 func (c *countingConn) Close() error {
 	err := c.Conn.Close()
-	c.closeOnce.Do(c.m.streamsClosed.Inc)
+	c.closeOnce.Do(func() {
+		c.m.streamsClosed.Inc()
+		c.release()
+	})
 	return err
 }
 
@@ -533,6 +589,20 @@ func (c *agentConn) closeIdleConnections() {
 		if t != nil {
 			t.CloseIdleConnections()
 		}
+	}
+}
+
+// dropIdle closes the idle connections the clients keep now, and goes on
+// keeping the next: their streams count against MaxStreamsPerAgent.
+func (c *agentConn) dropIdle() {
+	c.mu.Lock()
+	t, client := c.transport, c.client
+	c.mu.Unlock()
+	if client != nil {
+		client.closeIdle()
+	}
+	if t != nil {
+		t.CloseIdleConnections()
 	}
 }
 

@@ -19,6 +19,9 @@ type metrics struct {
 	// streamsOpened and streamsClosed count the streams to API servers the
 	// hub opened and closed: equal once the hub is idle, or a stream leaked.
 	streamsOpened, streamsClosed prometheus.Counter
+	// streamsRefused counts people's requests refused at a cluster's
+	// MaxStreamsPerAgent.
+	streamsRefused *prometheus.CounterVec
 
 	auditErrors prometheus.Counter // audit lines that couldn't be written
 }
@@ -59,10 +62,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.streamsClosed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tether_streams_closed_total", Help: "Streams to API servers the hub closed; equals tether_streams_opened_total when none are open.",
 	})
+	m.streamsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tether_streams_refused_total", Help: "People's requests to a cluster answered 429 because the streams open through its agent were at TETHER_MAX_STREAMS_PER_AGENT.",
+	}, []string{"cluster"})
 	m.auditErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tether_audit_write_errors_total", Help: "Audit lines the hub couldn't write to TETHER_AUDIT_FILE, and so lost.",
 	})
-	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, m.requests, m.requestDuration, relayed, m.streamsOpened, m.streamsClosed, m.auditErrors} {
+	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, m.requests, m.requestDuration, relayed, m.streamsOpened, m.streamsClosed, m.streamsRefused, m.auditErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -79,6 +85,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 func (m *metrics) forgetCluster(name string) {
 	m.requests.DeletePartialMatch(prometheus.Labels{"cluster": name})
 	m.requestDuration.DeleteLabelValues(name)
+	m.streamsRefused.DeleteLabelValues(name)
 }
 
 // clusterReadyDesc is tether_cluster_ready, one series per cluster, read

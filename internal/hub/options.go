@@ -32,6 +32,9 @@ type Options struct {
 	// (TETHER_FLEET_CLUSTERS).
 	Clusters []fleet.Cluster
 	Auth     auth.Config
+	// MaxStreamsPerAgent bounds the streams open through one agent for
+	// people's requests (TETHER_MAX_STREAMS_PER_AGENT).
+	MaxStreamsPerAgent int
 	// Listener, when set, is used instead of listening on Addr: for tests
 	// and `tether dev`, which pick their address first.
 	Listener net.Listener
@@ -100,6 +103,9 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 	if o.ShutdownGrace, err = seconds(getenv, "TETHER_SHUTDOWN_GRACE_SECONDS", 30, 0); err != nil {
 		return Options{}, err
 	}
+	if o.MaxStreamsPerAgent, err = whole(getenv, "TETHER_MAX_STREAMS_PER_AGENT", DefaultMaxStreamsPerAgent, 1, 1_000_000); err != nil {
+		return Options{}, err
+	}
 	if o.MetricsAddr == "0" {
 		o.MetricsAddr = ""
 	} else if _, _, err := net.SplitHostPort(o.MetricsAddr); err != nil {
@@ -164,6 +170,19 @@ func seconds(getenv func(string) string, name string, def, least int) (time.Dura
 		return 0, fmt.Errorf("%s must be at most %d seconds (a year), not %q", name, maxSeconds, v)
 	}
 	return time.Duration(n) * time.Second, nil
+}
+
+// whole reads a whole-number setting from least to most, def when unset.
+func whole(getenv func(string) string, name string, def, least, most int) (int, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < least || n > most {
+		return 0, fmt.Errorf("%s must be a whole number from %d to %d, not %q", name, least, most, v)
+	}
+	return n, nil
 }
 
 func orDefault(v, def string) string {

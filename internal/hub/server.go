@@ -91,6 +91,8 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		ReconnectSpread: opts.ReconnectSpread,
 		Registerer:      reg,
 		Direct:          direct,
+
+		MaxStreamsPerAgent: opts.MaxStreamsPerAgent,
 	})
 	if err != nil {
 		return err
