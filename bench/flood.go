@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetherhq/tether/internal/fleet"
@@ -56,8 +57,7 @@ func (r floodResult) String() string {
 type fakeAPIServer struct {
 	addr    string
 	caPEM   []byte
-	mu      sync.Mutex
-	readyz  int64
+	readyz  atomic.Int64 // the /readyz the hub's probes asked
 	closeFn func()
 }
 
@@ -85,9 +85,7 @@ func startFakeAPIServer(listBytes int) (*fakeAPIServer, error) {
 	f := &fakeAPIServer{caPEM: ca.CertPEM}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		f.mu.Lock()
-		f.readyz++
-		f.mu.Unlock()
+		f.readyz.Add(1)
 		w.Write([]byte("ok"))
 	})
 	mux.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{"gitVersion":"v1.36.3-flood"}`)) })
@@ -120,12 +118,6 @@ func startFakeAPIServer(listBytes int) (*fakeAPIServer, error) {
 	f.addr = ln.Addr().String()
 	f.closeFn = func() { srv.Close() }
 	return f, nil
-}
-
-func (f *fakeAPIServer) readyzCount() int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.readyz
 }
 
 // benchFlood starts a hub, an agent and the fake API server, measures the
@@ -282,7 +274,7 @@ func benchFlood(ctx context.Context, dir string, o floodOpts) (floodResult, erro
 		res.hubRSSPeak = max(res.hubRSSPeak, float64(f.hub.rss())/(1<<20))
 		res.agentRSSPeak = max(res.agentRSSPeak, float64(rssOf(agentPID))/(1<<20))
 	}
-	probes0 := api.readyzCount()
+	probes0 := api.readyz.Load()
 	for range 10 {
 		time.Sleep(time.Second)
 		peak()
@@ -291,10 +283,10 @@ func benchFlood(ctx context.Context, dir string, o floodOpts) (floodResult, erro
 		return res, fmt.Errorf("the other person's GET during the flood: %w", err)
 	}
 	peak()
-	for api.readyzCount() == probes0 && ctx.Err() == nil { // a probe came during the flood
+	for api.readyz.Load() == probes0 && ctx.Err() == nil { // a probe came during the flood
 		time.Sleep(200 * time.Millisecond)
 	}
-	res.probesDuring = api.readyzCount() - probes0
+	res.probesDuring = api.readyz.Load() - probes0
 	res.ready = strings.Contains(status(), `"status":"Ready"`)
 	peak()
 	if s, err := f.hubStats(); err == nil {

@@ -154,7 +154,7 @@ func checkPart(t *testing.T, part func(context.Context, *report, string) error) 
 }
 
 // TestPerfFlood floods one hub and one agent (issue 33, item 2): 400 slow
-// readers of an 11 MB list, then 1,000 idle watches, from ten people, while
+// readers of an 11 MB list, then 1,000 idle watches, from twenty people, while
 // another person's small GETs are timed. The hub must stay under 40 % of
 // the chart's memory limit (1Gi), the agent under 100 MiB, the other
 // person's p50 within 1.5× of what it was before the flood, and the
@@ -167,8 +167,8 @@ func TestPerfFlood(t *testing.T) {
 		name string
 		o    floodOpts
 	}{
-		{"slow readers", floodOpts{people: 10, slow: 400, listBytes: 11 << 20, gets: 200}},
-		{"idle watches", floodOpts{people: 10, watches: 1000, gets: 200, hubEnv: []string{"TETHER_MAX_STREAMS_PER_AGENT=1100"}}},
+		{"slow readers", floodOpts{people: 20, slow: 400, listBytes: 11 << 20, gets: 200}},
+		{"idle watches", floodOpts{people: 20, watches: 1000, gets: 200, hubEnv: []string{"TETHER_MAX_STREAMS_PER_AGENT=1100"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for attempt := 1; attempt <= 2; attempt++ {
