@@ -157,7 +157,7 @@ func TestOptionsFromEnv(t *testing.T) {
 	}
 	if o.Addr != ":8080" || o.PublicURL.String() != "https://t.example.com/base" || o.BasePath != "/" || o.Heartbeat != 30*time.Second ||
 		o.ReconnectSpread != 10*time.Second || o.ShutdownGrace != 30*time.Second || o.MetricsAddr != ":9090" || o.LogFormat != "text" ||
-		o.AuditFile != "-" || o.Auth.HubURL != "https://t.example.com/base" {
+		o.AuditFile != "-" || o.Auth.HubURL != "https://t.example.com/base" || o.MaxStreamsPerAgent != DefaultMaxStreamsPerAgent {
 		t.Errorf("defaults: %+v", o)
 	}
 	tests := []struct {
@@ -184,6 +184,8 @@ func TestOptionsFromEnv(t *testing.T) {
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_HEARTBEAT_SECONDS": "9223372037"}, `TETHER_HEARTBEAT_SECONDS must be at most 31536000 seconds (a year), not "9223372037"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_RECONNECT_SPREAD_SECONDS": "-1"}, "TETHER_RECONNECT_SPREAD_SECONDS must be a whole number of seconds, at least 0"},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_SHUTDOWN_GRACE_SECONDS": "soon"}, "TETHER_SHUTDOWN_GRACE_SECONDS must be a whole number"},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_MAX_STREAMS_PER_AGENT": "0"}, `TETHER_MAX_STREAMS_PER_AGENT must be a whole number from 1 to 1000000, not "0"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_MAX_STREAMS_PER_AGENT": "many"}, `TETHER_MAX_STREAMS_PER_AGENT must be a whole number from 1 to 1000000, not "many"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_METRICS_ADDR": "x"}, `TETHER_METRICS_ADDR must be an address like :9090, or 0 to turn it off, not "x"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_LOG_FORMAT": "xml"}, `TETHER_LOG_FORMAT must be text or json, not "xml"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_FLEET_CLUSTERS": "- name: s\n  server: https://h\n  caFile: c\n"}, `TETHER_FLEET_CLUSTERS[0] ("s") needs tokenFile, the path of a file.`},
