@@ -106,9 +106,10 @@ type Config struct {
 // (Argo CD holds 100 and more per cluster) and for the people beside them.
 const DefaultMaxStreamsPerAgent = 512
 
-// reservedStreams is how many streams past MaxStreamsPerAgent the hub may
-// open to a cluster for its own probes and access reviews: people at the
-// bound can't make the cluster Unreachable, nor the fleet page blind.
+// reservedStreams is how many streams the hub may have open to a cluster
+// for its own probes and access reviews, beside people's
+// MaxStreamsPerAgent: people at their bound can't make the cluster
+// Unreachable, nor the fleet page blind.
 const reservedStreams = 16
 
 // Hub admits agents and keeps the state of every cluster.

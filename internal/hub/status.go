@@ -238,7 +238,7 @@ func (h *Hub) probeAndRecord(ctx context.Context, c *agentConn) bool {
 func (h *Hub) probe(ctx context.Context, c *agentConn) probeResult {
 	ctx, cancel := context.WithTimeout(ownRequest(ctx), h.cfg.ProbeTimeout)
 	defer cancel()
-	client := c.apiClient().small()
+	client := c.hubClient().small()
 	if _, err := h.get(ctx, client, c, "/readyz"); err != nil {
 		return probeResult{message: err.Error()}
 	}

@@ -29,7 +29,10 @@ func TestStreamsPerAgentBound(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	watches := make(chan *http.Response, limit)
-	for fc.watching.Load() < limit {
+	for tries := 0; fc.watching.Load() < limit; tries++ {
+		if tries == 100 {
+			t.Fatalf("%d watches open after 100 tries, want %d", fc.watching.Load(), limit)
+		}
 		req, _ := http.NewRequestWithContext(ctx, "GET", h.url+"/clusters/open/watch", nil)
 		req.Header.Set("Authorization", "Bearer "+aliceToken)
 		resp, err := http.DefaultClient.Do(req)
@@ -79,8 +82,17 @@ func TestStreamsPerAgentBound(t *testing.T) {
 		return false
 	})
 
-	// The refusal closed the idle connection the probes kept: the next
-	// probe needs a stream of its own, past the people's bound.
+	// Bob never rides a connection the hub keeps for its own probes:
+	// those streams are not the people's.
+	for range 5 {
+		if code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/namespaces", bobToken, nil); code != http.StatusTooManyRequests {
+			t.Fatalf("past the bound: %d %s, want 429", code, body)
+		}
+	}
+
+	// The probes' kept connection goes: the next probe needs a stream of
+	// its own, with the people at their bound.
+	h.connected("open").hubClient().closeIdle()
 	eventually(t, 10*time.Second, "a probe on a new connection", func() bool {
 		for k := range fc.connsFor("/readyz") {
 			if !slices.Contains(probesBefore, k) {
