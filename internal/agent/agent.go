@@ -25,6 +25,18 @@ import (
 	"github.com/tetherhq/tether/internal/version"
 )
 
+// maxHubStreams bounds the streams the hub may have open through the agent
+// at once; past it a new one is reset at once, and the hub answers its
+// request 503. Each is a connection to the API server: a file descriptor,
+// two goroutines and about 22 KiB in all while idle (1,000 idle watches
+// took the agent from 19 to 41 MiB), and no buffer while its reader at the
+// hub is behind (tunnel's ReadFrom reads only what the window lets it
+// send). 2,048 of them are about 45 MiB more, within the chart's 128Mi
+// limit. The hub's own bound (TETHER_MAX_STREAMS_PER_AGENT, 512 and 16 for
+// its probes by default) comes first; this one holds against a hub set
+// higher.
+const maxHubStreams = 2048
+
 // Config is everything an Agent needs. Options come from the environment;
 // the rest have defaults and exist so tests can replace them.
 type Config struct {
@@ -76,6 +88,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Tunnel == (tunnel.Config{}) {
 		cfg.Tunnel = tunnel.DefaultConfig()
+		cfg.Tunnel.MaxPeerStreams = maxHubStreams
 	}
 	if cfg.TLSConfig == nil && cfg.HubCAFile != "" {
 		pool, err := LoadCertPool(cfg.HubCAFile)

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"runtime"
 	"strings"
 	"testing"
@@ -136,5 +137,19 @@ func TestSpliceHoldsNoBufferWhileIdle(t *testing.T) {
 	}
 	for range streams {
 		<-spliced
+	}
+}
+
+// TestAgentBoundsTheHubsStreams: an agent with the default tunnel settings
+// lets the hub have no more than maxHubStreams streams open at once; the
+// tunnel's MaxPeerStreams resets the rest (TestPeerStreamsAreBounded).
+func TestAgentBoundsTheHubsStreams(t *testing.T) {
+	u, _ := url.Parse("https://hub.example.com")
+	a, err := New(Config{Options: Options{HubURL: u, Name: "c", Token: "t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.cfg.Tunnel.MaxPeerStreams; got != maxHubStreams {
+		t.Fatalf("the agent lets the hub open %d streams at once (0: no bound), want %d", got, maxHubStreams)
 	}
 }

@@ -403,7 +403,7 @@ func (h *Hub) reviewAccess(ctx context.Context, c *agentConn, forwardToken bool,
 	if err != nil {
 		return false, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, h.cfg.ProbeTimeout)
+	ctx, cancel := context.WithTimeout(ownRequest(ctx), h.cfg.ProbeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+c.apiHost()+"/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", bytes.NewReader(body))
 	if err != nil {

@@ -320,8 +320,18 @@ func (c *apiClient) expire(pc *apiConn) {
 // for the runs of expire already started. Requests in flight go on.
 func (c *apiClient) close() {
 	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.closeIdle()
+	c.expiring.Wait()
+}
+
+// closeIdle closes the connections kept idle now; the client goes on
+// keeping those used next.
+func (c *apiClient) closeIdle() {
+	c.mu.Lock()
 	idle := c.idle
-	c.idle, c.closed = nil, true
+	c.idle = nil
 	c.mu.Unlock()
 	for _, pc := range idle {
 		if pc.timer != nil {
@@ -329,7 +339,6 @@ func (c *apiClient) close() {
 		}
 		pc.tc.Close()
 	}
-	c.expiring.Wait()
 }
 
 // nothingReadAhead reports whether crypto/tls holds nothing of the

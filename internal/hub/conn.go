@@ -55,6 +55,9 @@ type agentConn struct {
 	lastHeard atomic.Int64 // unix nanoseconds of the last message from the agent
 	// inventoryOpen is true while the agent's inventory stream is open.
 	inventoryOpen atomic.Bool
+	// streams and ownStreams count the streams to the API server open now
+	// (dial), for people's requests and for the hub's own.
+	streams, ownStreams atomic.Int64
 
 	writeMu sync.Mutex // guards writes to ctl
 
@@ -74,11 +77,18 @@ type agentConn struct {
 	// "Connection: close, Upgrade", which the API server takes for no
 	// upgrade.) Made on first use too.
 	upgrades *http.Transport
-	// client sends the requests that may be sent twice (decision 016),
-	// and the probes (decision 019).
-	client  *apiClient
-	pingSeq uint64 // the last ping sent, and when, for the round-trip metric
-	pingAt  time.Time
+	// client sends people's requests that may be sent twice (decision
+	// 016).
+	client *apiClient
+	// ownClient and ownTransport are the client and transport of the
+	// hub's own requests: the probes (decision 019) and access reviews.
+	// Pools of their own, so that a person's request never takes one of
+	// their kept connections, whose streams are not the people's to use
+	// (streams.go). Made on first use.
+	ownClient    *apiClient
+	ownTransport *http.Transport
+	pingSeq      uint64 // the last ping sent, and when, for the round-trip metric
+	pingAt       time.Time
 
 	closeOnce sync.Once
 	done      chan struct{} // closed when the connection is ending
@@ -409,14 +419,21 @@ func (c *agentConn) pingSent(seq uint64) time.Time {
 
 // Dial opens a stream to the cluster's API server. The agent dials it; the
 // first message on the stream says whether it could. Every stream opened is
-// counted, and counted again when closed, whichever way it ends.
+// counted, and counted again when closed, whichever way it ends. Past the
+// cluster's MaxStreamsPerAgent it opens none for a person's request
+// (*streamLimitError); the hub's own (ownRequest) have reservedStreams more.
 func (c *agentConn) dial(ctx context.Context) (net.Conn, error) {
+	count, err := c.takeStream(ctx.Value(ownKey{}) != nil)
+	if err != nil {
+		return nil, err
+	}
 	raw, err := c.sess.Open(ctx)
 	if err != nil {
+		count.Add(-1)
 		return nil, fmt.Errorf("the agent's tunnel: %w", err)
 	}
 	c.hub.metrics.streamsOpened.Inc()
-	st := &countingConn{Conn: raw, m: c.hub.metrics}
+	st := &countingConn{Conn: raw, m: c.hub.metrics, release: func() { count.Add(-1) }}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(30 * time.Second)
@@ -458,6 +475,7 @@ func (e agentDialError) Error() string {
 type countingConn struct {
 	net.Conn
 	m         *metrics
+	release   func() // gives the stream back to its connection's count
 	closeOnce sync.Once
 }
 
@@ -481,29 +499,34 @@ func (c *countingConn) CloseWrite() error {
 
 func (c *countingConn) Close() error {
 	err := c.Conn.Close()
-	c.closeOnce.Do(c.m.streamsClosed.Inc)
+	c.closeOnce.Do(func() {
+		c.m.streamsClosed.Inc()
+		c.release()
+	})
 	return err
 }
 
 // roundTrip sends a request to the cluster's API server, through the hub's
 // own client if it may (replayable), else through net/http's transport.
 func (c *agentConn) roundTrip(r *http.Request) (*http.Response, error) {
+	if r.Context().Value(ownKey{}) != nil {
+		return c.ownRoundTrip(r)
+	}
 	if replayable(r) {
 		return c.apiClient().RoundTrip(r)
 	}
 	return c.apiTransport(r.Header.Get("Upgrade") != "").RoundTrip(r)
 }
 
-// apiClient is the client for replayable requests, made on first use: the
-// first probe, at connect, as a rule.
+// apiClient is the client for people's replayable requests, made on first
+// use.
 func (c *agentConn) apiClient() *apiClient {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.client == nil {
 		c.client = &apiClient{
-			// The TLS config is made for each connection, not kept: every
-			// agent has this client (its probes use it), and one whose API
-			// server doesn't answer would hold it for nothing.
+			// The TLS config is made for each connection, not kept, as the
+			// probes' (hubClient).
 			dial:        func(ctx context.Context) (*tls.Conn, error) { return c.dialAPI(ctx, c.apiTLSConfig()) },
 			idleTimeout: c.hub.cfg.IdleTimeout,
 		}
@@ -533,12 +556,14 @@ func (c *agentConn) apiTransport(upgrade bool) *http.Transport {
 // closeIdleConnections closes the connections the clients keep.
 func (c *agentConn) closeIdleConnections() {
 	c.mu.Lock()
-	t, u, client := c.transport, c.upgrades, c.client
+	t, u, ot, client, own := c.transport, c.upgrades, c.ownTransport, c.client, c.ownClient
 	c.mu.Unlock()
-	if client != nil {
-		client.close()
+	for _, client := range []*apiClient{client, own} {
+		if client != nil {
+			client.close()
+		}
 	}
-	for _, t := range []*http.Transport{t, u} {
+	for _, t := range []*http.Transport{t, u, ot} {
 		if t != nil {
 			t.CloseIdleConnections()
 		}

@@ -105,7 +105,27 @@ type Config struct {
 	// or leaves before it knows who sent it (the sign-in form, a refused
 	// request): closeUnreadBodies. Zero means 10 s.
 	FormTimeout time.Duration
+	// MaxStreamsPerAgent bounds the streams to a cluster's API server open
+	// at once through its agent for people's requests
+	// (TETHER_MAX_STREAMS_PER_AGENT); past it a request is answered 429.
+	// The hub's own probes and access reviews have reservedStreams more.
+	// Zero means DefaultMaxStreamsPerAgent.
+	MaxStreamsPerAgent int
 }
+
+// DefaultMaxStreamsPerAgent is TETHER_MAX_STREAMS_PER_AGENT's default. A
+// person's request whose client reads slowly holds about 0.5 MiB of the
+// hub's memory (its stream's window of 256 KiB, TLS and copy buffers), an
+// idle watch about 0.15 MiB: 512 of the first are about 256 MiB, a quarter
+// of the chart's 1Gi. It leaves room for tools that hold a watch per kind
+// (Argo CD holds 100 and more per cluster) and for the people beside them.
+const DefaultMaxStreamsPerAgent = 512
+
+// reservedStreams is how many streams the hub may have open to a cluster
+// for its own probes and access reviews, beside people's
+// MaxStreamsPerAgent: people at their bound can't make the cluster
+// Unreachable, nor the fleet page blind.
+const reservedStreams = 16
 
 // Hub admits agents and keeps the state of every cluster.
 type Hub struct {
@@ -192,6 +212,9 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.ProbeInterval == 0 {
 		cfg.ProbeInterval = 10 * time.Second
 	}
+	if cfg.MaxStreamsPerAgent == 0 {
+		cfg.MaxStreamsPerAgent = DefaultMaxStreamsPerAgent
+	}
 	if cfg.ProbeTimeout == 0 {
 		cfg.ProbeTimeout = 5 * time.Second
 	}
@@ -217,6 +240,12 @@ func New(cfg Config) (*Hub, error) {
 		// An agent opens its control stream and the inventory's; room for
 		// a reconnecting inventory beside them, and no more.
 		cfg.Tunnel.MaxPeerStreams = maxAgentStreams
+		// Each stream starts at the smallest window, and grows from the
+		// session's allowance only while its reader keeps up (decision
+		// 023): a person's request whose client reads slowly holds at most
+		// 256 KiB here, not 1 MiB (issue 33: 400 slow readers held 484 MB
+		// of the hub's heap in their streams' buffers).
+		cfg.Tunnel.StreamWindow = 256 << 10
 	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()

@@ -74,8 +74,13 @@ func TestCancelStorm(t *testing.T) {
 	fc := newFakeCluster(t)
 	// Heartbeats every 5 s, not 1: a thousand TLS handshakes with -race on
 	// a busy two-core machine can hold up a pong for seconds.
-	// One person holds all thousand: their bound is raised to that.
-	h, _ := proxyHub(t, fc, "", quietHub, func(c *Config) { c.Heartbeat = 5 * time.Second; c.Limits.Requests = 1000 })
+	// One person holds all thousand: their bound is raised to that, and
+	// the agent's (past DefaultMaxStreamsPerAgent they would be answered 429).
+	h, _ := proxyHub(t, fc, "", quietHub, func(c *Config) {
+		c.Heartbeat = 5 * time.Second
+		c.Limits.Requests = 1000
+		c.MaxStreamsPerAgent = 1000
+	})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the hub's log:\n%s\nthe agent's log:\n%s", h.logs, h.agents["open"].logs)

@@ -19,6 +19,9 @@ type metrics struct {
 	// streamsOpened and streamsClosed count the streams to API servers the
 	// hub opened and closed: equal once the hub is idle, or a stream leaked.
 	streamsOpened, streamsClosed prometheus.Counter
+	// streamsRefused counts people's requests refused at a cluster's
+	// MaxStreamsPerAgent.
+	streamsRefused *prometheus.CounterVec
 
 	auditErrors prometheus.Counter // audit lines that couldn't be written
 
@@ -63,13 +66,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.streamsClosed = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tether_streams_closed_total", Help: "Streams to API servers the hub closed; equals tether_streams_opened_total when none are open.",
 	})
+	m.streamsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tether_streams_refused_total", Help: "People's requests to a cluster answered 429 because the streams open through its agent were at TETHER_MAX_STREAMS_PER_AGENT.",
+	}, []string{"cluster"})
 	m.auditErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tether_audit_write_errors_total", Help: "Audit lines the hub couldn't write to TETHER_AUDIT_FILE, and so lost.",
 	})
 	m.limitRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tether_person_limit_refusals_total", Help: "Requests refused with 429 because their person already held as many open on the cluster as their bound allows (TETHER_MAX_REQUESTS_PER_PERSON, TETHER_MAX_WATCHES_PER_PERSON, TETHER_MAX_SESSIONS_PER_PERSON), by cluster and limit (requests, watches, sessions).",
 	}, []string{"cluster", "limit"})
-	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, m.requests, m.requestDuration, relayed, m.streamsOpened, m.streamsClosed, m.auditErrors, m.limitRefusals} {
+	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, m.requests, m.requestDuration, relayed, m.streamsOpened, m.streamsClosed, m.streamsRefused, m.auditErrors, m.limitRefusals} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -87,6 +93,7 @@ func (m *metrics) forgetCluster(name string) {
 	m.requests.DeletePartialMatch(prometheus.Labels{"cluster": name})
 	m.requestDuration.DeleteLabelValues(name)
 	m.limitRefusals.DeletePartialMatch(prometheus.Labels{"cluster": name})
+	m.streamsRefused.DeleteLabelValues(name)
 }
 
 // clusterReadyDesc is tether_cluster_ready, one series per cluster, read

@@ -159,7 +159,8 @@ func TestOptionsFromEnv(t *testing.T) {
 	if o.Addr != ":8080" || o.PublicURL.String() != "https://t.example.com/base" || o.BasePath != "/" || o.Heartbeat != 30*time.Second ||
 		o.ReconnectSpread != 10*time.Second || o.ShutdownGrace != 30*time.Second || o.MetricsAddr != ":9090" || o.LogFormat != "text" ||
 		o.AuditFile != "-" || o.Auth.HubURL != "https://t.example.com/base" || o.AccessReviewsPerQuery != 500 || o.AccessReviewsPerPerson != 1000 ||
-		o.Limits != (auth.Limits{Requests: DefaultMaxRequests, Watches: DefaultMaxWatches, Sessions: DefaultMaxSessions}) {
+		o.Limits != (auth.Limits{Requests: DefaultMaxRequests, Watches: DefaultMaxWatches, Sessions: DefaultMaxSessions}) ||
+		o.MaxStreamsPerAgent != DefaultMaxStreamsPerAgent {
 		t.Errorf("defaults: %+v", o)
 	}
 	o, err = OptionsFromEnv(env(map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_USERS": users,
@@ -193,6 +194,8 @@ func TestOptionsFromEnv(t *testing.T) {
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_SHUTDOWN_GRACE_SECONDS": "soon"}, "TETHER_SHUTDOWN_GRACE_SECONDS must be a whole number"},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_ACCESS_REVIEWS_PER_QUERY": "0"}, `TETHER_ACCESS_REVIEWS_PER_QUERY must be a whole number from 1 to 1000000, not "0"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_ACCESS_REVIEWS_PER_PERSON": "many"}, `TETHER_ACCESS_REVIEWS_PER_PERSON must be a whole number from 1 to 1000000, not "many"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_MAX_STREAMS_PER_AGENT": "0"}, `TETHER_MAX_STREAMS_PER_AGENT must be a whole number from 1 to 1000000, not "0"`},
+		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_MAX_STREAMS_PER_AGENT": "many"}, `TETHER_MAX_STREAMS_PER_AGENT must be a whole number from 1 to 1000000, not "many"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_METRICS_ADDR": "x"}, `TETHER_METRICS_ADDR must be an address like :9090, or 0 to turn it off, not "x"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_MAX_WATCHES_PER_PERSON": "0"}, `TETHER_MAX_WATCHES_PER_PERSON must be a whole number from 1 to 1000000, not "0"`},
 		{map[string]string{"TETHER_PUBLIC_URL": "https://t", "TETHER_MAX_REQUESTS_PER_PERSON": "lots"}, `TETHER_MAX_REQUESTS_PER_PERSON must be a whole number from 1 to 1000000, not "lots"`},

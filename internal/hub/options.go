@@ -43,6 +43,9 @@ type Options struct {
 	// InventoryMaxBytes bounds every cluster's inventory together, in bytes
 	// of the hub's heap (TETHER_INVENTORY_MAX_BYTES).
 	InventoryMaxBytes int
+	// MaxStreamsPerAgent bounds the streams open through one agent for
+	// people's requests (TETHER_MAX_STREAMS_PER_AGENT).
+	MaxStreamsPerAgent int
 	// Listener, when set, is used instead of listening on Addr: for tests
 	// and `tether dev`, which pick their address first.
 	Listener net.Listener
@@ -118,6 +121,9 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 		return Options{}, err
 	}
 	if o.InventoryMaxBytes, err = byteSize(getenv, "TETHER_INVENTORY_MAX_BYTES", inventory.DefaultStoreMaxBytes, 16<<20); err != nil {
+		return Options{}, err
+	}
+	if o.MaxStreamsPerAgent, err = count(getenv, "TETHER_MAX_STREAMS_PER_AGENT", DefaultMaxStreamsPerAgent); err != nil {
 		return Options{}, err
 	}
 	if o.MetricsAddr == "0" {
@@ -201,13 +207,18 @@ func seconds(getenv func(string) string, name string, def, least int) (time.Dura
 
 // count reads a setting that is a whole number from 1 to a million.
 func count(getenv func(string) string, name string, def int) (int, error) {
+	return whole(getenv, name, def, 1, 1_000_000)
+}
+
+// whole reads a whole-number setting from least to most, def when unset.
+func whole(getenv func(string) string, name string, def, least, most int) (int, error) {
 	v := strings.TrimSpace(getenv(name))
 	if v == "" {
 		return def, nil
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 || n > 1_000_000 {
-		return 0, fmt.Errorf("%s must be a whole number from 1 to 1000000, not %q", name, v)
+	if err != nil || n < least || n > most {
+		return 0, fmt.Errorf("%s must be a whole number from %d to %d, not %q", name, least, most, v)
 	}
 	return n, nil
 }

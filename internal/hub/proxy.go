@@ -429,12 +429,25 @@ func (h *Hub) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	if rt.conn != nil {
 		name = rt.conn.name
 	}
-	h.log.Warn(fmt.Sprintf("A request to cluster %q failed: %v", name, err), "cluster", name, "request", rt.id)
 	if rt.warn {
 		w.Header().Add("Warning", impersonationWarning)
 	}
+	var limit *streamLimitError
+	if errors.As(err, &limit) {
+		// Not logged: the metric and the audit line count them, and a
+		// flood would flood the log too. client-go waits Retry-After and
+		// sends the request again.
+		w.Header().Set("Retry-After", fmt.Sprint(streamRetryAfter))
+		writeStatus(w, http.StatusTooManyRequests, "TooManyRequests", "Tether refused the request: "+limit.Error()+".")
+		return
+	}
+	h.log.Warn(fmt.Sprintf("A request to cluster %q failed: %s", name, shownText(err.Error(), maxStatusMessage)), "cluster", name, "request", rt.id)
 	writeStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Tether can't reach cluster %q's API server: %s", name, shownText(err.Error(), maxStatusMessage)))
 }
+
+// streamRetryAfter is the Retry-After, in seconds, of a request refused at
+// MaxStreamsPerAgent.
+const streamRetryAfter = 5
 
 // writeStatus answers with a Kubernetes Status object, which kubectl shows
 // as a readable error.

@@ -289,7 +289,8 @@ func TestProxyStreamsWithoutBuffering(t *testing.T) {
 
 func TestProxyKeepsConnectionsToTheAPIServer(t *testing.T) {
 	fc := newFakeCluster(t)
-	// One probe, at connect: its connection is the one the GETs take.
+	// One probe, at connect, which keeps a connection of its own: the
+	// people's streams are counted apart (open.streams).
 	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeInterval = time.Hour })
 	waitFirstProbe(t, h)
 	open := h.connected("open")
@@ -302,19 +303,22 @@ func TestProxyKeepsConnectionsToTheAPIServer(t *testing.T) {
 	if len(conns) != 1 {
 		t.Errorf("five GETs one after another came on %d connections (%v), want 1", len(conns), conns)
 	}
-	if got := open.apiStreams(); got != 1 {
+	if got := open.streams.Load(); got != 1 {
 		t.Errorf("%v streams open, want 1: the kept connection", got)
+	}
+	if got := open.apiStreams(); got != 2 {
+		t.Errorf("%v streams open in all, want 2: the GETs' kept connection and the probe's", got)
 	}
 
 	// A watch the client leaves closes its connection and stream.
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	watchStream(ctx, t, h)
-	if got := open.apiStreams(); got != 1 {
+	if got := open.streams.Load(); got != 1 {
 		t.Errorf("%v streams open during the watch, want 1: the kept connection's", got)
 	}
 	cancel()
-	eventually(t, 5*time.Second, "the watch's connection and stream close", func() bool { return open.apiStreams() == 0 })
+	eventually(t, 5*time.Second, "the watch's connection and stream close", func() bool { return open.streams.Load() == 0 })
 	// Leaving is no fault: nothing to warn of.
 	if strings.Contains(h.logs.String(), "read error during body copy") {
 		t.Errorf("a watch the client left was logged as a failed read:\n%s", h.logs)

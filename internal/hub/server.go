@@ -96,6 +96,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		Direct:                 direct,
 		Limits:                 opts.Limits,
 		InventoryMaxBytes:      opts.InventoryMaxBytes,
+		MaxStreamsPerAgent:     opts.MaxStreamsPerAgent,
 	})
 	if err != nil {
 		return err

@@ -263,9 +263,9 @@ func (h *Hub) probeAndRecord(ctx context.Context, c *agentConn) bool {
 // goroutine and, between requests, no buffers. Probes leave alone the
 // connections that carried large answers, so those expire (apiClient.small).
 func (h *Hub) probe(ctx context.Context, c *agentConn) probeResult {
-	ctx, cancel := context.WithTimeout(ctx, h.cfg.ProbeTimeout)
+	ctx, cancel := context.WithTimeout(ownRequest(ctx), h.cfg.ProbeTimeout)
 	defer cancel()
-	client := c.apiClient().small()
+	client := c.hubClient().small()
 	if _, err := h.get(ctx, client, c, "/readyz"); err != nil {
 		return probeResult{message: err.Error()}
 	}

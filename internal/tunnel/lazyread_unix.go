@@ -27,7 +27,7 @@ func waitableSocket(r io.Reader) syscall.RawConn {
 // Reading a frame's header first, as over TLS, took two or three for a
 // frame of 1 KiB.
 func (l *lazyReader) readReady() error {
-	buf, n, err := readSome(l.sock, l.r, waitBuffer)
+	buf, n, err := readSome(l.sock, l.r, waitBuffer, nil)
 	if buf != nil {
 		l.buf, l.pos, l.end = buf, 0, n
 	}

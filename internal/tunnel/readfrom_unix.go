@@ -11,15 +11,20 @@ import (
 
 // readSome reads up to most bytes of r into a pooled buffer, which is nil
 // when nothing came. When r is a socket (rc), it waits for bytes holding no
-// buffer, then reads what came with one system call.
-func readSome(rc syscall.RawConn, r io.Reader, most int) (*[]byte, int, error) {
+// buffer, then reads what came with one system call. With a gate, it holds
+// a place in it for as long as it holds a buffer: it returns holding one
+// exactly when the buffer is not nil.
+func readSome(rc syscall.RawConn, r io.Reader, most int, g *gate) (*[]byte, int, error) {
 	if rc == nil {
-		return readBlocking(r, most)
+		return gatedReadBlocking(r, most, g)
 	}
 	var buf *[]byte
 	var n int
-	var rerr error
+	var rerr, gerr error
 	err := rc.Read(func(fd uintptr) bool {
+		if gerr = g.enter(); gerr != nil {
+			return true
+		}
 		buf = getChunk(most)
 		for {
 			n, rerr = syscall.Read(int(fd), *buf)
@@ -30,15 +35,20 @@ func readSome(rc syscall.RawConn, r io.Reader, most int) (*[]byte, int, error) {
 		if errors.Is(rerr, syscall.EAGAIN) {
 			putChunk(buf)
 			buf = nil
+			g.leave()
 			return false // wait until readable
 		}
 		return true
 	})
+	if gerr != nil {
+		return nil, 0, gerr
+	}
 	if err == nil && rerr == nil && n > 0 {
 		return buf, n, nil
 	}
 	if buf != nil {
 		putChunk(buf)
+		g.leave()
 	}
 	switch {
 	case err != nil: // closed, or a deadline

@@ -63,6 +63,9 @@ type Session struct {
 	queued   []header // frames the read loop may not wait to write
 	flushing bool     // a goroutine is writing queued
 
+	// sending bounds the ReadFrom buffers filled and waiting to be sent.
+	sending *gate
+
 	grown   atomic.Int64 // what the streams' windows grew by, together
 	flooded atomic.Bool  // queued reached maxQueued: the read loop ends the session
 
@@ -85,10 +88,16 @@ func newSession(t transport, cfg Config, client bool) *Session {
 	if client {
 		s.nextID = 1
 	}
+	s.sending = newGate(maxSending, s.done, s.ended)
 	s.loop.Add(1)
 	go s.readLoop()
 	return s
 }
+
+// maxSending is how many frames' buffers a session's ReadFrom calls fill
+// before one is sent: 4 MiB of frames of maxFrame, a queue the connection
+// never runs dry of, however many streams have bytes to send.
+const maxSending = 16
 
 // Open starts a new stream to the peer. The stream may be written to at
 // once; the peer learns of it with the first frame.

@@ -270,30 +270,10 @@ func (st *stream) Write(p []byte) (int, error) {
 	defer st.wlock.Unlock()
 	total := 0
 	for len(p) > 0 {
-		st.mu.Lock()
-		if err := st.writeErr(); err != nil {
-			st.mu.Unlock()
+		wait, err := st.awaitWindow()
+		if err != nil {
 			return total, err
 		}
-		if st.sendWin == 0 {
-			wait := st.writable
-			tell := !st.waiting
-			st.waiting = true
-			st.mu.Unlock()
-			if tell {
-				// Queued, not written here: a Write waiting for window
-				// waits on nothing else, so its deadline and Close still
-				// end it at once.
-				st.s.queue(header{typ: typeWindow, flags: flagWaiting, stream: st.id})
-			}
-			select {
-			case <-wait:
-			case <-st.s.done:
-			}
-			continue
-		}
-		wait := st.writable
-		st.mu.Unlock()
 		n, err := st.writeFrame(wait, p)
 		if errors.Is(err, errWoken) {
 			continue
@@ -305,6 +285,44 @@ func (st *stream) Write(p []byte) (int, error) {
 		p = p[n:]
 	}
 	return total, nil
+}
+
+// awaitWindow waits until the stream may send, telling the peer once that
+// it waits, and returns the channel that says the window changed. It
+// returns why the stream can't send, if it can't.
+func (st *stream) awaitWindow() (<-chan struct{}, error) {
+	for {
+		st.mu.Lock()
+		if err := st.writeErr(); err != nil {
+			st.mu.Unlock()
+			return nil, err
+		}
+		wait := st.writable
+		if st.sendWin > 0 {
+			st.mu.Unlock()
+			return wait, nil
+		}
+		tell := !st.waiting
+		st.waiting = true
+		st.mu.Unlock()
+		if tell {
+			// Queued, not written here: a Write waiting for window
+			// waits on nothing else, so its deadline and Close still
+			// end it at once.
+			st.s.queue(header{typ: typeWindow, flags: flagWaiting, stream: st.id})
+		}
+		select {
+		case <-wait:
+		case <-st.s.done:
+		}
+	}
+}
+
+// sendable is what the window lets the stream send now.
+func (st *stream) sendable() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return int(st.sendWin)
 }
 
 // writeFrame writes one data frame of what p the window takes, once it
@@ -403,10 +421,41 @@ func (st *stream) receive(buf *[]byte) {
 		}
 		return
 	}
-	st.chunks = append(st.chunks, buf)
+	st.bufferLocked(buf)
 	st.readableLocked()
 	st.mu.Unlock()
 }
+
+// bufferLocked adds buf to what waits to be read. A reader that keeps up
+// finds nothing waiting, and takes buf as it came. Behind one, buf is
+// copied into the last chunk's room, then into chunks of 64 KiB, each
+// filled before the next: a reader that is behind holds what the window
+// let in and at most one chunk's room more. Kept as they came, frames of
+// 70 KiB in chunks of 256 KiB held twice the window (issue 33). st.mu is
+// held.
+func (st *stream) bufferLocked(buf *[]byte) {
+	k := len(st.chunks)
+	if k == 0 {
+		st.chunks = append(st.chunks, buf)
+		return
+	}
+	last, rest := st.chunks[k-1], *buf
+	for {
+		n := min(cap(*last)-len(*last), len(rest))
+		*last = append(*last, rest[:n]...)
+		if rest = rest[n:]; len(rest) == 0 {
+			break
+		}
+		last = getChunk(behindChunk)
+		*last = (*last)[:0]
+		st.chunks = append(st.chunks, last)
+	}
+	putChunk(buf)
+}
+
+// behindChunk is the size of the chunks that hold what a reader that is
+// behind has not read.
+const behindChunk = 64 << 10
 
 // grow adds to the send window, which stops at the most a uint32 holds:
 // grants past it (only a broken peer sends them) must not wrap it round to

@@ -1,0 +1,118 @@
+package hub
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+)
+
+// The streams to a cluster's API server through its agent are bounded:
+// MaxStreamsPerAgent for people's requests, reservedStreams more for the
+// hub's own, each counted apart and sent through pools of their own, so
+// people at their bound can't take the hub's (issue 33).
+
+// takeStream counts a stream about to open, if its bound lets it, and
+// returns the count it is in. At the people's bound it first closes their
+// clients' idle connections, whose streams count too, and tries once more.
+func (c *agentConn) takeStream(own bool) (*atomic.Int64, error) {
+	count, limit := &c.streams, int64(c.hub.cfg.MaxStreamsPerAgent)
+	if own {
+		count, limit = &c.ownStreams, reservedStreams
+	}
+	for try := 0; ; try++ {
+		if count.Add(1) <= limit {
+			return count, nil
+		}
+		count.Add(-1)
+		if own || try > 0 {
+			break
+		}
+		c.dropIdle()
+	}
+	if own {
+		return nil, fmt.Errorf("the hub has %d requests of its own open to cluster %q, the most it sends", reservedStreams, c.name)
+	}
+	c.hub.metrics.streamsRefused.WithLabelValues(c.name).Inc()
+	return nil, &streamLimitError{cluster: c.name, limit: c.hub.cfg.MaxStreamsPerAgent}
+}
+
+// ownKey marks the context of a request the hub sends for itself: a probe
+// or an access review.
+type ownKey struct{}
+
+// ownRequest marks ctx as the hub's own, for dial.
+func ownRequest(ctx context.Context) context.Context {
+	return context.WithValue(ctx, ownKey{}, true)
+}
+
+// streamLimitError is a request refused because the cluster's streams were
+// at MaxStreamsPerAgent.
+type streamLimitError struct {
+	cluster string
+	limit   int
+}
+
+func (e *streamLimitError) Error() string {
+	return fmt.Sprintf("cluster %q has %d requests open through its agent, the most Tether sends to one cluster at once (TETHER_MAX_STREAMS_PER_AGENT); try again once some have ended", e.cluster, e.limit)
+}
+
+// ownRoundTrip sends one of the hub's own requests, through its own pools.
+func (c *agentConn) ownRoundTrip(r *http.Request) (*http.Response, error) {
+	if replayable(r) {
+		return c.hubClient().RoundTrip(r)
+	}
+	return c.hubTransport().RoundTrip(r)
+}
+
+// hubClient is the client of the hub's own replayable requests, the probes
+// first of all, made on first use.
+func (c *agentConn) hubClient() *apiClient {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ownClient == nil {
+		c.ownClient = &apiClient{
+			// The TLS config is made for each connection, not kept: every
+			// agent has this client (its probes use it), and one whose API
+			// server doesn't answer would hold it for nothing.
+			dial: func(ctx context.Context) (*tls.Conn, error) {
+				return c.dialAPI(ownRequest(ctx), c.apiTLSConfig())
+			},
+			idleTimeout: c.hub.cfg.IdleTimeout,
+		}
+	}
+	return c.ownClient
+}
+
+// hubTransport is the transport of the hub's own other requests: access
+// reviews, which are POSTs. Made on first use.
+func (c *agentConn) hubTransport() *http.Transport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ownTransport == nil {
+		t := c.newTransport()
+		dial := t.DialTLSContext
+		t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dial(ownRequest(ctx), network, addr)
+		}
+		t.MaxIdleConnsPerHost = reservedStreams / 2
+		c.ownTransport = t
+	}
+	return c.ownTransport
+}
+
+// dropIdle closes the idle connections people's clients keep now, and goes
+// on keeping the next: their streams count against MaxStreamsPerAgent.
+func (c *agentConn) dropIdle() {
+	c.mu.Lock()
+	t, client := c.transport, c.client
+	c.mu.Unlock()
+	if client != nil {
+		client.closeIdle()
+	}
+	if t != nil {
+		t.CloseIdleConnections()
+	}
+}
