@@ -2,9 +2,11 @@ package tunnel
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -354,20 +356,29 @@ func TestWindowGrowsOverALongRoundTrip(t *testing.T) {
 		defer in.mu.Unlock()
 		return took, in.window
 	}
-	cfg := DefaultConfig()
-	growing, window := run(cfg)
-	if window != cfg.MaxStreamWindow {
-		t.Errorf("the receiver's window ended at %d, want it grown to %d", window, cfg.MaxStreamWindow)
-	}
-	cfg.MaxStreamWindow = cfg.StreamWindow
-	fixed, window := run(cfg)
-	if window != cfg.StreamWindow {
-		t.Errorf("with no room to grow, the window ended at %d, want %d", window, cfg.StreamWindow)
-	}
-	t.Logf("%d MiB: %s with the window growing, %s without", size>>20, growing, fixed)
 	// 8 MiB against 1 MiB per round trip; the ramp (1, 2, 4 MiB) and the
-	// CPU leave less than 8 times: about 3 when idle.
-	if fixed < growing*3/2 {
-		t.Errorf("%d MiB took %s with the window growing and %s without: want it faster", size>>20, growing, fixed)
+	// CPU leave less than 8 times: about 3 when idle. A busy machine only
+	// slows the growing run (its round trips cost CPU the fixed run spends
+	// waiting), so the pair is measured again, up to three times, before
+	// the test says growth didn't help: a window that doesn't grow fails
+	// all three.
+	var tries []string
+	for range 3 {
+		cfg := DefaultConfig()
+		growing, window := run(cfg)
+		if window != cfg.MaxStreamWindow {
+			t.Fatalf("the receiver's window ended at %d, want it grown to %d", window, cfg.MaxStreamWindow)
+		}
+		cfg.MaxStreamWindow = cfg.StreamWindow
+		fixed, window := run(cfg)
+		if window != cfg.StreamWindow {
+			t.Fatalf("with no room to grow, the window ended at %d, want %d", window, cfg.StreamWindow)
+		}
+		t.Logf("%d MiB: %s with the window growing, %s without", size>>20, growing, fixed)
+		if fixed >= growing*3/2 {
+			return
+		}
+		tries = append(tries, fmt.Sprintf("%s against %s", growing, fixed))
 	}
+	t.Errorf("%d MiB took no less with the window growing than without, in three tries: %s", size>>20, strings.Join(tries, "; "))
 }
