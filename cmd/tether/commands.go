@@ -15,6 +15,7 @@ import (
 	"github.com/tetherhq/tether/internal/dev"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/logging"
 	"github.com/tetherhq/tether/internal/version"
 )
@@ -97,7 +98,7 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sum := fleet.TokenSHA256(token)
+	sum := listfile.TokenSHA256(token)
 	fmt.Fprintf(stdout, "Token (the agent's TETHER_AGENT_TOKEN; keep it secret, it is not shown again):\n  %s\n\n", token)
 	fmt.Fprintf(stdout, "Its SHA-256:\n  %s\n\n", sum)
 	fmt.Fprintf(stdout, "Entry for the hub's agents list (TETHER_FLEET_AGENTS or TETHER_FLEET_AGENTS_FILE):\n%s", fleet.AgentsEntry(*name, sum))

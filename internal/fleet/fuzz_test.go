@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/tetherhq/tether/internal/listfile"
 )
 
 func FuzzParseAgents(f *testing.F) {
@@ -56,7 +58,7 @@ func FuzzParseAgents(f *testing.F) {
 				t.Fatalf("%q has %d token hashes", a.Name, n)
 			}
 			if a.CASHA256 != "" {
-				if h, err := ParseHash(a.CASHA256); err != nil || h.String() != a.CASHA256 {
+				if h, err := listfile.ParseHash(a.CASHA256); err != nil || h.String() != a.CASHA256 {
 					t.Fatalf("%q has caSha256 %q", a.Name, a.CASHA256)
 				}
 			}
@@ -118,7 +120,7 @@ func FuzzParseClusters(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		list, err := ParseClusters(data)
 		if err != nil {
-			var le *ListError
+			var le *listfile.ListError
 			if !errors.As(err, &le) || strings.Contains(err.Error(), "\n") {
 				t.Fatalf("not a one-line list error: %q", err)
 			}

@@ -1,4 +1,4 @@
-package fleet
+package listfile
 
 import (
 	"bytes"
@@ -272,6 +272,13 @@ func (e *Entry) Errorf(format string, args ...any) error {
 	}
 	return &ListError{Setting: e.spec.Setting, Index: e.index, Name: e.name,
 		msg: prefix + " " + fmt.Sprintf(format, args...)}
+}
+
+// EntryErrorf returns a *ListError about the entry at index, worded as Entry.Errorf words it,
+// for a check a list makes after ParseList, across its entries.
+func EntryErrorf(setting string, index int, name, format string, args ...any) error {
+	e := &Entry{spec: &ListSpec{Setting: setting}, index: index, name: name}
+	return e.Errorf(format, args...)
 }
 
 func (e *Entry) checkFields() error {
