@@ -15,9 +15,10 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// This file holds what every list of named entries with tokens shares (the agents list here, and
-// internal/auth's users list of TETHER_USERS): where the text comes from, YAML or base64 of it, the checks
-// every entry gets, and the wording of errors. The list-specific parts sit in a ParseList callback.
+// This file holds what every list of named entries with tokens shares (internal/fleet's agents
+// list, internal/auth's users list of TETHER_USERS): where the text comes from, YAML or base64 of
+// it, the checks every entry gets, and the wording of errors. The list-specific parts sit in a
+// ParseList callback.
 
 // Source is the text of a list and where it came from.
 type Source struct {

@@ -7,7 +7,7 @@ import (
 )
 
 // MinTokenLength is the fewest characters a plain token in a list may have: shorter ones can be
-// guessed. The tokens NewToken makes have 64.
+// guessed. The tokens fleet.NewToken makes have 64.
 const MinTokenLength = 32
 
 // Hash is the SHA-256 of a token's text. Lists keep only hashes, so the hub's memory, settings
