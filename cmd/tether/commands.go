@@ -17,6 +17,7 @@ import (
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/logging"
+	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/version"
 )
 
@@ -91,7 +92,7 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := fleet.CheckName(*name); err != nil {
+	if err := protocol.CheckName(*name); err != nil {
 		return fmt.Errorf("--name must be the cluster's name in the hub's agents list: %w", err)
 	}
 	token, err := fleet.NewToken()

@@ -14,7 +14,6 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/logging"
 	"github.com/tetherhq/tether/internal/protocol"
 )
@@ -61,7 +60,7 @@ func OptionsFromEnv(getenv Getenv) (Options, error) {
 	if o.HubURL, err = ParseHubURL(getenv("TETHER_HUB_URL")); err != nil {
 		return Options{}, err
 	}
-	if err := fleet.CheckName(o.Name); err != nil {
+	if err := protocol.CheckName(o.Name); err != nil {
 		return Options{}, fmt.Errorf("TETHER_AGENT_NAME must be the cluster's name in the hub's agents list: %w", err)
 	}
 	if o.Token == "" {
@@ -202,7 +201,7 @@ func parseNamespaces(v string) ([]string, error) {
 		if ns == "" {
 			continue
 		}
-		if fleet.CheckName(ns) != nil {
+		if protocol.CheckName(ns) != nil {
 			return nil, fmt.Errorf("TETHER_ALLOWED_NAMESPACES must be namespace names separated by commas, like team-a,team-b; %q is not a namespace name", ns)
 		}
 		if !slices.Contains(out, ns) {
@@ -219,7 +218,7 @@ func parseTieBreaker(v string) (string, error) {
 		return "", nil
 	}
 	ns, name, ok := strings.Cut(v, "/")
-	if !ok || fleet.CheckName(ns) != nil || name == "" || strings.ContainsAny(name, "/ ") {
+	if !ok || protocol.CheckName(ns) != nil || name == "" || strings.ContainsAny(name, "/ ") {
 		return "", fmt.Errorf("TETHER_ISTIO_GATEWAY_TIE_BREAKER must name an Istio Gateway as namespace/name, like istio-system/public, not %q", v)
 	}
 	return v, nil

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/listfile"
+	"github.com/tetherhq/tether/internal/protocol"
 )
 
 // The settings the agents list comes from.
@@ -102,30 +103,6 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// nameRule is how errors explain a DNS label.
-const nameRule = `lower-case letters, digits and "-", starting and ending with a letter or digit ([a-z0-9]([-a-z0-9]*[a-z0-9])?), at most 63 characters`
-
-// CheckName reports whether name is a DNS label, as cluster names must be: they appear in URLs
-// and kubeconfig contexts.
-func CheckName(name string) error {
-	if !validName(name) {
-		return fmt.Errorf("%q is not a DNS label: %s", name, nameRule)
-	}
-	return nil
-}
-
-func validName(name string) bool {
-	if len(name) == 0 || len(name) > 63 || name[0] == '-' || name[len(name)-1] == '-' {
-		return false
-	}
-	for _, c := range []byte(name) {
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // ParseAgents reads an agents list; setting is what its errors name (SettingAgents or
 // SettingAgentsFile). See the package doc for the format.
 func ParseAgents(setting string, data []byte) ([]Agent, error) {
@@ -133,12 +110,12 @@ func ParseAgents(setting string, data []byte) ([]Agent, error) {
 	list := []Agent{}
 	err := listfile.ParseList(spec, data, func(e *listfile.Entry) error {
 		a := Agent{Name: e.Name()}
-		if !validName(a.Name) {
+		if protocol.CheckName(a.Name) != nil {
 			long := ""
 			if n := len(a.Name); n > 63 {
 				long = fmt.Sprintf(" (it has %d)", n)
 			}
-			return e.Errorf("needs a name that is a DNS label: %s%s.", nameRule, long)
+			return e.Errorf("needs a name that is a DNS label: %s%s.", protocol.NameRule, long)
 		}
 		var err error
 		if a.TokenHashes, err = e.TokenHashes(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/tetherhq/tether/internal/listfile"
+	"github.com/tetherhq/tether/internal/protocol"
 )
 
 // SettingClusters is the setting of the clusters the hub reaches directly, without an agent in
@@ -45,8 +46,8 @@ func ParseClusters(data []byte) ([]Cluster, error) {
 	list := []Cluster{}
 	err := listfile.ParseList(spec, data, func(e *listfile.Entry) error {
 		c := Cluster{Name: e.Name()}
-		if !validName(c.Name) {
-			return e.Errorf("needs a name that is a DNS label: %s.", nameRule)
+		if protocol.CheckName(c.Name) != nil {
+			return e.Errorf("needs a name that is a DNS label: %s.", protocol.NameRule)
 		}
 		server, _, err := e.String("server")
 		if err != nil {

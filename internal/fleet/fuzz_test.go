@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tetherhq/tether/internal/listfile"
+	"github.com/tetherhq/tether/internal/protocol"
 )
 
 func FuzzParseAgents(f *testing.F) {
@@ -50,7 +51,7 @@ func FuzzParseAgents(f *testing.F) {
 		}
 		seen := map[string]bool{}
 		for _, a := range list {
-			if CheckName(a.Name) != nil || seen[a.Name] {
+			if protocol.CheckName(a.Name) != nil || seen[a.Name] {
 				t.Fatalf("accepted a bad or repeated name %q", a.Name)
 			}
 			seen[a.Name] = true
@@ -131,7 +132,7 @@ func FuzzParseClusters(f *testing.F) {
 			if err != nil || host != c.ServerName || host == "" || port == "" || port == "0" {
 				t.Fatalf("accepted the server %q (%q)", c.Server, c.ServerName)
 			}
-			if !validName(c.Name) || strings.TrimSpace(c.CAFile) == "" || strings.TrimSpace(c.TokenFile) == "" {
+			if protocol.CheckName(c.Name) != nil || strings.TrimSpace(c.CAFile) == "" || strings.TrimSpace(c.TokenFile) == "" {
 				t.Fatalf("accepted %+v", c)
 			}
 		}
