@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"golang.org/x/net/http/httpproxy"
 
 	"github.com/tetherhq/tether/internal/logging"
 	"github.com/tetherhq/tether/internal/protocol"
@@ -41,6 +44,9 @@ type Options struct {
 	// GatewayTieBreaker is the Istio Gateway ("namespace/name") that wins
 	// when several serve a host (TETHER_ISTIO_GATEWAY_TIE_BREAKER).
 	GatewayTieBreaker string
+	// Proxy picks a proxy for the WebSocket to the hub (HTTPS_PROXY,
+	// NO_PROXY; see ProxyFromEnv). Nil means none.
+	Proxy func(*http.Request) (*url.URL, error)
 }
 
 // Getenv is os.Getenv's shape, so tests can hand in a map.
@@ -107,12 +113,35 @@ func OptionsFromEnv(getenv Getenv) (Options, error) {
 	if o.GatewayTieBreaker, err = parseTieBreaker(getenv("TETHER_ISTIO_GATEWAY_TIE_BREAKER")); err != nil {
 		return Options{}, err
 	}
+	o.Proxy = ProxyFromEnv(getenv)
 	// Read the pod's credentials now, so a pod without them fails at once
 	// with a message that says what is missing.
 	if _, err := o.ReadServiceAccount(); err != nil {
 		return Options{}, err
 	}
 	return o, nil
+}
+
+// ProxyFromEnv reads the proxy settings as Go's net/http reads them
+// (https_proxy or HTTPS_PROXY, http_proxy or HTTP_PROXY for an http hub,
+// no_proxy or NO_PROXY; none under CGI), from getenv rather than the process: settings are
+// read where the command starts, and tests hand in a map. The returned func
+// asks with the request's URL, as tunnel.Dial's upgrade request has it.
+func ProxyFromEnv(getenv Getenv) func(*http.Request) (*url.URL, error) {
+	// The lower-case name first, as httpproxy.FromEnvironment reads them.
+	either := func(lower, upper string) string {
+		if v := getenv(lower); v != "" {
+			return v
+		}
+		return getenv(upper)
+	}
+	proxy := (&httpproxy.Config{
+		HTTPProxy:  either("http_proxy", "HTTP_PROXY"),
+		HTTPSProxy: either("https_proxy", "HTTPS_PROXY"),
+		NoProxy:    either("no_proxy", "NO_PROXY"),
+		CGI:        getenv("REQUEST_METHOD") != "",
+	}).ProxyFunc()
+	return func(r *http.Request) (*url.URL, error) { return proxy(r.URL) }
 }
 
 // ParseHubURL checks TETHER_HUB_URL: an http or https address with a host.
