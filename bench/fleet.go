@@ -24,6 +24,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 )
 
 // agentToken is the token of simulated agent i: derived, so the hub's list
@@ -155,7 +156,7 @@ func newFleet(ctx context.Context, dir string, n int, clusterCA []byte) (*fleetR
 	}
 	var list strings.Builder
 	for i := range n {
-		fmt.Fprintf(&list, "- name: %s\n  tokenSha256: %s\n", agentName(i), fleet.TokenSHA256(agentToken(i)))
+		fmt.Fprintf(&list, "- name: %s\n  tokenSha256: %s\n", agentName(i), listfile.TokenSHA256(agentToken(i)))
 	}
 	listFile := filepath.Join(dir, "agents.yaml")
 	if err := os.WriteFile(listFile, []byte(list.String()), 0o600); err != nil {
@@ -176,7 +177,7 @@ func newFleet(ctx context.Context, dir string, n int, clusterCA []byte) (*fleetR
 	self, _ := os.Executable()
 	hubURL := "https://" + addr
 	f := &fleetRun{dir: dir, self: self, hubURL: hubURL, hubCA: hf.caFile, saDir: saDir, hubEnv: benchHubEnv(addr, hf, dir,
-		"TETHER_FLEET_AGENTS_FILE="+listFile, fmt.Sprintf("- name: %s\n  tokenSha256: %s\n", benchUser, fleet.TokenSHA256(userToken)))}
+		"TETHER_FLEET_AGENTS_FILE="+listFile, fmt.Sprintf("- name: %s\n  tokenSha256: %s\n", benchUser, listfile.TokenSHA256(userToken)))}
 	if err := f.startHub(ctx, 1); err != nil {
 		return nil, err
 	}

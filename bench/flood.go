@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/pki"
 )
 
@@ -142,7 +143,7 @@ func benchFlood(ctx context.Context, dir string, o floodOpts) (floodResult, erro
 	var users strings.Builder
 	for i := range tokens {
 		tokens[i], _ = fleet.NewToken()
-		fmt.Fprintf(&users, "- name: flood-%03d\n  tokenSha256: %s\n", i, fleet.TokenSHA256(tokens[i]))
+		fmt.Fprintf(&users, "- name: flood-%03d\n  tokenSha256: %s\n", i, listfile.TokenSHA256(tokens[i]))
 	}
 	addr, err := freePort()
 	if err != nil {
@@ -150,7 +151,7 @@ func benchFlood(ctx context.Context, dir string, o floodOpts) (floodResult, erro
 	}
 	self, _ := os.Executable()
 	f := &fleetRun{dir: dir, self: self, hubURL: "https://" + addr, hubCA: hf.caFile, saDir: saDir,
-		hubEnv: append(benchHubEnv(addr, hf, dir, "TETHER_FLEET_AGENTS="+fleet.AgentsEntry(agentName(0), fleet.TokenSHA256(agentToken(0))), users.String()), o.hubEnv...)}
+		hubEnv: append(benchHubEnv(addr, hf, dir, "TETHER_FLEET_AGENTS="+fleet.AgentsEntry(agentName(0), listfile.TokenSHA256(agentToken(0))), users.String()), o.hubEnv...)}
 	if err := f.startHub(ctx, 1); err != nil {
 		return res, err
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/hostileagent"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -41,11 +42,11 @@ func TestPerfHostileInventoryStaysUnderTheChartsLimit(t *testing.T) {
 	userToken, _ := fleet.NewToken()
 	var agents strings.Builder
 	for _, n := range []string{"hostile-1", "hostile-2", "good"} {
-		fmt.Fprintf(&agents, "- name: %s\n  tokenSha256: %s\n", n, fleet.TokenSHA256(token))
+		fmt.Fprintf(&agents, "- name: %s\n  tokenSha256: %s\n", n, listfile.TokenSHA256(token))
 	}
 	self, _ := os.Executable()
 	env := []string{"TETHER_ADDR=" + addr, "TETHER_PUBLIC_URL=http://" + addr, "TETHER_METRICS_ADDR=0", "TETHER_LOG_FORMAT=text",
-		"TETHER_FLEET_AGENTS=" + agents.String(), fmt.Sprintf("TETHER_USERS=- name: bench\n  tokenSha256: %s\n", fleet.TokenSHA256(userToken)),
+		"TETHER_FLEET_AGENTS=" + agents.String(), fmt.Sprintf("TETHER_USERS=- name: bench\n  tokenSha256: %s\n", listfile.TokenSHA256(userToken)),
 		"TETHER_AUDIT_FILE=" + filepath.Join(t.TempDir(), "audit")}
 	hub, err := startChild(ctx, "hub", []string{self, "child", "hub"}, env, filepath.Join(t.TempDir(), "hub.log"), true)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/localkube"
 	"github.com/tetherhq/tether/internal/pki"
 )
@@ -232,8 +233,8 @@ func startHubBed(ctx context.Context, dir string, cluster *localkube.Cluster) (*
 	self, _ := os.Executable()
 	hubURL := "https://" + addr
 	hubEnv := benchHubEnv(addr, hf, dir,
-		"TETHER_FLEET_AGENTS="+fleet.AgentsEntry("bench", fleet.TokenSHA256(agentToken)),
-		fmt.Sprintf("- name: %s\n  tokenSha256: %s\n  groups: [%q]\n", benchUser, fleet.TokenSHA256(userToken), benchGroup))
+		"TETHER_FLEET_AGENTS="+fleet.AgentsEntry("bench", listfile.TokenSHA256(agentToken)),
+		fmt.Sprintf("- name: %s\n  tokenSha256: %s\n  groups: [%q]\n", benchUser, listfile.TokenSHA256(userToken), benchGroup))
 	proc, err := startChild(ctx, "hub", []string{self, "child", "hub"}, hubEnv, filepath.Join(dir, "hub.log"), true)
 	if err != nil {
 		return nil, err

@@ -34,6 +34,7 @@ import (
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/localkube"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -201,7 +202,7 @@ func serveHub(ctx context.Context, ln net.Listener, agentToken, personToken stri
 			Listener: ln, Addr: ln.Addr().String(), PublicURL: pub, BasePath: "/",
 			Heartbeat: 30 * time.Second, ReconnectSpread: time.Second, ShutdownGrace: time.Second,
 			AuditFile: os.DevNull,
-			Fleet:     fleet.Config{Agents: fleet.AgentsEntry("bench", fleet.TokenSHA256(agentToken))},
+			Fleet:     fleet.Config{Agents: fleet.AgentsEntry("bench", listfile.TokenSHA256(agentToken))},
 			Auth:      auth.Config{Users: fmt.Sprintf("- name: bench\n  token: %s\n  groups: [bench]\n", personToken)},
 		}, slog.New(slog.DiscardHandler), nil)
 	}()

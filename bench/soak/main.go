@@ -31,6 +31,7 @@ import (
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/pki"
 )
 
@@ -95,7 +96,7 @@ func run(ctx context.Context, s settings, out io.Writer) error {
 	for i := range s.clusters {
 		n := fmt.Sprintf("soak-%d", i)
 		names = append(names, n)
-		list = append(list, fleet.Agent{Name: n, TokenHashes: []fleet.Hash{fleet.HashToken(agentToken)}, Groups: fleet.Groups{Everyone: true}})
+		list = append(list, fleet.Agent{Name: n, TokenHashes: []listfile.Hash{listfile.HashToken(agentToken)}, Groups: fleet.Groups{Everyone: true}})
 	}
 	people, err := auth.New(auth.Config{Users: "- name: soak\n  token: " + userToken + "\n  groups: [soakers]\n"})
 	if err != nil {

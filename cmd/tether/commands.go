@@ -15,7 +15,9 @@ import (
 	"github.com/tetherhq/tether/internal/dev"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/logging"
+	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/version"
 )
 
@@ -90,14 +92,14 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := fleet.CheckName(*name); err != nil {
+	if err := protocol.CheckName(*name); err != nil {
 		return fmt.Errorf("--name must be the cluster's name in the hub's agents list: %w", err)
 	}
 	token, err := fleet.NewToken()
 	if err != nil {
 		return err
 	}
-	sum := fleet.TokenSHA256(token)
+	sum := listfile.TokenSHA256(token)
 	fmt.Fprintf(stdout, "Token (the agent's TETHER_AGENT_TOKEN; keep it secret, it is not shown again):\n  %s\n\n", token)
 	fmt.Fprintf(stdout, "Its SHA-256:\n  %s\n\n", sum)
 	fmt.Fprintf(stdout, "Entry for the hub's agents list (TETHER_FLEET_AGENTS or TETHER_FLEET_AGENTS_FILE):\n%s", fleet.AgentsEntry(*name, sum))

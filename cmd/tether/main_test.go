@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"go.uber.org/goleak"
 )
 
@@ -31,7 +32,7 @@ func TestToken(t *testing.T) {
 		t.Errorf("printed hash %s is not the SHA-256 of the token's text", sum)
 	}
 	list, err := fleet.ParseAgents("entry", []byte(entry))
-	if err != nil || len(list) != 1 || list[0].Name != "private-eu" || !list[0].AcceptsHash(fleet.HashToken(token)) {
+	if err != nil || len(list) != 1 || list[0].Name != "private-eu" || !list[0].AcceptsHash(listfile.HashToken(token)) {
 		t.Errorf("the printed entry %q doesn't admit the token: %v", entry, err)
 	}
 

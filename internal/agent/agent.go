@@ -13,12 +13,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/net/http/httpproxy"
 
 	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/tunnel"
@@ -47,12 +44,9 @@ type Config struct {
 	// TLSConfig checks the hub's certificate. Nil means one trusting
 	// HubCAFile, or the system's roots.
 	TLSConfig *tls.Config
-	// Proxy picks a proxy for the WebSocket. Nil means the proxy
-	// environment (HTTPS_PROXY, NO_PROXY), as net/http reads it.
-	Proxy func(*http.Request) (*url.URL, error)
 	// DialHub, when set, makes the connection to the hub instead of a
 	// TCP dial, and no proxy is used: a hub's own agents reach it in
-	// memory. Nil means TCP, through the proxy environment.
+	// memory. Nil means TCP, through Proxy.
 	DialHub func(ctx context.Context, network, addr string) (net.Conn, error)
 	// DialAPIServer dials the API server for each stream. Nil means net.Dialer.
 	DialAPIServer func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -96,12 +90,6 @@ func New(cfg Config) (*Agent, error) {
 			return nil, fmt.Errorf("TETHER_HUB_CA must be a PEM file of CA certificates: %w", err)
 		}
 		cfg.TLSConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	}
-	if cfg.Proxy == nil {
-		// HTTPS_PROXY and NO_PROXY as net/http reads them, read now:
-		// http.ProxyFromEnvironment reads them once per process.
-		proxy := httpproxy.FromEnvironment().ProxyFunc()
-		cfg.Proxy = func(r *http.Request) (*url.URL, error) { return proxy(r.URL) }
 	}
 	if cfg.DialAPIServer == nil {
 		cfg.DialAPIServer = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext

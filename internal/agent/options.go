@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,7 +15,8 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/tetherhq/tether/internal/fleet"
+	"golang.org/x/net/http/httpproxy"
+
 	"github.com/tetherhq/tether/internal/logging"
 	"github.com/tetherhq/tether/internal/protocol"
 )
@@ -42,6 +44,9 @@ type Options struct {
 	// GatewayTieBreaker is the Istio Gateway ("namespace/name") that wins
 	// when several serve a host (TETHER_ISTIO_GATEWAY_TIE_BREAKER).
 	GatewayTieBreaker string
+	// Proxy picks a proxy for the WebSocket to the hub (HTTPS_PROXY,
+	// NO_PROXY; see ProxyFromEnv). Nil means none.
+	Proxy func(*http.Request) (*url.URL, error)
 }
 
 // Getenv is os.Getenv's shape, so tests can hand in a map.
@@ -61,7 +66,7 @@ func OptionsFromEnv(getenv Getenv) (Options, error) {
 	if o.HubURL, err = ParseHubURL(getenv("TETHER_HUB_URL")); err != nil {
 		return Options{}, err
 	}
-	if err := fleet.CheckName(o.Name); err != nil {
+	if err := protocol.CheckName(o.Name); err != nil {
 		return Options{}, fmt.Errorf("TETHER_AGENT_NAME must be the cluster's name in the hub's agents list: %w", err)
 	}
 	if o.Token == "" {
@@ -108,12 +113,35 @@ func OptionsFromEnv(getenv Getenv) (Options, error) {
 	if o.GatewayTieBreaker, err = parseTieBreaker(getenv("TETHER_ISTIO_GATEWAY_TIE_BREAKER")); err != nil {
 		return Options{}, err
 	}
+	o.Proxy = ProxyFromEnv(getenv)
 	// Read the pod's credentials now, so a pod without them fails at once
 	// with a message that says what is missing.
 	if _, err := o.ReadServiceAccount(); err != nil {
 		return Options{}, err
 	}
 	return o, nil
+}
+
+// ProxyFromEnv reads the proxy settings as Go's net/http reads them
+// (https_proxy or HTTPS_PROXY, http_proxy or HTTP_PROXY for an http hub,
+// no_proxy or NO_PROXY; none under CGI), from getenv rather than the process: settings are
+// read where the command starts, and tests hand in a map. The returned func
+// asks with the request's URL, as tunnel.Dial's upgrade request has it.
+func ProxyFromEnv(getenv Getenv) func(*http.Request) (*url.URL, error) {
+	// The lower-case name first, as httpproxy.FromEnvironment reads them.
+	either := func(lower, upper string) string {
+		if v := getenv(lower); v != "" {
+			return v
+		}
+		return getenv(upper)
+	}
+	proxy := (&httpproxy.Config{
+		HTTPProxy:  either("http_proxy", "HTTP_PROXY"),
+		HTTPSProxy: either("https_proxy", "HTTPS_PROXY"),
+		NoProxy:    either("no_proxy", "NO_PROXY"),
+		CGI:        getenv("REQUEST_METHOD") != "",
+	}).ProxyFunc()
+	return func(r *http.Request) (*url.URL, error) { return proxy(r.URL) }
 }
 
 // ParseHubURL checks TETHER_HUB_URL: an http or https address with a host.
@@ -202,7 +230,7 @@ func parseNamespaces(v string) ([]string, error) {
 		if ns == "" {
 			continue
 		}
-		if fleet.CheckName(ns) != nil {
+		if protocol.CheckName(ns) != nil {
 			return nil, fmt.Errorf("TETHER_ALLOWED_NAMESPACES must be namespace names separated by commas, like team-a,team-b; %q is not a namespace name", ns)
 		}
 		if !slices.Contains(out, ns) {
@@ -219,7 +247,7 @@ func parseTieBreaker(v string) (string, error) {
 		return "", nil
 	}
 	ns, name, ok := strings.Cut(v, "/")
-	if !ok || fleet.CheckName(ns) != nil || name == "" || strings.ContainsAny(name, "/ ") {
+	if !ok || protocol.CheckName(ns) != nil || name == "" || strings.ContainsAny(name, "/ ") {
 		return "", fmt.Errorf("TETHER_ISTIO_GATEWAY_TIE_BREAKER must name an Istio Gateway as namespace/name, like istio-system/public, not %q", v)
 	}
 	return v, nil

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 )
 
 // Errors Authenticate wraps, so the caller can tell them apart with errors.Is. Each error's text
@@ -80,7 +80,7 @@ type Person struct {
 
 // credOf names a static token by the start of its SHA-256: the users list
 // holds the hashes, so naming one gives nothing away.
-func credOf(h fleet.Hash) string { return hex.EncodeToString(h[:8]) }
+func credOf(h listfile.Hash) string { return hex.EncodeToString(h[:8]) }
 
 // String names the person for logs: never the token.
 func (p Person) String() string { return fmt.Sprintf("%q (%s)", p.Name, p.Source) }
@@ -325,7 +325,7 @@ func (a *Authenticator) stillHolds(p Person) (Person, error) {
 	if !ok {
 		return Person{}, fmt.Errorf("%w: a hub-issued token for %q, who is no longer in the users list", ErrInvalidToken, p.Name)
 	}
-	if p.cred != "" && !slices.ContainsFunc(u.TokenHashes, func(h fleet.Hash) bool { return credOf(h) == p.cred }) {
+	if p.cred != "" && !slices.ContainsFunc(u.TokenHashes, func(h listfile.Hash) bool { return credOf(h) == p.cred }) {
 		return Person{}, fmt.Errorf("%w: a hub-issued token for %q, made with a token the users list no longer has for them; get a new kubeconfig", ErrInvalidToken, p.Name)
 	}
 	p.Groups = u.Groups

@@ -84,7 +84,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock for token expiry and retry delays; nil means time.Now.
 	Now func() time.Time
-	// Debounce and PollInterval tune how the users file is watched, as in fleet.WatchOptions.
+	// Debounce and PollInterval tune how the users file is watched, as in listfile.WatchOptions.
 	Debounce, PollInterval time.Duration
 }
 

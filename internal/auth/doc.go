@@ -48,7 +48,7 @@
 //	  token: <at least 32 characters>    # instead of tokenSha256; only its hash is kept
 //	  limits: {watches: 1000}     # optional: requests, watches, sessions open at once per cluster
 //
-// It is parsed by the same code as the agents list (package fleet), so it takes the same forms
+// It is parsed by the same code as the agents list (package listfile), so it takes the same forms
 // and its errors read the same: TETHER_USERS[0] ("alice") needs a token of at least 32
 // characters, or its tokenSha256. Two people with the same token, and names or groups that
 // would start with "system:" once prefixed, are errors too, as are names and groups with

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/testutil/oidctest"
 	"sigs.k8s.io/yaml"
 )
@@ -49,7 +49,7 @@ func FuzzParseUsers(f *testing.F) {
 			}
 			return
 		}
-		names, owners := map[string]bool{}, map[fleet.Hash]string{}
+		names, owners := map[string]bool{}, map[listfile.Hash]string{}
 		for _, u := range list {
 			if names[u.Name] {
 				t.Fatalf("name %q twice", u.Name)

@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/testutil/files"
 )
 
@@ -442,7 +442,7 @@ func TestHubTokenHoldsWhileItsTokenIsListed(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "users.yaml")
 	write := func(s string) { files.Replace(t, path, s) }
 	newTok := strings.Repeat("n", 40)
-	hash := func(tok string) string { return fleet.HashToken(tok).String() }
+	hash := func(tok string) string { return listfile.HashToken(tok).String() }
 	write("- name: alice\n  token: " + tokAlice + "\n")
 	a := newAuth(t, Config{UsersFile: path, HubURL: "https://tether.example.com", SigningKeyFile: keyFile(t, ed25519PEM(t)),
 		Debounce: 10 * time.Millisecond, PollInterval: 50 * time.Millisecond})

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 )
 
 // Expires is when the credential p signed in with stops working: a hub-issued token's or an
@@ -29,7 +29,7 @@ func (a *Authenticator) Recheck(p Person) (Person, error) {
 		return a.stillHolds(p)
 	}
 	u, ok := a.users.named(p.Name)
-	if !ok || !slices.ContainsFunc(u.TokenHashes, func(h fleet.Hash) bool { return credOf(h) == p.cred }) {
+	if !ok || !slices.ContainsFunc(u.TokenHashes, func(h listfile.Hash) bool { return credOf(h) == p.cred }) {
 		return Person{}, fmt.Errorf("%w: the users list no longer has the token %q signed in with", ErrInvalidToken, p.Name)
 	}
 	p.Groups = u.Groups

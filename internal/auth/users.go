@@ -6,7 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 )
 
 var userFields = []string{"name", "tokenSha256", "token", "groups", "limits"}
@@ -21,7 +21,7 @@ type User struct {
 	// Groups are the person's groups, before any prefix; nil when the entry has none.
 	Groups []string
 	// TokenHashes are the SHA-256 of the person's tokens: one, or two while one is rotated.
-	TokenHashes []fleet.Hash
+	TokenHashes []listfile.Hash
 	// Limits are the person's own bounds on what they hold open at once on each cluster, where
 	// the hub's defaults are too few for them (Argo CD's watches, say); zero fields take the
 	// hub's.
@@ -36,7 +36,7 @@ type Limits struct {
 }
 
 // ParseUsers reads a users list; setting is what its errors name (SettingUsers or
-// SettingUsersFile). See the package doc for the format. Its errors are *fleet.ListError, one
+// SettingUsersFile). See the package doc for the format. Its errors are *listfile.ListError, one
 // line each, naming the entry; none contains a token.
 func ParseUsers(setting string, data []byte) ([]User, error) {
 	return parseUsers(setting, data, Config{})
@@ -45,10 +45,10 @@ func ParseUsers(setting string, data []byte) ([]User, error) {
 // parseUsers is ParseUsers that also refuses names and groups the hub could never impersonate
 // once c's prefixes are added: better at start than as a 403 on every request.
 func parseUsers(setting string, data []byte, c Config) ([]User, error) {
-	spec := fleet.ListSpec{Setting: setting, Fields: userFields, Example: "alice@example.com"}
+	spec := listfile.ListSpec{Setting: setting, Fields: userFields, Example: "alice@example.com"}
 	list := []User{}
-	owner := map[fleet.Hash]int{}
-	err := fleet.ParseList(spec, data, func(e *fleet.Entry) error {
+	owner := map[listfile.Hash]int{}
+	err := listfile.ParseList(spec, data, func(e *listfile.Entry) error {
 		u := User{Name: e.Name()}
 		if err := checkText(u.Name); err != nil {
 			return e.Errorf("has a name that %s; write it as Kubernetes should see it.", err)
@@ -105,7 +105,7 @@ type users struct {
 
 // loadUsers reads the users list from cfg, or returns nil when none is set.
 func loadUsers(cfg Config) (*users, error) {
-	src, ok, err := fleet.ReadSource(SettingUsers, cfg.Users, cfg.UsersFile)
+	src, ok, err := listfile.ReadSource(SettingUsers, cfg.Users, cfg.UsersFile)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -120,12 +120,12 @@ func loadUsers(cfg Config) (*users, error) {
 
 // userIndex is one users list, by token hash and by name (names are unique).
 type userIndex struct {
-	byHash map[fleet.Hash]*User
+	byHash map[listfile.Hash]*User
 	byName map[string]*User
 }
 
 func (u *users) replace(list []User) {
-	idx := userIndex{byHash: make(map[fleet.Hash]*User, len(list)), byName: make(map[string]*User, len(list))}
+	idx := userIndex{byHash: make(map[listfile.Hash]*User, len(list)), byName: make(map[string]*User, len(list))}
 	for i := range list {
 		idx.byName[list[i].Name] = &list[i]
 		for _, h := range list[i].TokenHashes {
@@ -139,14 +139,14 @@ func (u *users) replace(list []User) {
 // hash up in a map rather than comparing in constant time: the hash of a secret with at least 32
 // characters leaks nothing useful through timing, and the lookup must cost the same for
 // thousands of users as for one.
-func (u *users) lookup(token string) (User, fleet.Hash, bool) {
+func (u *users) lookup(token string) (User, listfile.Hash, bool) {
 	if u == nil {
-		return User{}, fleet.Hash{}, false
+		return User{}, listfile.Hash{}, false
 	}
-	h := fleet.HashToken(token)
+	h := listfile.HashToken(token)
 	found, ok := u.cur.Load().byHash[h]
 	if !ok {
-		return User{}, fleet.Hash{}, false
+		return User{}, listfile.Hash{}, false
 	}
 	return *found, h, true
 }
@@ -166,11 +166,11 @@ func (u *users) named(name string) (User, bool) {
 // watch follows the users file until ctx is done. A list that doesn't parse, or a file that
 // can't be read, leaves the last good list in force, and the reason is logged.
 func (u *users) watch(ctx context.Context, cfg Config, log *slog.Logger) {
-	opts := fleet.WatchOptions{Debounce: cfg.Debounce, PollInterval: cfg.PollInterval, Initial: u.loaded,
+	opts := listfile.WatchOptions{Debounce: cfg.Debounce, PollInterval: cfg.PollInterval, Initial: u.loaded,
 		Unwatched: func(err error) {
 			log.Warn("Can't watch the users list's directory; reading the file every minute instead", "file", u.path, "error", err)
 		}}
-	err := fleet.WatchFile(ctx, u.path, opts, func(data []byte, err error) {
+	err := listfile.WatchFile(ctx, u.path, opts, func(data []byte, err error) {
 		if err != nil {
 			log.Warn("Can't read the users list; keeping the last good one", "file", u.path, "error", err)
 			return

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/testutil/files"
 
-	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 )
 
 var (
@@ -22,7 +22,7 @@ var (
 	tokCarol = "carol-token-with-enough-characters-in-it"
 )
 
-func sha(tok string) string { return fleet.TokenSHA256(tok) }
+func sha(tok string) string { return listfile.TokenSHA256(tok) }
 
 func TestParseUsersErrors(t *testing.T) {
 	h := sha(tokAlice)
@@ -61,7 +61,7 @@ func TestParseUsersErrors(t *testing.T) {
 			if err == nil || err.Error() != tc.want {
 				t.Errorf("error:\n got %v\nwant %s", err, tc.want)
 			}
-			var le *fleet.ListError
+			var le *listfile.ListError
 			if list != nil || !errors.As(err, &le) {
 				t.Errorf("list %v, error %T", list, err)
 			}

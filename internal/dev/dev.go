@@ -29,6 +29,7 @@ import (
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/localkube"
 	"github.com/tetherhq/tether/internal/pki"
 )
@@ -133,13 +134,13 @@ func Run(ctx context.Context, cfg Config) error {
 		ReconnectSpread: time.Second,
 		ShutdownGrace:   time.Second,
 		Fleet: fleet.Config{
-			Agents: fleet.AgentsEntry(ClusterName, fleet.TokenSHA256(token)),
+			Agents: fleet.AgentsEntry(ClusterName, listfile.TokenSHA256(token)),
 		},
 		AuditFile:   filepath.Join(cluster.Dir, "audit.jsonl"),
 		TLSCertFile: certFile,
 		TLSKeyFile:  keyFile,
 		Auth: auth.Config{
-			Users:          fmt.Sprintf("- name: %s\n  tokenSha256: %s\n  groups: [%q]\n", AdminUser, fleet.TokenSHA256(adminToken), AdminGroup),
+			Users:          fmt.Sprintf("- name: %s\n  tokenSha256: %s\n  groups: [%q]\n", AdminUser, listfile.TokenSHA256(adminToken), AdminGroup),
 			HubURL:         hubURL.String(),
 			SigningKeyFile: signingKeyFile,
 		},

@@ -10,6 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tetherhq/tether/internal/listfile"
+	"github.com/tetherhq/tether/internal/protocol"
 )
 
 // The settings the agents list comes from.
@@ -27,7 +30,7 @@ type Agent struct {
 	Name string
 	// TokenHashes are the SHA-256 of the tokens the agent may connect with: one, or two while a
 	// token is rotated.
-	TokenHashes []Hash
+	TokenHashes []listfile.Hash
 	Labels      map[string]string
 	// Groups says who may see the cluster.
 	Groups Groups
@@ -66,9 +69,9 @@ func (g Groups) equal(o Groups) bool {
 }
 
 // AcceptsHash reports, in constant time, whether a token with SHA-256 h may connect as a.
-func (a Agent) AcceptsHash(h Hash) bool {
+func (a Agent) AcceptsHash(h listfile.Hash) bool {
 	// Always two comparisons, so the time taken says nothing about rotation.
-	want := [2]Hash{}
+	want := [2]listfile.Hash{}
 	copy(want[:], a.TokenHashes)
 	m0 := subtle.ConstantTimeCompare(h[:], want[0][:]) & boolInt(len(a.TokenHashes) >= 1)
 	m1 := subtle.ConstantTimeCompare(h[:], want[1][:]) & boolInt(len(a.TokenHashes) >= 2)
@@ -77,14 +80,14 @@ func (a Agent) AcceptsHash(h Hash) bool {
 
 // CAMatches reports whether caPEM, the ca.crt an agent sent, is the one its entry pins; true
 // when the entry pins none.
-func (a Agent) CAMatches(caPEM []byte) bool { return a.AcceptsCA(HashToken(string(caPEM))) }
+func (a Agent) CAMatches(caPEM []byte) bool { return a.AcceptsCA(listfile.HashToken(string(caPEM))) }
 
 // AcceptsCA is CAMatches for a ca.crt whose SHA-256 is sum.
-func (a Agent) AcceptsCA(sum Hash) bool {
+func (a Agent) AcceptsCA(sum listfile.Hash) bool {
 	if a.CASHA256 == "" {
 		return true
 	}
-	want, err := ParseHash(a.CASHA256)
+	want, err := listfile.ParseHash(a.CASHA256)
 	return err == nil && equalHash(sum, want)
 }
 
@@ -100,49 +103,25 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// nameRule is how errors explain a DNS label.
-const nameRule = `lower-case letters, digits and "-", starting and ending with a letter or digit ([a-z0-9]([-a-z0-9]*[a-z0-9])?), at most 63 characters`
-
-// CheckName reports whether name is a DNS label, as cluster names must be: they appear in URLs
-// and kubeconfig contexts.
-func CheckName(name string) error {
-	if !validName(name) {
-		return fmt.Errorf("%q is not a DNS label: %s", name, nameRule)
-	}
-	return nil
-}
-
-func validName(name string) bool {
-	if len(name) == 0 || len(name) > 63 || name[0] == '-' || name[len(name)-1] == '-' {
-		return false
-	}
-	for _, c := range []byte(name) {
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // ParseAgents reads an agents list; setting is what its errors name (SettingAgents or
 // SettingAgentsFile). See the package doc for the format.
 func ParseAgents(setting string, data []byte) ([]Agent, error) {
-	spec := ListSpec{Setting: setting, Fields: agentFields, Example: "private-eu"}
+	spec := listfile.ListSpec{Setting: setting, Fields: agentFields, Example: "private-eu"}
 	list := []Agent{}
-	err := ParseList(spec, data, func(e *Entry) error {
+	err := listfile.ParseList(spec, data, func(e *listfile.Entry) error {
 		a := Agent{Name: e.Name()}
-		if !validName(a.Name) {
+		if protocol.CheckName(a.Name) != nil {
 			long := ""
 			if n := len(a.Name); n > 63 {
 				long = fmt.Sprintf(" (it has %d)", n)
 			}
-			return e.Errorf("needs a name that is a DNS label: %s%s.", nameRule, long)
+			return e.Errorf("needs a name that is a DNS label: %s%s.", protocol.NameRule, long)
 		}
 		var err error
 		if a.TokenHashes, err = e.TokenHashes(); err != nil {
 			return err
 		}
-		if a.Labels, a.Groups, a.ForwardToken, err = e.shown(); err != nil {
+		if a.Labels, a.Groups, a.ForwardToken, err = shown(e); err != nil {
 			return err
 		}
 		ca, pinned, err := e.SHA256("caSha256", "make it with: sha256sum ca.crt")
@@ -169,8 +148,7 @@ func parseWithExtra(setting string, data []byte, extra []Agent) ([]Agent, error)
 	}
 	for i, a := range list {
 		if slices.ContainsFunc(extra, func(x Agent) bool { return x.Name == a.Name }) {
-			return nil, &ListError{Setting: setting, Index: i, Name: a.Name,
-				msg: fmt.Sprintf("%s[%d] (%q) has the name of a cluster in %s; names must be unique.", setting, i, a.Name, SettingClusters)}
+			return nil, listfile.EntryErrorf(setting, i, a.Name, "has the name of a cluster in %s; names must be unique.", SettingClusters)
 		}
 	}
 	return append(list, extra...), nil
@@ -178,7 +156,7 @@ func parseWithExtra(setting string, data []byte, extra []Agent) ([]Agent, error)
 
 // shown reads the fields both lists have for how a cluster is shown and
 // reached: labels, groups and forwardToken.
-func (e *Entry) shown() (labels map[string]string, groups Groups, forwardToken bool, err error) {
+func shown(e *listfile.Entry) (labels map[string]string, groups Groups, forwardToken bool, err error) {
 	if labels, _, err = e.StringMap("labels"); err != nil {
 		return nil, Groups{}, false, err
 	}
@@ -279,7 +257,7 @@ func New(list []Agent) *Agents {
 // nil and no error when neither is set: the hub has no agents list. Errors are *ListError for a
 // bad list, and name the setting.
 func Load(cfg Config) (*Agents, error) {
-	src, ok, err := ReadSource(SettingAgents, cfg.Agents, cfg.AgentsFile)
+	src, ok, err := listfile.ReadSource(SettingAgents, cfg.Agents, cfg.AgentsFile)
 	if err != nil {
 		return nil, err
 	}
@@ -329,9 +307,9 @@ func (a *Agents) Len() int { return len(a.snapshot().list) }
 func (a *Agents) Authenticate(name, token string) (Agent, bool) {
 	agent, found := a.Lookup(name)
 	if !found {
-		agent = Agent{TokenHashes: []Hash{{}, {}}} // a dummy; its result is discarded below
+		agent = Agent{TokenHashes: []listfile.Hash{{}, {}}} // a dummy; its result is discarded below
 	}
-	ok := agent.AcceptsHash(HashToken(token))
+	ok := agent.AcceptsHash(listfile.HashToken(token))
 	if !found || !ok {
 		return Agent{}, false
 	}

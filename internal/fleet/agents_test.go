@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tetherhq/tether/internal/listfile"
 )
 
 func TestAuthenticate(t *testing.T) {
@@ -55,7 +57,7 @@ func TestAgentCAMatches(t *testing.T) {
 	if !(Agent{}).CAMatches(pem) {
 		t.Error("an entry without caSha256 refused a CA")
 	}
-	a := Agent{CASHA256: TokenSHA256(string(pem))}
+	a := Agent{CASHA256: listfile.TokenSHA256(string(pem))}
 	if !a.CAMatches(pem) || a.CAMatches(append(pem, '\n')) {
 		t.Error("caSha256 doesn't pin the CA")
 	}

@@ -6,6 +6,9 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/tetherhq/tether/internal/listfile"
+	"github.com/tetherhq/tether/internal/protocol"
 )
 
 // SettingClusters is the setting of the clusters the hub reaches directly, without an agent in
@@ -39,12 +42,12 @@ type Cluster struct {
 
 // ParseClusters reads TETHER_FLEET_CLUSTERS: YAML, or that YAML base64-encoded, as the agents list.
 func ParseClusters(data []byte) ([]Cluster, error) {
-	spec := ListSpec{Setting: SettingClusters, Fields: clusterFields, Example: "staging"}
+	spec := listfile.ListSpec{Setting: SettingClusters, Fields: clusterFields, Example: "staging"}
 	list := []Cluster{}
-	err := ParseList(spec, data, func(e *Entry) error {
+	err := listfile.ParseList(spec, data, func(e *listfile.Entry) error {
 		c := Cluster{Name: e.Name()}
-		if !validName(c.Name) {
-			return e.Errorf("needs a name that is a DNS label: %s.", nameRule)
+		if protocol.CheckName(c.Name) != nil {
+			return e.Errorf("needs a name that is a DNS label: %s.", protocol.NameRule)
 		}
 		server, _, err := e.String("server")
 		if err != nil {
@@ -66,7 +69,7 @@ func ParseClusters(data []byte) ([]Cluster, error) {
 			}
 			*f.to = v
 		}
-		if c.Labels, c.Groups, c.ForwardToken, err = e.shown(); err != nil {
+		if c.Labels, c.Groups, c.ForwardToken, err = shown(e); err != nil {
 			return err
 		}
 		list = append(list, c)
@@ -131,6 +134,6 @@ func validHost(h string) bool {
 
 // DirectEntry is the agents-list entry of a cluster the hub reaches itself, for the hub's own
 // agent to connect with tokenHash.
-func (c Cluster) DirectEntry(tokenHash Hash) Agent {
-	return Agent{Name: c.Name, TokenHashes: []Hash{tokenHash}, Labels: c.Labels, Groups: c.Groups, ForwardToken: c.ForwardToken}
+func (c Cluster) DirectEntry(tokenHash listfile.Hash) Agent {
+	return Agent{Name: c.Name, TokenHashes: []listfile.Hash{tokenHash}, Labels: c.Labels, Groups: c.Groups, ForwardToken: c.ForwardToken}
 }

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/tetherhq/tether/internal/listfile"
 )
 
 func TestParseClusters(t *testing.T) {
@@ -44,7 +46,7 @@ func TestParseClusters(t *testing.T) {
 		{ok + ok, `has the same name as TETHER_FLEET_CLUSTERS[0]`},
 	} {
 		_, err := ParseClusters([]byte(tc.list))
-		var le *ListError
+		var le *listfile.ListError
 		if !errors.As(err, &le) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: got %v, want a list error with %q", tc.list, err, tc.want)
 		}
@@ -52,7 +54,7 @@ func TestParseClusters(t *testing.T) {
 }
 
 func TestLoadWithExtra(t *testing.T) {
-	extra := []Agent{{Name: "staging", TokenHashes: []Hash{HashToken(token1)}, Groups: Groups{Everyone: true}}}
+	extra := []Agent{{Name: "staging", TokenHashes: []listfile.Hash{listfile.HashToken(token1)}, Groups: Groups{Everyone: true}}}
 	a, err := Load(Config{Extra: extra})
 	if err != nil || a == nil || a.Len() != 1 {
 		t.Fatalf("clusters only: %v, %v", a, err)

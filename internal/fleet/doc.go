@@ -45,10 +45,9 @@
 // agent of its own, whose entry, with a token made at start, joins the agents list through
 // Config.Extra at start and on every reload.
 //
-// # Reuse
+// # Shared with the users list
 //
 // The users list (TETHER_USERS, TETHER_USERS_FILE) has the same shape, so what isn't about agents
-// is exported for it: ReadSource picks the inline value or the file, ParseList decodes YAML or
-// base64 and checks what every entry shares, Entry reads fields (TokenHashes reads token or
-// tokenSha256), and WatchFile follows a file the way Kubernetes updates Secrets.
+// lives in internal/listfile, which both this package and internal/auth use: where the text
+// comes from, YAML or base64, the checks every entry shares, token hashes, and watching the file.
 package fleet

@@ -9,6 +9,9 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/tetherhq/tether/internal/listfile"
+	"github.com/tetherhq/tether/internal/protocol"
 )
 
 func FuzzParseAgents(f *testing.F) {
@@ -48,7 +51,7 @@ func FuzzParseAgents(f *testing.F) {
 		}
 		seen := map[string]bool{}
 		for _, a := range list {
-			if CheckName(a.Name) != nil || seen[a.Name] {
+			if protocol.CheckName(a.Name) != nil || seen[a.Name] {
 				t.Fatalf("accepted a bad or repeated name %q", a.Name)
 			}
 			seen[a.Name] = true
@@ -56,7 +59,7 @@ func FuzzParseAgents(f *testing.F) {
 				t.Fatalf("%q has %d token hashes", a.Name, n)
 			}
 			if a.CASHA256 != "" {
-				if h, err := ParseHash(a.CASHA256); err != nil || h.String() != a.CASHA256 {
+				if h, err := listfile.ParseHash(a.CASHA256); err != nil || h.String() != a.CASHA256 {
 					t.Fatalf("%q has caSha256 %q", a.Name, a.CASHA256)
 				}
 			}
@@ -118,7 +121,7 @@ func FuzzParseClusters(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		list, err := ParseClusters(data)
 		if err != nil {
-			var le *ListError
+			var le *listfile.ListError
 			if !errors.As(err, &le) || strings.Contains(err.Error(), "\n") {
 				t.Fatalf("not a one-line list error: %q", err)
 			}
@@ -129,7 +132,7 @@ func FuzzParseClusters(f *testing.F) {
 			if err != nil || host != c.ServerName || host == "" || port == "" || port == "0" {
 				t.Fatalf("accepted the server %q (%q)", c.Server, c.ServerName)
 			}
-			if !validName(c.Name) || strings.TrimSpace(c.CAFile) == "" || strings.TrimSpace(c.TokenFile) == "" {
+			if protocol.CheckName(c.Name) != nil || strings.TrimSpace(c.CAFile) == "" || strings.TrimSpace(c.TokenFile) == "" {
 				t.Fatalf("accepted %+v", c)
 			}
 		}

@@ -9,14 +9,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/testutil/files"
 )
 
 var (
 	token1 = strings.Repeat("a", 32) + "-first-token"
 	token2 = strings.Repeat("b", 32) + "-second-token"
-	hash1  = TokenSHA256(token1)
-	hash2  = TokenSHA256(token2)
+	hash1  = listfile.TokenSHA256(token1)
+	hash2  = listfile.TokenSHA256(token2)
 )
 
 func TestParseAgentsErrors(t *testing.T) {
@@ -124,9 +125,9 @@ func TestParseAgentsErrors(t *testing.T) {
 			if err.Error() != tc.want {
 				t.Fatalf("error\n got: %s\nwant: %s", err, tc.want)
 			}
-			var le *ListError
+			var le *listfile.ListError
 			if !errors.As(err, &le) || le.Setting != SettingAgents {
-				t.Fatalf("error is %T, want *ListError naming %s", err, SettingAgents)
+				t.Fatalf("error is %T, want *listfile.ListError naming %s", err, SettingAgents)
 			}
 			for _, tok := range []string{token1, token2, "short-secret"} {
 				if strings.Contains(err.Error(), tok) {
@@ -228,10 +229,10 @@ func TestLoadSources(t *testing.T) {
 	}
 }
 
-func hashes(hex ...string) []Hash {
-	var out []Hash
+func hashes(hex ...string) []listfile.Hash {
+	var out []listfile.Hash
 	for _, s := range hex {
-		h, err := ParseHash(s)
+		h, err := listfile.ParseHash(s)
 		if err != nil {
 			panic(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
@@ -133,121 +134,6 @@ func TestWatchCatchesUpAtStart(t *testing.T) {
 	}
 }
 
-// TestWatchFilePolls: a directory removed and made again loses its watch; polling finds the
-// file again and takes the watch back.
-func TestWatchFilePolls(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "secret")
-	mustDo(t, os.Mkdir(dir, 0o755))
-	path := writeFile(t, dir, "agents.yaml", "one")
-	got := make(chan string, 16)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- WatchFile(ctx, path, WatchOptions{Debounce: 5 * time.Millisecond, PollInterval: 20 * time.Millisecond},
-			func(data []byte, err error) {
-				if err != nil {
-					got <- "error"
-					return
-				}
-				got <- string(data)
-			})
-	}()
-	defer func() { cancel(); mustDo(t, <-done) }()
-	if s := next(t, got); s != "one" { // the first check, so the watch is in place
-		t.Fatalf("got %q, want one", s)
-	}
-
-	mustDo(t, os.RemoveAll(dir))
-	if s := next(t, got); s != "error" {
-		t.Fatalf("got %q, want the read error", s)
-	}
-	mustDo(t, os.Mkdir(dir, 0o755))
-	writeFile(t, dir, "agents.yaml", "two")
-	if s := next(t, got); s != "two" {
-		t.Fatalf("got %q, want two", s)
-	}
-	writeFile(t, dir, "agents.yaml", "three")
-	if s := next(t, got); s != "three" {
-		t.Fatalf("got %q, want three", s)
-	}
-}
-
-// TestWatchFileWithoutAWatch: a directory that can't be watched (here, one
-// that doesn't exist yet; on a node, one past the inotify limit) is said
-// once, and the file is still read every poll: changes are found late, not
-// never. With polling off, it is an error.
-func TestWatchFileWithoutAWatch(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "secret")
-	path := filepath.Join(dir, "agents.yaml")
-	got := make(chan string, 16)
-	unwatched := make(chan error, 4)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- WatchFile(ctx, path, WatchOptions{Debounce: 5 * time.Millisecond, PollInterval: 20 * time.Millisecond,
-			Unwatched: func(err error) { unwatched <- err }},
-			func(data []byte, err error) {
-				if err != nil {
-					got <- "error"
-					return
-				}
-				got <- string(data)
-			})
-	}()
-	defer func() { cancel(); mustDo(t, <-done) }()
-	if err := <-unwatched; err == nil || !strings.Contains(err.Error(), dir) {
-		t.Errorf("told %v, want why %s can't be watched", err, dir)
-	}
-	if s := next(t, got); s != "error" {
-		t.Fatalf("got %q, want the read error", s)
-	}
-	mustDo(t, os.Mkdir(dir, 0o755))
-	writeFile(t, dir, "agents.yaml", "one")
-	if s := next(t, got); s != "one" {
-		t.Fatalf("got %q, want one, read by polling", s)
-	}
-	if len(unwatched) != 0 {
-		t.Errorf("told again: %v", <-unwatched)
-	}
-
-	err := WatchFile(context.Background(), path+"-nowhere/x", WatchOptions{PollInterval: -1}, func([]byte, error) {})
-	if err == nil {
-		t.Error("no watch and no polling: nil error")
-	}
-}
-
-func TestWatchFileIgnoresUnchanged(t *testing.T) {
-	path := writeFile(t, t.TempDir(), "agents.yaml", "one")
-	got := make(chan string, 16)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	checked := make(chan struct{}, 16)
-	go func() {
-		done <- WatchFile(ctx, path, WatchOptions{Debounce: 5 * time.Millisecond, PollInterval: -1, Initial: []byte("one"),
-			checked: func() { checked <- struct{}{} }},
-			func(data []byte, err error) { got <- string(data) })
-	}()
-	defer func() { cancel(); mustDo(t, <-done) }()
-	waitChecked := func() {
-		t.Helper()
-		select {
-		case <-checked:
-		case <-time.After(deadline):
-			t.Fatal("the file was never read")
-		}
-	}
-	waitChecked() // the read at start
-
-	// The file is read again after the write, and found unchanged: the
-	// reload that must not happen had its chance.
-	writeFile(t, filepath.Dir(path), "agents.yaml", "one")
-	waitChecked()
-	writeFile(t, filepath.Dir(path), "agents.yaml", "two")
-	if s := next(t, got); s != "two" {
-		t.Fatalf("got %q first, want two: an unchanged file was reported", s)
-	}
-}
-
 func TestWatchWithoutFile(t *testing.T) {
 	ctx := t.Context()
 	if err := (*Agents)(nil).Watch(ctx); err != nil {
@@ -273,17 +159,6 @@ func nextChange(t *testing.T, changes <-chan Change) Change {
 		t.Fatal("no reload")
 	}
 	return Change{}
-}
-
-func next(t *testing.T, ch <-chan string) string {
-	t.Helper()
-	select {
-	case s := <-ch:
-		return s
-	case <-time.After(deadline):
-		t.Fatal("nothing from WatchFile")
-	}
-	return ""
 }
 
 func waitFor(t *testing.T, cond func() bool, logs *syncbuf.Buffer) {
@@ -315,7 +190,7 @@ func TestWatchKeepsExtra(t *testing.T) {
 	agents, err := Load(Config{
 		AgentsFile: path, Logger: slog.New(slog.NewTextHandler(logs, nil)), Debounce: 10 * time.Millisecond, PollInterval: -1,
 		OnChange: func(c Change) { changes <- c },
-		Extra:    []Agent{{Name: "staging", TokenHashes: []Hash{HashToken(token2)}, Groups: Groups{Everyone: true}}},
+		Extra:    []Agent{{Name: "staging", TokenHashes: []listfile.Hash{listfile.HashToken(token2)}, Groups: Groups{Everyone: true}}},
 	})
 	if err != nil {
 		t.Fatal(err)

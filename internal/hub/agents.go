@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/tunnel"
 	"github.com/tetherhq/tether/internal/version"
@@ -67,7 +68,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 		h.log.Debug(fmt.Sprintf("The upgrade of an agent, %q, failed", name), "agent", name, "remote", r.RemoteAddr, "err", err)
 		return
 	}
-	c, err := h.hello(r, sess, entry, fleet.HashToken(strings.TrimSpace(token)))
+	c, err := h.hello(r, sess, entry, listfile.HashToken(strings.TrimSpace(token)))
 	if err != nil {
 		h.metrics.connects.WithLabelValues("bad_hello").Inc()
 		// Rate-limited like refusals: whoever holds a token can send
@@ -102,7 +103,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 
 // hello reads the agent's hello and checks it. It returns nil and no error
 // when it refused the agent and told it why; the welcome is serveConn's.
-func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent, tokenHash fleet.Hash) (*agentConn, error) {
+func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent, tokenHash listfile.Hash) (*agentConn, error) {
 	deadline := time.Now().Add(h.cfg.HelloTimeout)
 	ctx, cancel := context.WithDeadline(r.Context(), deadline)
 	defer cancel()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/protocol"
 )
 
@@ -177,8 +178,8 @@ func TestCAPinning(t *testing.T) {
 	fc := newFakeCluster(t)
 	other := newFakeCluster(t)
 	list := fleet.New([]fleet.Agent{{
-		Name: "eu-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true},
-		CASHA256: fleet.TokenSHA256(string(other.ca.CertPEM)),
+		Name: "eu-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true},
+		CASHA256: listfile.TokenSHA256(string(other.ca.CertPEM)),
 	}})
 	h := startHub(t, Config{Agents: list})
 	a := startAgent(t, h.url, "eu-1", fc)
@@ -198,10 +199,10 @@ func TestCAPinnedOnReload(t *testing.T) {
 	fc := newFakeCluster(t)
 	other := newFakeCluster(t)
 	entry := func(pin []byte) fleet.Agent {
-		return fleet.Agent{Name: "eu-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true},
-			CASHA256: fleet.TokenSHA256(string(pin))}
+		return fleet.Agent{Name: "eu-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true},
+			CASHA256: listfile.TokenSHA256(string(pin))}
 	}
-	list := fleet.New([]fleet.Agent{{Name: "eu-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true}}})
+	list := fleet.New([]fleet.Agent{{Name: "eu-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true}}})
 	h := startHub(t, Config{Agents: list})
 	a := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected", a.Connected)

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/tunnel"
 )
@@ -41,8 +41,8 @@ type agentConn struct {
 	remote       string
 	sess         *tunnel.Session
 	ctl          net.Conn
-	tokenHash    fleet.Hash // its token's SHA-256, and its CA's: checked again against
-	caHash       fleet.Hash // the list in force when it is registered, and at reloads
+	tokenHash    listfile.Hash // its token's SHA-256, and its CA's: checked again against
+	caHash       listfile.Hash // the list in force when it is registered, and at reloads
 	agentVersion string
 	apiServer    string
 	// ca is the DER of the certificates the agent sent for its API

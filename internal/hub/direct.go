@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 )
 
 // The clusters of TETHER_FLEET_CLUSTERS, which the hub reaches itself, are
@@ -58,7 +59,7 @@ func newOwnAgents(clusters []fleet.Cluster, basePath string, log *slog.Logger) (
 			return nil, nil, nil, fail(err)
 		}
 		o.agents = append(o.agents, a)
-		entries = append(entries, c.DirectEntry(fleet.HashToken(token)))
+		entries = append(entries, c.DirectEntry(listfile.HashToken(token)))
 		direct[c.Name] = DirectServer{Host: hostHeader(c.Server), ServerName: c.ServerName}
 	}
 	return o, entries, direct, nil

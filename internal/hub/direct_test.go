@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/logging"
 	"github.com/tetherhq/tether/internal/pki"
 	"github.com/tetherhq/tether/internal/protocol"
@@ -43,7 +44,7 @@ func TestClusterTheHubReaches(t *testing.T) {
 	base, hubCA, _, logs := tlsHub(t, map[string]string{
 		"TETHER_PUBLIC_URL":     "https://hub.example.com",
 		"TETHER_FLEET_CLUSTERS": clusters,
-		"TETHER_FLEET_AGENTS":   fleet.AgentsEntry("eu-1", fleet.TokenSHA256(strings.Repeat("t", 32))),
+		"TETHER_FLEET_AGENTS":   fleet.AgentsEntry("eu-1", listfile.TokenSHA256(strings.Repeat("t", 32))),
 		"TETHER_METRICS_ADDR":   "0",
 		"TETHER_USERS": "- {name: ann, token: " + strings.Repeat("a", 32) + ", groups: [platform]}\n" +
 			"- {name: bob, token: " + strings.Repeat("b", 32) + ", groups: [dev]}\n",

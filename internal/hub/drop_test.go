@@ -15,6 +15,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/testutil/faultproxy"
 )
 
@@ -32,7 +33,7 @@ func personHubBehindProxy(t *testing.T, fc *fakeCluster, heartbeat time.Duration
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { people.Close() })
-	list := fleet.New([]fleet.Agent{{Name: "open", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true}}})
+	list := fleet.New([]fleet.Agent{{Name: "open", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true}}})
 	h := startHub(t, Config{Agents: list, Auth: people, Heartbeat: heartbeat, ProbeInterval: time.Hour, IdleTimeout: 200 * time.Millisecond})
 	p := hubProxy(t, h)
 	a := startAgent(t, h.url, "open", fc, viaProxy(t, p))

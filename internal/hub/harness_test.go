@@ -28,6 +28,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/pki"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
@@ -318,7 +319,7 @@ const testToken = "0123456789abcdef0123456789abcdef-agent-token"
 func testAgents(names ...string) *fleet.Agents {
 	var list []fleet.Agent
 	for _, n := range names {
-		list = append(list, fleet.Agent{Name: n, TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true}})
+		list = append(list, fleet.Agent{Name: n, TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true}})
 	}
 	return fleet.New(list)
 }

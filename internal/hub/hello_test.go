@@ -11,6 +11,7 @@ import (
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/tunnel"
 )
@@ -233,7 +234,7 @@ func TestTokenRevokedDuringTheHandshake(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The list reloads: eu-1's token is rotated away.
-	change := list.Replace([]fleet.Agent{{Name: "eu-1", TokenHashes: []fleet.Hash{fleet.HashToken("another-token-of-at-least-32-characters")}, Groups: fleet.Groups{Everyone: true}}})
+	change := list.Replace([]fleet.Agent{{Name: "eu-1", TokenHashes: []listfile.Hash{listfile.HashToken("another-token-of-at-least-32-characters")}, Groups: fleet.Groups{Everyone: true}}})
 	if len(change.TokensRevoked) != 1 {
 		t.Fatalf("change %+v, want eu-1's token revoked", change)
 	}
@@ -256,16 +257,16 @@ func TestTokenRevokedDuringTheHandshake(t *testing.T) {
 // disconnect it (which ends every exec, port-forward and watch through it).
 func TestRotationKeepsTheAgentOnTheNewToken(t *testing.T) {
 	fc := newFakeCluster(t)
-	oldHash := fleet.HashToken("the-old-token-of-at-least-32-characters")
-	entry := func(hashes ...fleet.Hash) []fleet.Agent {
+	oldHash := listfile.HashToken("the-old-token-of-at-least-32-characters")
+	entry := func(hashes ...listfile.Hash) []fleet.Agent {
 		return []fleet.Agent{{Name: "eu-1", TokenHashes: hashes, Groups: fleet.Groups{Everyone: true}}}
 	}
-	list := fleet.New(entry(oldHash, fleet.HashToken(testToken)))
+	list := fleet.New(entry(oldHash, listfile.HashToken(testToken)))
 	h := startHub(t, Config{Agents: list})
 	a := startAgent(t, h.url, "eu-1", fc) // with testToken, the new one
 	eventually(t, 5*time.Second, "connected", a.Connected)
 	conn := h.connected("eu-1")
-	h.AgentsChanged(list.Replace(entry(fleet.HashToken(testToken)))) // the old token's hash goes
+	h.AgentsChanged(list.Replace(entry(listfile.HashToken(testToken)))) // the old token's hash goes
 	time.Sleep(time.Second)
 	if h.connected("eu-1") != conn {
 		t.Errorf("removing the old token's hash disconnected the agent that uses the new one:\n%s", h.logs)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/hostileagent"
 )
@@ -40,7 +41,7 @@ func TestAHostileAgentsInventoryIsBoundedAndRefusedFirst(t *testing.T) {
 	t.Cleanup(func() { people.Close() })
 	var list []fleet.Agent
 	for _, n := range []string{"hostile", "good-1", "good-2"} {
-		list = append(list, fleet.Agent{Name: n, TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true}})
+		list = append(list, fleet.Agent{Name: n, TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true}})
 	}
 	h := startHub(t, Config{Agents: fleet.New(list), Auth: people, InventoryMaxBytes: bound})
 	connect := func(name string) (*hostileagent.Agent, *hostileagent.Inventory) {

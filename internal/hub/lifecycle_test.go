@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/logging"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
@@ -62,7 +63,7 @@ func TestRemovedClusterKeepsNoInventorySentAsItLeft(t *testing.T) {
 	changed := make(chan struct{})
 	go func() {
 		defer close(changed)
-		h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "us-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}}}))
+		h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "us-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}}}))
 	}()
 	// The goaway comes once the hub has forgotten eu-1's inventory.
 	if m, err := protocol.Read(ctl); err != nil || m.Type != protocol.TypeGoAway {
@@ -107,7 +108,7 @@ func TestRefusedAtRegistrationKeepsNoCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "us-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}}}))
+	h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "us-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}}}))
 	if err := protocol.Write(ctl, helloFor(fc)); err != nil {
 		t.Fatal(err)
 	}

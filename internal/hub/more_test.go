@@ -12,6 +12,7 @@ import (
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/pki"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
@@ -36,7 +37,7 @@ func TestRemovedAgentIsDisconnectedAndRefused(t *testing.T) {
 	a := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected", a.Connected)
 
-	h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "us-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}}}))
+	h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "us-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}}}))
 	err := a.wait(t, 5*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "it doesn't know this name and token.") {
 		t.Fatalf("Run = %v, want a refusal once the list dropped the agent", err)
@@ -56,7 +57,7 @@ func TestRemovedAgentIsDisconnectedAndRefused(t *testing.T) {
 		_, ca := h.lastCA["eu-1"]
 		return !status && !ca
 	})
-	h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "eu-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}}, {Name: "us-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}}}))
+	h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "eu-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}}, {Name: "us-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}}}))
 	if hist := h.History("eu-1"); len(hist) != 0 {
 		t.Errorf("listed again, eu-1 has the history of before: %v", hist)
 	}
@@ -79,7 +80,7 @@ func TestRemovedAgentsAreDisconnectedTogether(t *testing.T) {
 	changed := make(chan struct{})
 	go func() {
 		defer close(changed)
-		h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "us-1", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}}}))
+		h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "us-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}}}))
 	}()
 	eventually(t, 5*time.Second, "eu-1's agent is disconnected", func() bool { return h.connected("eu-1") == nil })
 	if h.connected("ap-1") == nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/testutil/oidctest"
 )
 
@@ -83,7 +84,7 @@ func oidcHub(t *testing.T, fc *fakeCluster) (*oidctest.Issuer, *testHub, *fleet.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { people.Close() })
-	hash := []fleet.Hash{fleet.HashToken(testToken)}
+	hash := []listfile.Hash{listfile.HashToken(testToken)}
 	list := fleet.New([]fleet.Agent{
 		{Name: "open", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}},
 		{Name: "own", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}, ForwardToken: true},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
@@ -96,7 +97,7 @@ func limitsHub(t *testing.T, fc *fakeCluster, users string, mods ...func(*Config
 	}
 	acfg := auth.Config{UsersFile: file, Debounce: 10 * time.Millisecond, PollInterval: 50 * time.Millisecond}
 	cfg := Config{
-		Agents: fleet.New([]fleet.Agent{{Name: "open", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}, Groups: fleet.Groups{Names: []string{"dev", "ops"}}}}),
+		Agents: fleet.New([]fleet.Agent{{Name: "open", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}, Groups: fleet.Groups{Names: []string{"dev", "ops"}}}}),
 		Audit:  &syncbuf.Buffer{}, PublicURL: "https://hub.example.com", ProbeInterval: time.Hour,
 	}
 	for _, m := range mods {

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
@@ -48,7 +49,7 @@ func proxyHub(t *testing.T, fc *fakeCluster, groupPrefix string, mods ...func(*C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { people.Close() })
-	hash := []fleet.Hash{fleet.HashToken(testToken)}
+	hash := []listfile.Hash{listfile.HashToken(testToken)}
 	list := fleet.New([]fleet.Agent{
 		{Name: "open", TokenHashes: hash, Groups: fleet.Groups{Everyone: true}, Labels: map[string]string{"env": "prod", "region": "eu"}},
 		{Name: "ops", TokenHashes: hash, Groups: fleet.Groups{Names: []string{"ops"}}},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 )
 
 // listFileHub starts a hub, with the people of testUsers, whose agents list
@@ -246,7 +247,7 @@ func TestEventStreamCatchingUpRemovesWhatIsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { people.Close() })
-	hash := []fleet.Hash{fleet.HashToken(testToken)}
+	hash := []listfile.Hash{listfile.HashToken(testToken)}
 	everyone := fleet.Groups{Everyone: true}
 	list := fleet.New([]fleet.Agent{{Name: "a", TokenHashes: hash, Groups: everyone}, {Name: "b", TokenHashes: hash, Groups: everyone}})
 	h := startHub(t, Config{Agents: list, Auth: people, PublicURL: "https://hub.example.com"})

@@ -8,6 +8,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/testutil/browser"
 )
 
@@ -83,7 +84,7 @@ func TestFleetPageFollowsTheAgentsList(t *testing.T) {
 	// The page's stream breaks, and a leaves the list while it is down (a
 	// change no stream is told of, as when a hub restarts with a new list):
 	// the stream that comes back takes the card away.
-	h.cfg.Agents.Replace([]fleet.Agent{{Name: "b", TokenHashes: []fleet.Hash{fleet.HashToken(testToken)}, Groups: fleet.Groups{Names: []string{"ops"}}}})
+	h.cfg.Agents.Replace([]fleet.Agent{{Name: "b", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}, Groups: fleet.Groups{Names: []string{"ops"}}}})
 	h.srv.CloseClientConnections()
 	d.poll("a's card goes once the stream is back", `document.querySelectorAll('.card').length === 0 && document.getElementById('count').textContent === "0 clusters"`, 10*time.Second)
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/testutil/helmtest"
 )
 
@@ -84,7 +85,7 @@ func TestAgentNotesGiveTheTokensHash(t *testing.T) {
 		return string(out)
 	}
 
-	want := fleet.TokenSHA256(token)
+	want := listfile.TokenSHA256(token)
 	if got := strings.Fields(sh(hashCmd)); len(got) == 0 || got[0] != want {
 		t.Errorf("%s printed %q, want the token's SHA-256 %s", hashCmd, got, want)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 )
 
 // TestAgentsFileReloads swaps the hub's agents file the way Kubernetes
@@ -34,7 +35,7 @@ func TestAgentsFileReloads(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	entry := func(name string) string { return fleet.AgentsEntry(name, fleet.TokenSHA256(agentToken)) }
+	entry := func(name string) string { return fleet.AgentsEntry(name, listfile.TokenSHA256(agentToken)) }
 	publish(entry("first"))
 	if err := os.Symlink("..data/agents.yaml", filepath.Join(dir, "agents.yaml")); err != nil {
 		t.Fatal(err)

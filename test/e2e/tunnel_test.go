@@ -13,6 +13,7 @@ import (
 	"github.com/tetherhq/tether/internal/pki"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/testutil/faultproxy"
 )
 
@@ -29,7 +30,7 @@ func hubAt(t *testing.T, addr string, extra map[string]string, names ...string) 
 	t.Helper()
 	var list strings.Builder
 	for _, n := range names {
-		list.WriteString(fleet.AgentsEntry(n, fleet.TokenSHA256(agentToken)))
+		list.WriteString(fleet.AgentsEntry(n, listfile.TokenSHA256(agentToken)))
 	}
 	certFile, keyFile := hubCert(t)
 	env := map[string]string{

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/hostileagent"
 	"go.uber.org/goleak"
@@ -26,7 +27,7 @@ const token = "0123456789abcdef0123456789abcdef-hostile"
 func TestTheHubTakesItForAnAgent(t *testing.T) {
 	h, err := hub.New(hub.Config{
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Agents:        fleet.New([]fleet.Agent{{Name: "c", TokenHashes: []fleet.Hash{fleet.HashToken(token)}, Groups: fleet.Groups{Everyone: true}}}),
+		Agents:        fleet.New([]fleet.Agent{{Name: "c", TokenHashes: []listfile.Hash{listfile.HashToken(token)}, Groups: fleet.Groups{Everyone: true}}}),
 		Heartbeat:     100 * time.Millisecond,
 		ProbeInterval: 100 * time.Millisecond,
 	})

@@ -1,4 +1,4 @@
-package fleet
+package listfile
 
 import (
 	"bytes"
@@ -15,9 +15,10 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// This file holds what every list of named entries with tokens shares (the agents list here, and
-// internal/auth's users list of TETHER_USERS): where the text comes from, YAML or base64 of it, the checks
-// every entry gets, and the wording of errors. The list-specific parts sit in a ParseList callback.
+// This file holds what every list of named entries with tokens shares (internal/fleet's agents
+// list, internal/auth's users list of TETHER_USERS): where the text comes from, YAML or base64 of
+// it, the checks every entry gets, and the wording of errors. The list-specific parts sit in a
+// ParseList callback.
 
 // Source is the text of a list and where it came from.
 type Source struct {
@@ -272,6 +273,13 @@ func (e *Entry) Errorf(format string, args ...any) error {
 	}
 	return &ListError{Setting: e.spec.Setting, Index: e.index, Name: e.name,
 		msg: prefix + " " + fmt.Sprintf(format, args...)}
+}
+
+// EntryErrorf returns a *ListError about the entry at index, worded as Entry.Errorf words it,
+// for a check a list makes after ParseList, across its entries.
+func EntryErrorf(setting string, index int, name, format string, args ...any) error {
+	e := &Entry{spec: &ListSpec{Setting: setting}, index: index, name: name}
+	return e.Errorf(format, args...)
 }
 
 func (e *Entry) checkFields() error {
