@@ -1,6 +1,6 @@
 //go:build perfcheck
 
-package inventory
+package store
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package inventory
+package watch
 
 import (
 	"crypto/tls"

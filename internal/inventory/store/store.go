@@ -1,4 +1,12 @@
-package inventory
+// Package store is the hub's side of the inventory (SPEC section 5): the
+// hub's copy of every connected cluster's summary, built from the updates
+// its agent streams, bounded in objects and in bytes of heap, and the
+// queries the pages and the resources API answer from it.
+//
+// It exists apart from the hub so that its bounds and queries can be tested
+// without a tunnel, and apart from the agent's watch, which it never imports:
+// the two agree only through internal/protocol and inventory.Kinds.
+package store
 
 import (
 	"errors"
@@ -9,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/protocol"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -188,7 +197,7 @@ func (st *state) apply(u *protocol.Update) {
 		res := u.Upserts[i]
 		byKey := st.objects[res.Kind]
 		if byKey == nil {
-			if _, known := LookupKind(res.Kind); !known {
+			if _, known := inventory.LookupKind(res.Kind); !known {
 				// No query can ask for it (a newer agent's kind, or a made-up
 				// one): holding it would only let an agent fill the hub with
 				// kinds that count toward neither MaxObjects nor the bytes.
