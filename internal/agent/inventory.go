@@ -14,7 +14,7 @@ import (
 // describe, as the pod's service account: list and watch only. Its token is
 // read again from the file as it rotates.
 func NewWatcher(o Options, log *slog.Logger) (*watch.Watcher, error) {
-	return watch.NewWatcher(watch.WatcherConfig{
+	return watch.New(watch.Config{
 		Host:        "https://" + o.APIServer,
 		CAFile:      o.caPath(),
 		TokenFile:   o.tokenPath(),

@@ -99,7 +99,7 @@ type Config struct {
 	// the users list may raise or lower them for its people.
 	Limits auth.Limits
 	// InventoryMaxBytes bounds every cluster's inventory together, in
-	// bytes of heap; zero means store.DefaultStoreMaxBytes.
+	// bytes of heap; zero means store.DefaultMaxBytes.
 	InventoryMaxBytes int
 	// FormTimeout bounds the wait for the body of a request the hub reads
 	// or leaves before it knows who sent it (the sign-in form, a refused
@@ -277,7 +277,7 @@ func New(cfg Config) (*Hub, error) {
 		stopping: make(chan struct{}),
 		access:   newAccessCache(cfg.AccessTTL, cfg.AccessReviewsPerPerson),
 	}
-	h.inventory = store.NewStoreConfig(store.StoreConfig{MaxBytes: cfg.InventoryMaxBytes, Dropped: h.inventoryDropped})
+	h.inventory = store.New(store.Config{MaxBytes: cfg.InventoryMaxBytes, Dropped: h.inventoryDropped})
 	h.proxy = h.newProxy()
 	if cfg.Auth != nil {
 		// A reload ends what the people it drops hold open (open.go).

@@ -35,7 +35,7 @@ type Store struct {
 	// before the last of them changes nothing, however late its Updates.
 	ends map[string]uint64
 
-	cfg     StoreConfig
+	cfg     Config
 	held    map[string]*holding // by cluster: the bytes of its states, kept and being received
 	total   int                 // held's bytes, together
 	dropped []string            // clusters whose inventory an Apply let go of, for cfg.Dropped
@@ -52,7 +52,7 @@ type state struct {
 	objects    map[string]map[string]*protocol.Resource // kind → "namespace/name" → summary
 	count      int                                      // objects in all kinds
 	bytes      int                                      // what they and kinds cost the hub's heap (size.go)
-	maxBytes   int                                      // 0: MaxBytes; for a state without a store (tests)
+	maxBytes   int                                      // 0: DefaultClusterMaxBytes; for a state without a store (tests)
 	truncated  bool                                     // some were left out: over MaxObjects or a bound on bytes
 	kinds      []protocol.KindState
 	tieBreaker string
@@ -73,11 +73,8 @@ type state struct {
 	counted *Summary
 }
 
-// NewStore returns an empty Store with the default bounds.
-func NewStore() *Store { return NewStoreConfig(StoreConfig{}) }
-
-// NewStoreConfig returns an empty Store that holds no more than cfg allows.
-func NewStoreConfig(cfg StoreConfig) *Store {
+// New returns an empty Store that holds no more than cfg allows.
+func New(cfg Config) *Store {
 	return &Store{clusters: map[string]*state{}, ends: map[string]uint64{}, held: map[string]*holding{}, cfg: cfg.withDefaults()}
 }
 
@@ -241,14 +238,15 @@ func (st *state) apply(u *protocol.Update) {
 
 // charge counts grows more bytes (fewer, when negative) to st, and reports
 // whether it may hold them: always when it shrinks, and when it grows, if
-// its store's bounds leave room, or without a store, MaxBytes (maxBytes).
+// its store's bounds leave room, or without a store, maxBytes (zero:
+// DefaultClusterMaxBytes).
 func (st *state) charge(grows int) bool {
 	if st.store != nil {
 		return st.store.chargeLocked(st, grows)
 	}
 	limit := st.maxBytes
 	if limit == 0 {
-		limit = MaxBytes
+		limit = DefaultClusterMaxBytes
 	}
 	if grows > 0 && st.bytes+grows > limit {
 		return false

@@ -33,7 +33,7 @@ type apiServer struct {
 
 // newAPIServer returns an apiServer for cfg, as the pod's service account
 // (serviceAccountTransport).
-func newAPIServer(cfg WatcherConfig) (apiServer, error) {
+func newAPIServer(cfg Config) (apiServer, error) {
 	u, err := url.Parse(cfg.Host)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return apiServer{}, fmt.Errorf("the API server's address %q is not an https:// URL", cfg.Host)

@@ -191,7 +191,7 @@ func TestAPIServerIsReachedDirectly(t *testing.T) {
 	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a, err := newAPIServer(WatcherConfig{Host: "https://10.96.0.1:443", CAFile: caFile, TokenFile: filepath.Join(t.TempDir(), "token")})
+	a, err := newAPIServer(Config{Host: "https://10.96.0.1:443", CAFile: caFile, TokenFile: filepath.Join(t.TempDir(), "token")})
 	if err != nil {
 		t.Fatal(err)
 	}

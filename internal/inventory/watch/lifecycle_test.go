@@ -66,7 +66,7 @@ func (fk *fakeKube) watcher(t *testing.T, rediscover time.Duration, namespaces .
 	dir := t.TempDir()
 	mustWrite(t, filepath.Join(dir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: fk.srv.Certificate().Raw}))
 	mustWrite(t, filepath.Join(dir, "token"), []byte("service-account-token"))
-	w, err := watch.NewWatcher(watch.WatcherConfig{Host: fk.srv.URL, CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token"),
+	w, err := watch.New(watch.Config{Host: fk.srv.URL, CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token"),
 		Namespaces: namespaces, Rediscover: rediscover})
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +236,7 @@ func TestRefusedReviewsInManyNamespacesStillSendTheInventory(t *testing.T) {
 	}
 	w := fk.watcher(t, time.Hour, namespaces...)
 	runWatcher(t, w)
-	store := hubstore.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	firstSnapshot(t, w, store, "c")
 
 	info, ok := store.Info("c")
@@ -276,7 +276,7 @@ func TestAKindServedAtAnotherVersionIsWatchedThere(t *testing.T) {
 	fk.objects["/apis/networking.istio.io/v1beta1/gateways"] = []map[string]any{gateway("old")}
 	w := fk.watcher(t, 20*time.Millisecond)
 	runWatcher(t, w)
-	store := hubstore.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	stream(t, w, store, "c", "")
 	eventually(t, 10*time.Second, "the gateway, watched at v1beta1", func() bool {
 		return slices.Equal(names(store, "c", "gateways"), []string{"istio-system/old"})

@@ -270,7 +270,7 @@ func fakeAPIServer(t *testing.T, srv *httptest.Server) *watch.Watcher {
 	dir := t.TempDir()
 	mustWrite(t, filepath.Join(dir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
 	mustWrite(t, filepath.Join(dir, "token"), []byte("service-account-token"))
-	w, err := watch.NewWatcher(watch.WatcherConfig{Host: srv.URL, CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")})
+	w, err := watch.New(watch.Config{Host: srv.URL, CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")})
 	if err != nil {
 		t.Fatal(err)
 	}

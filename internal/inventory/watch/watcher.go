@@ -27,8 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// WatcherConfig is what a Watcher needs. Logger and Rediscover may be zero.
-type WatcherConfig struct {
+// Config is what a Watcher needs. Logger and Rediscover may be zero.
+type Config struct {
 	// Host is the API server's https:// URL, CAFile the CA its
 	// certificate is checked against, and TokenFile the service account
 	// token the agent reads as (read again as it rotates). Besides list
@@ -54,7 +54,7 @@ type WatcherConfig struct {
 // Watcher runs the agent's reflectors: list and watch, never a write. Run
 // keeps them going; Stream sends what they see to one hub connection.
 type Watcher struct {
-	cfg WatcherConfig
+	cfg Config
 	log *slog.Logger
 	api apiServer
 
@@ -90,8 +90,8 @@ type running struct {
 	done    chan struct{}
 }
 
-// NewWatcher returns a Watcher; call Run to start it.
-func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
+// New returns a Watcher; call Run to start it.
+func New(cfg Config) (*Watcher, error) {
 	if cfg.Rediscover == 0 {
 		cfg.Rediscover = time.Minute
 	}

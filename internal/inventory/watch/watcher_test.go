@@ -89,7 +89,7 @@ func apiServer(t *testing.T) *localkube.Cluster {
 // pod directory is saDir.
 func newTestWatcher(t *testing.T, saDir string, namespaces ...string) *watch.Watcher {
 	t.Helper()
-	w, err := watch.NewWatcher(watch.WatcherConfig{
+	w, err := watch.New(watch.Config{
 		Host: apiServer(t).URL, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: filepath.Join(saDir, "token"),
 		Namespaces: namespaces, Rediscover: time.Second,
 	})
@@ -220,7 +220,7 @@ func TestChangesArriveAndNoGhostsAfterReconnect(t *testing.T) {
 	mustNamespace(t, ns)
 	w := newTestWatcher(t, apiServer(t).ServiceAccountDir)
 	runWatcher(t, w)
-	store := hubstore.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	f := stream(t, w, store, "c1", "")
 
 	pods := "/api/v1/namespaces/" + ns + "/pods"
@@ -319,7 +319,7 @@ func TestAllowedNamespacesLimitWhatIsSeen(t *testing.T) {
 	}
 	w := newTestWatcher(t, saDir, limA, limB)
 	runWatcher(t, w)
-	store := hubstore.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	stream(t, w, store, "c2", "")
 	eventually(t, 10*time.Second, "pods of lim-a and lim-b", func() bool {
 		return slices.Equal(names(store, "c2", "pods"), []string{limA + "/app", limB + "/app"})
@@ -372,7 +372,7 @@ func TestAllowedNamespacesWithClusterWideRights(t *testing.T) {
 	}
 	w := newTestWatcher(t, saDir, wideA)
 	runWatcher(t, w)
-	store := hubstore.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	stream(t, w, store, "c-wide", "")
 	eventually(t, 10*time.Second, "the pod and the Namespace of wide-a", func() bool {
 		return slices.Equal(names(store, "c-wide", "pods"), []string{wideA + "/app"}) &&
@@ -456,7 +456,7 @@ func newTestWatcherToken(t *testing.T, saDir, token string) *watch.Watcher {
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	w, err := watch.NewWatcher(watch.WatcherConfig{Host: apiServer(t).URL, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: tokenFile})
+	w, err := watch.New(watch.Config{Host: apiServer(t).URL, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: tokenFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +480,7 @@ func TestInventoryGoesOutInSmallWrites(t *testing.T) {
 	}
 	w := newTestWatcher(t, apiServer(t).ServiceAccountDir)
 	runWatcher(t, w)
-	store := hubstore.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	f := stream(t, w, store, "c1", "")
 	eventually(t, 10*time.Second, "the snapshot with every pod", func() bool {
 		n := 0
@@ -528,7 +528,7 @@ func TestNumbersFromARealServer(t *testing.T) {
 
 	w := newTestWatcher(t, apiServer(t).ServiceAccountDir, ns)
 	runWatcher(t, w)
-	store := hubstore.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	stream(t, w, store, "c1", "")
 	item := func(kind string) (hubstore.Item, bool) {
 		items, _ := store.Select("c1", hubstore.Query{Kind: kind, Namespace: ns}, allow)
@@ -564,7 +564,7 @@ func TestAnUnreachableClusterSaysSo(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	w, err := watch.NewWatcher(watch.WatcherConfig{
+	w, err := watch.New(watch.Config{
 		Host: "https://" + dead, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: filepath.Join(saDir, "token"),
 		Rediscover: time.Second,
 	})
@@ -572,7 +572,7 @@ func TestAnUnreachableClusterSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	runWatcher(t, w)
-	store := hubstore.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	stream(t, w, store, "away", "")
 	var kinds []protocol.KindState
 	eventually(t, 10*time.Second, "the kinds' states", func() bool {
@@ -616,7 +616,7 @@ func TestPartOfDiscoveryFailingKeepsWhatIsWatched(t *testing.T) {
 	mustNamespace(t, ns)
 	mustDo(t, "POST", "/apis/apps/v1/namespaces/"+ns+"/deployments", deployment(ns, "web"))
 	runWatcher(t, w)
-	store := hubstore.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	stream(t, w, store, "partial", "")
 	want := ns + "/web"
 	eventually(t, 10*time.Second, "the deployment in the inventory", func() bool { return slices.Contains(names(store, "partial", "deployments"), want) })
@@ -675,7 +675,7 @@ func watchThrough(t *testing.T, kube *localkube.Cluster, saDir string, refuse fu
 	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: proxy.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	w, err := watch.NewWatcher(watch.WatcherConfig{
+	w, err := watch.New(watch.Config{
 		Host: proxy.URL, CAFile: caFile, TokenFile: filepath.Join(saDir, "token"), Rediscover: time.Second,
 	})
 	if err != nil {
@@ -714,7 +714,7 @@ func TestAKindThatNeverListsDoesNotHoldTheSnapshot(t *testing.T) {
 		return true
 	})
 	runWatcher(t, w)
-	store := hubstore.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	stream(t, w, store, "nolist", "") // SyncWait is its 30 s
 	// Well within the 30 s: the snapshot didn't wait it out.
 	eventually(t, 15*time.Second, "the snapshot", func() bool { return slices.Contains(names(store, "nolist", "services"), ns+"/web") })
