@@ -29,9 +29,9 @@ FUZZ_TARGETS = \
 	./internal/agent:FuzzOptionsFromEnv \
 	./internal/agent:FuzzRetryAfter \
 	./internal/logging:FuzzRedactURL \
-	./internal/inventory:FuzzParseDiscovery \
-	./internal/inventory:FuzzSummarize \
-	./internal/inventory:FuzzFollowWatch \
+	./internal/inventory/watch:FuzzParseDiscovery \
+	./internal/inventory/watch:FuzzSummarize \
+	./internal/inventory/watch:FuzzFollowWatch \
 	./internal/hub:FuzzAgentUpgradeHeaders \
 	./internal/hub:FuzzRewrite \
 	./internal/hub:FuzzRewritePath \
@@ -80,7 +80,7 @@ bench:
 ## perf-check: a short version of the bench, with bounds half as strict as the budgets, and the checks of memory a hostile agent can make the hub take. Without -race, which slows the tunnel tenfold and inflates memory.
 perf-check:
 	$(GO) test -tags perfcheck -count=1 -timeout 10m ./bench
-	$(GO) test -tags perfcheck -count=1 -timeout 5m -run '^TestPerf' ./internal/inventory
+	$(GO) test -tags perfcheck -count=1 -timeout 5m -run '^TestPerf' ./internal/inventory/store
 
 ## bench-inventory: 10,000 pods in a real API server: the agent's RSS, the hub's memory for the cluster, the snapshot's time.
 bench-inventory: kube
@@ -109,7 +109,7 @@ chromium:
 
 vet:
 	$(GO) vet ./...
-	$(GO) vet -tags perfcheck ./bench ./internal/inventory
+	$(GO) vet -tags perfcheck ./bench ./internal/inventory/store
 	@test -z "$$(gofmt -l cmd internal test bench)" || { echo "gofmt needed:"; gofmt -l cmd internal test bench; exit 1; }
 
 unit:

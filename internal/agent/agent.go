@@ -17,7 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/inventory/watch"
 	"github.com/tetherhq/tether/internal/tunnel"
 	"github.com/tetherhq/tether/internal/version"
 )
@@ -60,7 +60,7 @@ type Config struct {
 	// Inventory, when set, watches the cluster: the agent runs it and
 	// streams what it sees to the hub on each connection (SPEC section 5).
 	// Nil means no inventory.
-	Inventory *inventory.Watcher
+	Inventory *watch.Watcher
 }
 
 // Agent keeps one connection to the hub up. Create it with New, run it with

@@ -6,15 +6,15 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/inventory/watch"
 	"github.com/tetherhq/tether/internal/version"
 )
 
 // NewWatcher returns the inventory watcher for the cluster the options
 // describe, as the pod's service account: list and watch only. Its token is
 // read again from the file as it rotates.
-func NewWatcher(o Options, log *slog.Logger) (*inventory.Watcher, error) {
-	return inventory.NewWatcher(inventory.WatcherConfig{
+func NewWatcher(o Options, log *slog.Logger) (*watch.Watcher, error) {
+	return watch.New(watch.Config{
 		Host:        "https://" + o.APIServer,
 		CAFile:      o.caPath(),
 		TokenFile:   o.tokenPath(),
@@ -54,5 +54,5 @@ func (c *conn) streamInventoryOnce(ctx context.Context) error {
 	// session's close (when the connection ends) unblocks a write too.
 	stop := context.AfterFunc(ctx, func() { st.Close() })
 	defer stop()
-	return c.a.cfg.Inventory.Stream(ctx, st, inventory.StreamOptions{GatewayTieBreaker: c.a.cfg.GatewayTieBreaker})
+	return c.a.cfg.Inventory.Stream(ctx, st, watch.StreamOptions{GatewayTieBreaker: c.a.cfg.GatewayTieBreaker})
 }

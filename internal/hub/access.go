@@ -16,6 +16,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/inventory/store"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -277,8 +278,8 @@ func (h *Hub) checkAccess(name string, p auth.Person, budget *reviewBudget) *acc
 	return c
 }
 
-// allow is the check as an inventory.Allow, for a query made with ctx.
-func (c *accessCheck) allow(ctx context.Context) inventory.Allow {
+// allow is the check as an store.Allow, for a query made with ctx.
+func (c *accessCheck) allow(ctx context.Context) store.Allow {
 	return func(kind, namespace string) bool {
 		if !c.visible {
 			return false

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/auth"
-	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/inventory/store"
 )
 
 // ClusterJSON is a cluster as /api/clusters shows it (SPEC section 4).
@@ -29,8 +29,8 @@ type ClusterJSON struct {
 	LastSeen          *time.Time        `json:"lastSeen,omitempty"`
 	// Summary and Inventory are absent until the agent's first inventory
 	// snapshot arrives.
-	Summary   *inventory.Summary `json:"summary,omitempty"`
-	Inventory *InventoryJSON     `json:"inventory,omitempty"`
+	Summary   *store.Summary `json:"summary,omitempty"`
+	Inventory *InventoryJSON `json:"inventory,omitempty"`
 	// History is the cluster's status changes, newest first: in
 	// /api/clusters/<name> alone, where the cluster page reads it.
 	History []StatusChange `json:"history,omitempty"`

@@ -20,10 +20,10 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/inventory/store"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/tetherhq/tether/internal/fleet"
-	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/tunnel"
 )
 
@@ -99,7 +99,7 @@ type Config struct {
 	// the users list may raise or lower them for its people.
 	Limits auth.Limits
 	// InventoryMaxBytes bounds every cluster's inventory together, in
-	// bytes of heap; zero means inventory.DefaultStoreMaxBytes.
+	// bytes of heap; zero means store.DefaultMaxBytes.
 	InventoryMaxBytes int
 	// FormTimeout bounds the wait for the body of a request the hub reads
 	// or leaves before it knows who sent it (the sign-in form, a refused
@@ -153,8 +153,8 @@ type Hub struct {
 	auditLine []byte     // the last line written, its buffer reused
 	events    broker     // tells /api/events streams what changed
 
-	inventory *inventory.Store // every cluster's inventory
-	access    *accessCache     // what people may list, per cluster (SPEC section 5)
+	inventory *store.Store // every cluster's inventory
+	access    *accessCache // what people may list, per cluster (SPEC section 5)
 
 	mu     sync.Mutex // guards the following
 	closed bool
@@ -277,7 +277,7 @@ func New(cfg Config) (*Hub, error) {
 		stopping: make(chan struct{}),
 		access:   newAccessCache(cfg.AccessTTL, cfg.AccessReviewsPerPerson),
 	}
-	h.inventory = inventory.NewStoreConfig(inventory.StoreConfig{MaxBytes: cfg.InventoryMaxBytes, Dropped: h.inventoryDropped})
+	h.inventory = store.New(store.Config{MaxBytes: cfg.InventoryMaxBytes, Dropped: h.inventoryDropped})
 	h.proxy = h.newProxy()
 	if cfg.Auth != nil {
 		// A reload ends what the people it drops hold open (open.go).

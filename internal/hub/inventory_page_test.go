@@ -17,7 +17,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 	authorizationv1 "k8s.io/api/authorization/v1"
 
-	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/inventory/store"
 	"github.com/tetherhq/tether/internal/pki"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/browser"
@@ -61,7 +61,7 @@ func answerAccessReviews(t *testing.T, fc *fakeCluster, may func(user, resource,
 
 // feed applies u to cluster's inventory as the hub does with what an agent
 // sends, and tells the event streams.
-func feed(t *testing.T, h *testHub, rcv *inventory.Receiver, cluster string, u *protocol.Update) {
+func feed(t *testing.T, h *testHub, rcv *store.Receiver, cluster string, u *protocol.Update) {
 	t.Helper()
 	if err := u.Validate(); err != nil {
 		t.Fatal(err)

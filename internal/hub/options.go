@@ -11,7 +11,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
-	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/inventory/store"
 	"github.com/tetherhq/tether/internal/logging"
 )
 
@@ -120,7 +120,7 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 	if o.AccessReviewsPerPerson, err = count(getenv, "TETHER_ACCESS_REVIEWS_PER_PERSON", defaultReviewsPerPerson); err != nil {
 		return Options{}, err
 	}
-	if o.InventoryMaxBytes, err = byteSize(getenv, "TETHER_INVENTORY_MAX_BYTES", inventory.DefaultStoreMaxBytes, 16<<20); err != nil {
+	if o.InventoryMaxBytes, err = byteSize(getenv, "TETHER_INVENTORY_MAX_BYTES", store.DefaultMaxBytes, 16<<20); err != nil {
 		return Options{}, err
 	}
 	if o.MaxStreamsPerAgent, err = count(getenv, "TETHER_MAX_STREAMS_PER_AGENT", DefaultMaxStreamsPerAgent); err != nil {

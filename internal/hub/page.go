@@ -11,7 +11,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/inventory/store"
 )
 
 // web holds the fleet and cluster pages: server-rendered HTML with a little plain
@@ -58,7 +58,7 @@ type fact struct {
 // absent is how a card shows a number it doesn't have.
 var absent = fact{Text: "—", Absent: true}
 
-func nodesFact(s *inventory.Summary) fact {
+func nodesFact(s *store.Summary) fact {
 	if s == nil || s.NodesTotal == nil || s.NodesReady == nil {
 		return absent
 	}
@@ -72,14 +72,14 @@ func nodesFact(s *inventory.Summary) fact {
 	return f
 }
 
-func podsFact(s *inventory.Summary) fact {
+func podsFact(s *store.Summary) fact {
 	if s == nil || s.PodsNotReady == nil {
 		return absent
 	}
 	return countFact(*s.PodsNotReady)
 }
 
-func appsFact(s *inventory.Summary) fact {
+func appsFact(s *store.Summary) fact {
 	if s == nil || s.AppsOutOfSync == nil {
 		return absent
 	}

@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/internal/inventory"
-
 	"github.com/chromedp/chromedp"
 
+	"github.com/tetherhq/tether/internal/inventory/store"
 	"github.com/tetherhq/tether/internal/testutil/browser"
 	"github.com/tetherhq/tether/internal/version"
 )
@@ -203,13 +202,13 @@ func apiFacts(t *testing.T, hubURL, name string) cardFacts {
 func TestCardFacts(t *testing.T) {
 	n := func(v int) *int { return &v }
 	for _, c := range []struct {
-		s    *inventory.Summary
+		s    *store.Summary
 		want fact
 	}{
 		{nil, absent},
-		{&inventory.Summary{NodesReady: n(3), NodesTotal: n(3)}, fact{Icon: "✔", Text: "3 / 3 ready"}},
-		{&inventory.Summary{NodesReady: n(2), NodesTotal: n(3)}, fact{Icon: "⚠", Text: "2 / 3 ready"}},
-		{&inventory.Summary{NodesReady: n(0), NodesTotal: n(0)}, fact{Icon: "⚠", Text: "no nodes"}},
+		{&store.Summary{NodesReady: n(3), NodesTotal: n(3)}, fact{Icon: "✔", Text: "3 / 3 ready"}},
+		{&store.Summary{NodesReady: n(2), NodesTotal: n(3)}, fact{Icon: "⚠", Text: "2 / 3 ready"}},
+		{&store.Summary{NodesReady: n(0), NodesTotal: n(0)}, fact{Icon: "⚠", Text: "no nodes"}},
 	} {
 		if got := nodesFact(c.s); got != c.want {
 			t.Errorf("nodes of %+v: %+v, want %+v", c.s, got, c.want)

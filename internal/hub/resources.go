@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/inventory/store"
 	"github.com/tetherhq/tether/internal/protocol"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -25,9 +26,9 @@ const fleetQueryWorkers = 8
 
 // parseQuery reads ?kind=&namespace=&labelSelector=&ready= (SPEC section
 // 5). Its errors are for the person who wrote the query.
-func parseQuery(r *http.Request) (inventory.Query, error) {
+func parseQuery(r *http.Request) (store.Query, error) {
 	v := r.URL.Query()
-	q := inventory.Query{Kind: v.Get("kind"), Namespace: v.Get("namespace")}
+	q := store.Query{Kind: v.Get("kind"), Namespace: v.Get("namespace")}
 	if q.Kind == "" {
 		return q, fmt.Errorf("kind is required: one of %s", strings.Join(inventory.KindNames(), ", "))
 	}
@@ -210,7 +211,7 @@ func leftOutOf(cluster, why string) string {
 
 // clusterItems is one cluster's part of a fleet-wide answer.
 type clusterItems struct {
-	items   []inventory.Item
+	items   []store.Item
 	name    string
 	leftOut string // what of the cluster is left out, and why; "" when nothing
 }
@@ -323,11 +324,11 @@ func (h *Hub) serveGateways(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := GatewayJSON{Host: host, Gateway: gw, Candidates: candidates}
-	var ambiguous *inventory.AmbiguousError
+	var ambiguous *store.AmbiguousError
 	switch {
 	case err == nil:
 		writeJSON(w, out)
-	case errors.Is(err, inventory.ErrNoGateway), errors.Is(err, inventory.ErrHiddenGateway):
+	case errors.Is(err, store.ErrNoGateway), errors.Is(err, store.ErrHiddenGateway):
 		// Word for word the same whether no gateway serves the host or
 		// only ones the person may not list do: "that you may list" told
 		// them that hidden ones exist (issue 33).
@@ -395,7 +396,7 @@ func (h *Hub) addInventory(c *ClusterJSON) {
 		return
 	}
 	s := info.Summary
-	if s != (inventory.Summary{}) {
+	if s != (store.Summary{}) {
 		c.Summary = &s
 	}
 	// The tie-breaker names a gateway: addTieBreaker shows it to those who

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/inventory/store"
 	"github.com/tetherhq/tether/internal/protocol"
 )
 
@@ -79,7 +79,7 @@ func TestFleetResourcesComeClusterByCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var items []inventory.Item
+		var items []store.Item
 		if err := json.Unmarshal([]byte(s+string(rest)), &items); err != nil {
 			t.Fatalf("not a JSON array: %v\n%s%s", err, s, rest)
 		}

@@ -1,11 +1,9 @@
-// Package inventory is the read-only summary of a cluster's state that the
-// agent streams to the hub (SPEC section 5): which kinds are watched, how an
-// object is summarized, the agent's list and watch (Watcher), and the hub's copy
-// of every cluster's state with its queries (Store).
+// Package inventory is what the agent's watch and the hub's store agree on
+// besides the wire format (internal/protocol): which kinds the inventory
+// holds, and how people name them.
 //
-// It exists apart from the agent and the hub because both sides must agree
-// on what a summary holds, and because the queries are worth testing without
-// a tunnel.
+// The agent's side is in internal/inventory/watch, the hub's in
+// internal/inventory/store; neither imports the other.
 package inventory
 
 import (

@@ -1,4 +1,4 @@
-package inventory
+package watch
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/protocol"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
@@ -83,7 +84,7 @@ status: {phase: Terminating}
 				if decoding == "int64" {
 					obj = normalize(obj).(map[string]any)
 				}
-				k, _ := LookupKind(tc.kind)
+				k, _ := inventory.LookupKind(tc.kind)
 				got := Summarize(k, &unstructured.Unstructured{Object: obj})
 				if !reflect.DeepEqual(got, tc.want) {
 					t.Errorf("got  %+v\nwant %+v", got, tc.want)
@@ -124,7 +125,7 @@ func FuzzSummarize(f *testing.F) {
 		if json.Unmarshal(b, &obj) != nil || obj == nil {
 			return
 		}
-		for _, k := range Kinds {
+		for _, k := range inventory.Kinds {
 			r := Summarize(k, &unstructured.Unstructured{Object: obj})
 			if r.Kind != k.Name {
 				t.Fatalf("%s: summarized as kind %q", k.Name, r.Kind)

@@ -1,10 +1,11 @@
-package inventory
+package watch
 
 import (
 	"context"
 	"slices"
 	"time"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/protocol"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -15,8 +16,8 @@ func (w *Watcher) Served(ctx context.Context, legacy bool) (map[schema.GroupReso
 	if !legacy {
 		return w.served(ctx)
 	}
-	d, err := w.api.discoverLegacy(ctx, Kinds)
-	return versionsFor(Kinds, d), err
+	d, err := w.api.discoverLegacy(ctx, inventory.Kinds)
+	return versionsFor(inventory.Kinds, d), err
 }
 
 // Allowed is the watcher's SelfSubjectAccessReview.
@@ -31,7 +32,7 @@ type Reflector struct{ r *reflector }
 // whose watches last watchTimeout to twice that and whose lists ask for
 // pages of page objects.
 func (w *Watcher) NewReflector(kind, namespace string, watchTimeout time.Duration, page int, changed func(protocol.ResourceRef)) *Reflector {
-	k, _ := LookupKind(kind)
+	k, _ := inventory.LookupKind(kind)
 	r := newReflector(w.api, k, k.Versions[0], namespace, func(error) {}, changed)
 	r.watchTimeout, r.page = watchTimeout, page
 	return &Reflector{r}

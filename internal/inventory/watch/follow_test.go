@@ -1,4 +1,4 @@
-package inventory
+package watch
 
 import (
 	"bytes"
@@ -7,13 +7,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/protocol"
 )
 
 // followReflector is a reflector of pods that follows watches handed to it,
 // with events of at most max bytes, counting the changes it reports.
 func followReflector(max int, changes *int, errs *[]error) *reflector {
-	k, _ := LookupKind("pods")
+	k, _ := inventory.LookupKind("pods")
 	r := newReflector(apiServer{}, k, k.Versions[0], "", func(err error) {
 		if err != nil {
 			*errs = append(*errs, err)

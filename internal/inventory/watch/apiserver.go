@@ -1,4 +1,4 @@
-package inventory
+package watch
 
 import (
 	"bytes"
@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/tetherhq/tether/internal/inventory"
 )
 
 // apiServer asks the API server what the watcher needs beyond list and
@@ -31,7 +33,7 @@ type apiServer struct {
 
 // newAPIServer returns an apiServer for cfg, as the pod's service account
 // (serviceAccountTransport).
-func newAPIServer(cfg WatcherConfig) (apiServer, error) {
+func newAPIServer(cfg Config) (apiServer, error) {
 	u, err := url.Parse(cfg.Host)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return apiServer{}, fmt.Errorf("the API server's address %q is not an https:// URL", cfg.Host)
@@ -212,7 +214,7 @@ func parseResourceList(b []byte) (servedVersion, error) {
 // versionsFor maps each of kinds the cluster serves to the version to watch:
 // the cluster's preferred version of it when the summary understands that
 // one, otherwise the first of the kind's Versions the cluster serves.
-func versionsFor(kinds []Kind, d discovered) map[schema.GroupResource]string {
+func versionsFor(kinds []inventory.Kind, d discovered) map[schema.GroupResource]string {
 	out := map[schema.GroupResource]string{}
 	for _, k := range kinds {
 		vs := d[k.Group]
@@ -244,7 +246,7 @@ func versionsFor(kinds []Kind, d discovered) map[schema.GroupResource]string {
 // server without it, the resource list of each version of the kinds'
 // groups the summary understands. A partial answer (one aggregated API
 // down) still names the rest, with the error.
-func (a apiServer) discover(ctx context.Context, kinds []Kind) (discovered, error) {
+func (a apiServer) discover(ctx context.Context, kinds []inventory.Kind) (discovered, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	d := discovered{}
@@ -272,7 +274,7 @@ func (a apiServer) discover(ctx context.Context, kinds []Kind) (discovered, erro
 // resource list of each version of kinds the summary understands. It can't
 // tell the server's preferred version, so the first of a kind's Versions
 // that is served wins.
-func (a apiServer) discoverLegacy(ctx context.Context, kinds []Kind) (discovered, error) {
+func (a apiServer) discoverLegacy(ctx context.Context, kinds []inventory.Kind) (discovered, error) {
 	d := discovered{}
 	var errs []error
 	seen := map[schema.GroupVersion]bool{}

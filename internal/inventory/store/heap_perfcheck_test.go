@@ -1,6 +1,6 @@
 //go:build perfcheck
 
-package inventory
+package store
 
 import (
 	"encoding/json"
@@ -66,7 +66,7 @@ func TestPerfAccountedBytesMatchTheHeap(t *testing.T) {
 	}
 	for _, sh := range shapes {
 		t.Run(sh.name, func(t *testing.T) {
-			s := NewStoreConfig(StoreConfig{MaxBytes: 1 << 30, ClusterMaxBytes: 1 << 30})
+			s := New(Config{MaxBytes: 1 << 30, ClusterMaxBytes: 1 << 30})
 			r := s.Receiver("c")
 			before := heap()
 			r.Apply(&protocol.Update{Snapshot: true, Kinds: watched("pods", "deployments", "nodes", "applications", "gateways", "services")}, time.Now())

@@ -1,10 +1,11 @@
-package inventory
+package watch
 
 import (
 	"fmt"
 	"math"
 	"strings"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/protocol"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -15,7 +16,7 @@ const maxConditionMessage = 256
 
 // Summarize reduces obj, of kind k, to the fields the hub shows. It keeps
 // nothing of obj: the result shares no maps or slices with it.
-func Summarize(k Kind, obj *unstructured.Unstructured) protocol.Resource {
+func Summarize(k inventory.Kind, obj *unstructured.Unstructured) protocol.Resource {
 	o := obj.Object
 	r := protocol.Resource{
 		ResourceRef: protocol.ResourceRef{Kind: k.Name, Namespace: obj.GetNamespace(), Name: obj.GetName()},

@@ -1,4 +1,4 @@
-package inventory
+package store
 
 import (
 	"errors"
@@ -42,7 +42,7 @@ func selectNames(t *testing.T, s *Store, cluster string, q Query, allow Allow) s
 }
 
 func TestSnapshotReplacesStateOnlyWhenComplete(t *testing.T) {
-	s := NewStore()
+	s := New(Config{})
 	now := time.Now()
 	r := s.Receiver("c")
 	r.Apply(&protocol.Update{Snapshot: true, Kinds: watched("pods"), Upserts: []protocol.Resource{res("pods", "a", "ghost", true, nil)}, Complete: true}, now)
@@ -78,7 +78,7 @@ func TestSnapshotReplacesStateOnlyWhenComplete(t *testing.T) {
 }
 
 func TestSelect(t *testing.T) {
-	s := NewStore()
+	s := New(Config{})
 	s.Receiver("c").Apply(&protocol.Update{Snapshot: true, Complete: true, Kinds: watched("pods", "nodes"), Upserts: []protocol.Resource{
 		res("pods", "team-a", "web-1", true, map[string]string{"app": "web", "tier": "front"}),
 		res("pods", "team-a", "web-2", false, map[string]string{"app": "web"}),
@@ -128,7 +128,7 @@ func TestSelect(t *testing.T) {
 }
 
 func TestSummary(t *testing.T) {
-	s := NewStore()
+	s := New(Config{})
 	app := func(name, sync, health string) protocol.Resource {
 		r := res("applications", "argocd", name, sync == "Synced" && health == "Healthy", nil)
 		r.Sync, r.Health = sync, health
@@ -173,7 +173,7 @@ func TestGateway(t *testing.T) {
 		return r
 	}
 	load := func(tieBreaker string) *Store {
-		s := NewStore()
+		s := New(Config{})
 		s.Receiver("c").Apply(&protocol.Update{Snapshot: true, Complete: true, GatewayTieBreaker: tieBreaker, Kinds: watched("gateways"), Upserts: []protocol.Resource{
 			gw("istio-system", "exact", "example.domain1.com"),
 			gw("istio-system", "wild", "*.domain1.com"),
@@ -263,7 +263,7 @@ func TestObjectsPerClusterAreBounded(t *testing.T) {
 // connection taken over changes nothing more while the state it left stays
 // until the new connection's snapshot replaces it.
 func TestLateUpdatesOfAnEndedConnectionChangeNothing(t *testing.T) {
-	s := NewStore()
+	s := New(Config{})
 	snapshot := func(names ...string) *protocol.Update {
 		u := &protocol.Update{Snapshot: true, Complete: true, Kinds: watched("pods")}
 		for _, n := range names {
@@ -297,7 +297,7 @@ func TestLateUpdatesOfAnEndedConnectionChangeNothing(t *testing.T) {
 }
 
 // TestOnlyKnownKindsAreKept: the kinds an agent names cost the hub memory
-// that MaxObjects and MaxBytes don't count, so only the kinds a query can
+// that MaxObjects and DefaultClusterMaxBytes don't count, so only the kinds a query can
 // ask for are kept, and a kind whose last object goes is dropped.
 func TestOnlyKnownKindsAreKept(t *testing.T) {
 	st := &state{objects: map[string]map[string]*protocol.Resource{}}
@@ -315,12 +315,12 @@ func TestOnlyKnownKindsAreKept(t *testing.T) {
 }
 
 // TestBytesPerClusterAreBounded: an agent can't make the hub hold more than
-// MaxBytes of one cluster's summaries, however large each one is made (a
+// DefaultClusterMaxBytes of one cluster's summaries, however large each one is made (a
 // label of nearly the message's 1 MiB): past it, new objects are left out,
 // a kept one keeps its last summary rather than grow, and the state says
 // so. Deletes make room; a change that shrinks an object always applies.
 func TestBytesPerClusterAreBounded(t *testing.T) {
-	const limit = 8 << 20 // MaxBytes, scaled down for the test's memory
+	const limit = 8 << 20 // DefaultClusterMaxBytes, scaled down for the test's memory
 	st := &state{objects: map[string]map[string]*protocol.Resource{}, maxBytes: limit}
 	huge := func(name string) protocol.Resource {
 		return res("pods", "a", name, true, map[string]string{"x": strings.Repeat("x", 1000<<10)})

@@ -1,4 +1,4 @@
-package inventory
+package watch
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 )
 
 // serviceAccountReread is how long the token and CA read from their files
-// are used before the files are read again, unless WatcherConfig says
+// are used before the files are read again, unless Config says
 // otherwise; kubelet rotates a projected token well before it expires.
 const serviceAccountReread = time.Minute
 

@@ -1,4 +1,4 @@
-package inventory
+package watch
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/protocol"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -94,7 +95,7 @@ func TestKindsTooManyForAMessageGoOutCut(t *testing.T) {
 }
 
 func TestAnObjectWhoseStatusAloneIsTooLargeGoesOutCut(t *testing.T) {
-	k, _ := LookupKind("applications")
+	k, _ := inventory.LookupKind("applications")
 	app := Summarize(k, &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"name": "shop", "namespace": "argocd"},
 		"status": map[string]any{

@@ -1,4 +1,4 @@
-package inventory
+package watch
 
 import (
 	"crypto/tls"
@@ -51,7 +51,7 @@ func TestServiceAccountRotation(t *testing.T) {
 	caFile, tokenFile := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")
 	files.Replace(t, caFile, string(ca1.CertPEM))
 	files.Replace(t, tokenFile, "token-1\n")
-	a, err := newAPIServer(WatcherConfig{Host: host, CAFile: caFile, TokenFile: tokenFile})
+	a, err := newAPIServer(Config{Host: host, CAFile: caFile, TokenFile: tokenFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestTokenRereadFollowsTheSetting(t *testing.T) {
 	files.Replace(t, caFile, string(ca.CertPEM))
 	files.Replace(t, tokenFile, "token-1\n")
 	for set, want := range map[time.Duration]time.Duration{0: serviceAccountReread, 7 * time.Second: 7 * time.Second} {
-		a, err := newAPIServer(WatcherConfig{Host: "https://127.0.0.1:1", CAFile: caFile, TokenFile: tokenFile, TokenReread: set})
+		a, err := newAPIServer(Config{Host: "https://127.0.0.1:1", CAFile: caFile, TokenFile: tokenFile, TokenReread: set})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package inventory_test
+package watch_test
 
 import (
 	"context"
@@ -15,7 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/internal/inventory"
+	hubstore "github.com/tetherhq/tether/internal/inventory/store"
+	"github.com/tetherhq/tether/internal/inventory/watch"
 	"github.com/tetherhq/tether/internal/protocol"
 )
 
@@ -60,12 +61,12 @@ func newFakeKube(t *testing.T) *fakeKube {
 }
 
 // watcher returns a watcher of fk that looks again every rediscover.
-func (fk *fakeKube) watcher(t *testing.T, rediscover time.Duration, namespaces ...string) *inventory.Watcher {
+func (fk *fakeKube) watcher(t *testing.T, rediscover time.Duration, namespaces ...string) *watch.Watcher {
 	t.Helper()
 	dir := t.TempDir()
 	mustWrite(t, filepath.Join(dir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: fk.srv.Certificate().Raw}))
 	mustWrite(t, filepath.Join(dir, "token"), []byte("service-account-token"))
-	w, err := inventory.NewWatcher(inventory.WatcherConfig{Host: fk.srv.URL, CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token"),
+	w, err := watch.New(watch.Config{Host: fk.srv.URL, CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token"),
 		Namespaces: namespaces, Rediscover: rediscover})
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +171,7 @@ func (fk *fakeKube) servesLocked(path string) bool {
 
 // firstSnapshot streams w into store as cluster until the first snapshot
 // is complete there, and fails the test if the stream ends first.
-func firstSnapshot(t *testing.T, w *inventory.Watcher, store *inventory.Store, cluster string) {
+func firstSnapshot(t *testing.T, w *watch.Watcher, store *hubstore.Store, cluster string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
@@ -178,7 +179,7 @@ func firstSnapshot(t *testing.T, w *inventory.Watcher, store *inventory.Store, c
 	streamed := make(chan struct{})
 	go func() {
 		defer close(streamed)
-		streamErr = w.Stream(ctx, pw, inventory.StreamOptions{Batch: 10 * time.Millisecond})
+		streamErr = w.Stream(ctx, pw, watch.StreamOptions{Batch: 10 * time.Millisecond})
 		pw.CloseWithError(streamErr)
 	}()
 	complete := make(chan struct{})
@@ -235,7 +236,7 @@ func TestRefusedReviewsInManyNamespacesStillSendTheInventory(t *testing.T) {
 	}
 	w := fk.watcher(t, time.Hour, namespaces...)
 	runWatcher(t, w)
-	store := inventory.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	firstSnapshot(t, w, store, "c")
 
 	info, ok := store.Info("c")
@@ -275,7 +276,7 @@ func TestAKindServedAtAnotherVersionIsWatchedThere(t *testing.T) {
 	fk.objects["/apis/networking.istio.io/v1beta1/gateways"] = []map[string]any{gateway("old")}
 	w := fk.watcher(t, 20*time.Millisecond)
 	runWatcher(t, w)
-	store := inventory.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	stream(t, w, store, "c", "")
 	eventually(t, 10*time.Second, "the gateway, watched at v1beta1", func() bool {
 		return slices.Equal(names(store, "c", "gateways"), []string{"istio-system/old"})

@@ -1,4 +1,12 @@
-package inventory
+// Package store is the hub's side of the inventory (SPEC section 5): the
+// hub's copy of every connected cluster's summary, built from the updates
+// its agent streams, bounded in objects and in bytes of heap, and the
+// queries the pages and the resources API answer from it.
+//
+// It exists apart from the hub so that its bounds and queries can be tested
+// without a tunnel, and apart from the agent's watch, which it never imports:
+// the two agree only through internal/protocol and inventory.Kinds.
+package store
 
 import (
 	"errors"
@@ -9,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/protocol"
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -26,7 +35,7 @@ type Store struct {
 	// before the last of them changes nothing, however late its Updates.
 	ends map[string]uint64
 
-	cfg     StoreConfig
+	cfg     Config
 	held    map[string]*holding // by cluster: the bytes of its states, kept and being received
 	total   int                 // held's bytes, together
 	dropped []string            // clusters whose inventory an Apply let go of, for cfg.Dropped
@@ -43,7 +52,7 @@ type state struct {
 	objects    map[string]map[string]*protocol.Resource // kind → "namespace/name" → summary
 	count      int                                      // objects in all kinds
 	bytes      int                                      // what they and kinds cost the hub's heap (size.go)
-	maxBytes   int                                      // 0: MaxBytes; for a state without a store (tests)
+	maxBytes   int                                      // 0: DefaultClusterMaxBytes; for a state without a store (tests)
 	truncated  bool                                     // some were left out: over MaxObjects or a bound on bytes
 	kinds      []protocol.KindState
 	tieBreaker string
@@ -64,11 +73,8 @@ type state struct {
 	counted *Summary
 }
 
-// NewStore returns an empty Store with the default bounds.
-func NewStore() *Store { return NewStoreConfig(StoreConfig{}) }
-
-// NewStoreConfig returns an empty Store that holds no more than cfg allows.
-func NewStoreConfig(cfg StoreConfig) *Store {
+// New returns an empty Store that holds no more than cfg allows.
+func New(cfg Config) *Store {
 	return &Store{clusters: map[string]*state{}, ends: map[string]uint64{}, held: map[string]*holding{}, cfg: cfg.withDefaults()}
 }
 
@@ -188,7 +194,7 @@ func (st *state) apply(u *protocol.Update) {
 		res := u.Upserts[i]
 		byKey := st.objects[res.Kind]
 		if byKey == nil {
-			if _, known := LookupKind(res.Kind); !known {
+			if _, known := inventory.LookupKind(res.Kind); !known {
 				// No query can ask for it (a newer agent's kind, or a made-up
 				// one): holding it would only let an agent fill the hub with
 				// kinds that count toward neither MaxObjects nor the bytes.
@@ -232,14 +238,15 @@ func (st *state) apply(u *protocol.Update) {
 
 // charge counts grows more bytes (fewer, when negative) to st, and reports
 // whether it may hold them: always when it shrinks, and when it grows, if
-// its store's bounds leave room, or without a store, MaxBytes (maxBytes).
+// its store's bounds leave room, or without a store, maxBytes (zero:
+// DefaultClusterMaxBytes).
 func (st *state) charge(grows int) bool {
 	if st.store != nil {
 		return st.store.chargeLocked(st, grows)
 	}
 	limit := st.maxBytes
 	if limit == 0 {
-		limit = MaxBytes
+		limit = DefaultClusterMaxBytes
 	}
 	if grows > 0 && st.bytes+grows > limit {
 		return false

@@ -1,4 +1,13 @@
-package inventory
+// Package watch is the agent's side of the inventory (SPEC section 5): it
+// lists and watches the kinds of inventory.Kinds in its cluster, as the
+// agent's service account, summarizes each object, and streams a snapshot
+// and then batched changes to the hub (Watcher.Stream).
+//
+// It exists apart from the agent so that the list and watch can be tested
+// against a real API server without a tunnel, and apart from the hub's
+// store because the agent runs it and the hub never does: it does not import
+// the store (its tests do, to read what a stream sends as the hub reads it).
+package watch
 
 import (
 	"context"
@@ -13,12 +22,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/protocol"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// WatcherConfig is what a Watcher needs. Logger and Rediscover may be zero.
-type WatcherConfig struct {
+// Config is what a Watcher needs. Logger and Rediscover may be zero.
+type Config struct {
 	// Host is the API server's https:// URL, CAFile the CA its
 	// certificate is checked against, and TokenFile the service account
 	// token the agent reads as (read again as it rotates). Besides list
@@ -44,7 +54,7 @@ type WatcherConfig struct {
 // Watcher runs the agent's reflectors: list and watch, never a write. Run
 // keeps them going; Stream sends what they see to one hub connection.
 type Watcher struct {
-	cfg WatcherConfig
+	cfg Config
 	log *slog.Logger
 	api apiServer
 
@@ -80,8 +90,8 @@ type running struct {
 	done    chan struct{}
 }
 
-// NewWatcher returns a Watcher; call Run to start it.
-func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
+// New returns a Watcher; call Run to start it.
+func New(cfg Config) (*Watcher, error) {
 	if cfg.Rediscover == 0 {
 		cfg.Rediscover = time.Minute
 	}
@@ -144,7 +154,7 @@ func (w *Watcher) reconcile(ctx context.Context) {
 			// Nothing is watched yet: each kind says why, or the hub would
 			// show an empty inventory as a complete one.
 			states := map[scope]stateOf{}
-			for _, k := range Kinds {
+			for _, k := range inventory.Kinds {
 				states[scope{kind: k.Name}] = stateOf{err: "can't discover the cluster's APIs: " + describe(err)}
 			}
 			if !reflect.DeepEqual(states, w.states) {
@@ -161,7 +171,7 @@ func (w *Watcher) reconcile(ctx context.Context) {
 	}
 	want := map[scope]bool{}
 	states := map[scope]stateOf{}
-	for _, k := range Kinds {
+	for _, k := range inventory.Kinds {
 		version, ok := served[k.Resource()]
 		if !ok && err != nil {
 			// Not found, but the answer was partial (a 429 or a timeout on
@@ -238,7 +248,7 @@ func (w *Watcher) reconcile(ctx context.Context) {
 // keepAsItWas keeps k's running scopes, and the states of the rest, when a
 // discovery that failed in part didn't find k. A kind never seen before
 // says why it isn't watched.
-func (w *Watcher) keepAsItWas(k Kind, want map[scope]bool, states map[scope]stateOf, err error) {
+func (w *Watcher) keepAsItWas(k inventory.Kind, want map[scope]bool, states map[scope]stateOf, err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	known := false
@@ -260,11 +270,11 @@ func (w *Watcher) keepAsItWas(k Kind, want map[scope]bool, states map[scope]stat
 // served maps each inventory kind the cluster serves to the version to
 // watch.
 func (w *Watcher) served(ctx context.Context) (map[schema.GroupResource]string, error) {
-	d, err := w.api.discover(ctx, Kinds)
-	return versionsFor(Kinds, d), err
+	d, err := w.api.discover(ctx, inventory.Kinds)
+	return versionsFor(inventory.Kinds, d), err
 }
 
-func (w *Watcher) namespacesFor(k Kind) []string {
+func (w *Watcher) namespacesFor(k inventory.Kind) []string {
 	if !k.Namespaced || len(w.cfg.Namespaces) == 0 {
 		return []string{""}
 	}
@@ -273,7 +283,7 @@ func (w *Watcher) namespacesFor(k Kind) []string {
 
 // mayNotList asks whether the agent may list and watch k in ns, and says
 // why not when it may not.
-func (w *Watcher) mayNotList(ctx context.Context, k Kind, ns string) string {
+func (w *Watcher) mayNotList(ctx context.Context, k inventory.Kind, ns string) string {
 	for _, verb := range []string{"list", "watch"} {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		allowed, err := w.api.allowed(ctx, verb, k.Group, k.Name, ns)
@@ -302,7 +312,7 @@ func (w *Watcher) mayNotList(ctx context.Context, k Kind, ns string) string {
 // start runs a reflector for sc; Run owns it. Its store keeps summaries,
 // never whole objects: memory stays small however big the objects are.
 // With from, a stopped reflector of sc, it starts from what from saw.
-func (w *Watcher) start(ctx context.Context, sc scope, k Kind, version string, from *reflector) {
+func (w *Watcher) start(ctx context.Context, sc scope, k inventory.Kind, version string, from *reflector) {
 	refl := newReflector(w.api, k, version, sc.namespace,
 		func(err error) { w.noteErr(sc, err) },
 		func(ref protocol.ResourceRef) {

@@ -1,4 +1,4 @@
-package inventory
+package watch
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/protocol"
 )
 
@@ -145,7 +146,7 @@ func (w *Watcher) shows(ref protocol.ResourceRef) bool {
 
 // lookup returns the current summary of ref, if it exists.
 func (w *Watcher) lookup(ref protocol.ResourceRef) (protocol.Resource, bool) {
-	k, ok := LookupKind(ref.Kind)
+	k, ok := inventory.LookupKind(ref.Kind)
 	if !ok {
 		return protocol.Resource{}, false
 	}

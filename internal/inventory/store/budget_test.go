@@ -1,4 +1,4 @@
-package inventory
+package store
 
 import (
 	"fmt"
@@ -50,7 +50,7 @@ func held(s *Store) int {
 // state it is to replace goes. A snapshot begun again lets the first go.
 func TestASnapshotBeingReceivedCountsAgainstTheClusterBound(t *testing.T) {
 	const bound = 4 << 20
-	s := NewStoreConfig(StoreConfig{MaxBytes: 64 << 20, ClusterMaxBytes: bound})
+	s := New(Config{MaxBytes: 64 << 20, ClusterMaxBytes: bound})
 	r := s.Receiver("c")
 	first := big(0, 25)
 	first.Snapshot, first.Complete, first.Kinds = true, true, watched("pods")
@@ -86,7 +86,7 @@ func TestASnapshotBeingReceivedCountsAgainstTheClusterBound(t *testing.T) {
 // taken over, mid-snapshot leaves nothing of that snapshot counted, and
 // nothing of it in memory, even while its Receiver is still referenced.
 func TestASnapshotIsLetGoWhenItsConnectionEnds(t *testing.T) {
-	s := NewStore()
+	s := New(Config{})
 	keep := s.Receiver("c")
 	done := big(0, 2)
 	done.Snapshot, done.Complete = true, true
@@ -128,7 +128,7 @@ func TestTheClusterOverItsShareIsRefusedNeverTheOthers(t *testing.T) {
 	const bound = 8 << 20
 	var mu sync.Mutex
 	var dropped []string
-	s := NewStoreConfig(StoreConfig{MaxBytes: bound, Dropped: func(c string) { mu.Lock(); dropped = append(dropped, c); mu.Unlock() }})
+	s := New(Config{MaxBytes: bound, Dropped: func(c string) { mu.Lock(); dropped = append(dropped, c); mu.Unlock() }})
 	hostile := s.Receiver("hostile")
 	hostile.Apply(&protocol.Update{Snapshot: true, Kinds: watched("pods")}, time.Now())
 	for i := range 10 {
@@ -186,7 +186,7 @@ func TestTheClusterOverItsShareIsRefusedNeverTheOthers(t *testing.T) {
 // of that snapshot, and may begin another.
 func TestASnapshotDroppedForAnotherClusterTakesNoMore(t *testing.T) {
 	const bound = 4 << 20
-	s := NewStoreConfig(StoreConfig{MaxBytes: bound})
+	s := New(Config{MaxBytes: bound})
 	hostile := s.Receiver("hostile")
 	u := big(0, 35)
 	u.Snapshot = true

@@ -1,4 +1,4 @@
-package inventory_test
+package watch_test
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/internal/inventory"
+	"github.com/tetherhq/tether/internal/inventory/watch"
 	"github.com/tetherhq/tether/internal/localkube"
 	"github.com/tetherhq/tether/internal/protocol"
 )
@@ -223,7 +223,7 @@ func (c *changes) take() []string {
 }
 
 // runReflector runs r until the test ends.
-func runReflector(t *testing.T, r *inventory.Reflector) {
+func runReflector(t *testing.T, r *watch.Reflector) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
@@ -264,13 +264,13 @@ func TestListGivesUpOnASilentAPIServer(t *testing.T) {
 // fakeAPIServer returns a watcher of srv, an API server played by a test,
 // which it closes when the test ends (after the watcher's reflectors stop:
 // Close waits for the watches they hold).
-func fakeAPIServer(t *testing.T, srv *httptest.Server) *inventory.Watcher {
+func fakeAPIServer(t *testing.T, srv *httptest.Server) *watch.Watcher {
 	t.Helper()
 	t.Cleanup(srv.Close)
 	dir := t.TempDir()
 	mustWrite(t, filepath.Join(dir, "ca.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
 	mustWrite(t, filepath.Join(dir, "token"), []byte("service-account-token"))
-	w, err := inventory.NewWatcher(inventory.WatcherConfig{Host: srv.URL, CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")})
+	w, err := watch.New(watch.Config{Host: srv.URL, CAFile: filepath.Join(dir, "ca.crt"), TokenFile: filepath.Join(dir, "token")})
 	if err != nil {
 		t.Fatal(err)
 	}

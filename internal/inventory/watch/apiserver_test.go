@@ -1,4 +1,4 @@
-package inventory
+package watch
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/pki"
 )
 
@@ -99,9 +100,9 @@ func TestParseResourceList(t *testing.T) {
 }
 
 func TestVersionsFor(t *testing.T) {
-	gateways, _ := LookupKind("gateways")
-	pods, _ := LookupKind("pods")
-	apps, _ := LookupKind("applications")
+	gateways, _ := inventory.LookupKind("gateways")
+	pods, _ := inventory.LookupKind("pods")
+	apps, _ := inventory.LookupKind("applications")
 	for _, tc := range []struct {
 		name string
 		d    discovered
@@ -127,7 +128,7 @@ func TestVersionsFor(t *testing.T) {
 			map[schema.GroupResource]string{pods.Resource(): "v1"}},
 		{"nothing", discovered{}, map[schema.GroupResource]string{}},
 	} {
-		got := versionsFor([]Kind{gateways, pods, apps}, tc.d)
+		got := versionsFor([]inventory.Kind{gateways, pods, apps}, tc.d)
 		if !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
@@ -162,8 +163,8 @@ func FuzzParseDiscovery(f *testing.F) {
 				}
 			}
 		}
-		for gr, v := range versionsFor(Kinds, d) {
-			k, ok := LookupKind(gr.Resource)
+		for gr, v := range versionsFor(inventory.Kinds, d) {
+			k, ok := inventory.LookupKind(gr.Resource)
 			if !ok || k.Group != gr.Group {
 				t.Fatalf("chose %v, not an inventory kind", gr)
 			}
@@ -190,7 +191,7 @@ func TestAPIServerIsReachedDirectly(t *testing.T) {
 	if err := os.WriteFile(caFile, ca.CertPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a, err := newAPIServer(WatcherConfig{Host: "https://10.96.0.1:443", CAFile: caFile, TokenFile: filepath.Join(t.TempDir(), "token")})
+	a, err := newAPIServer(Config{Host: "https://10.96.0.1:443", CAFile: caFile, TokenFile: filepath.Join(t.TempDir(), "token")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package inventory
+package store
 
 import (
 	"fmt"
@@ -14,28 +14,28 @@ import (
 // (size.go), and a snapshot being received counts as much as one kept: both
 // are in memory.
 
-// MaxBytes is the default bound on one cluster's inventory: its state and a
+// DefaultClusterMaxBytes is the default bound on one cluster's inventory: its state and a
 // snapshot being received, together. A pod's summary costs the hub about a
 // kilobyte, so the largest clusters (150,000 pods) fit, with no room for a
 // second copy: a new snapshot that needs the room pushes out the state it is
 // to replace.
-const MaxBytes = 256 << 20
+const DefaultClusterMaxBytes = 256 << 20
 
-// DefaultStoreMaxBytes is the default bound on every cluster's inventory
+// DefaultMaxBytes is the default bound on every cluster's inventory
 // together (TETHER_INVENTORY_MAX_BYTES). Go's collector lets the heap grow
 // to about twice what it keeps, so this leaves a hub with the chart's 1 GiB
 // limit room for everything else it does.
-const DefaultStoreMaxBytes = 256 << 20
+const DefaultMaxBytes = 256 << 20
 
-// StoreConfig bounds what a Store holds. Zero values mean the defaults.
-type StoreConfig struct {
+// Config bounds what a Store holds. Zero values mean the defaults.
+type Config struct {
 	// MaxBytes bounds the bytes of every cluster's inventory together.
 	// Past it, the cluster holding the most beyond its fair share (MaxBytes
 	// divided among the clusters holding any) is dropped, and marked too
 	// large, with why: never one within its share.
 	MaxBytes int
-	// ClusterMaxBytes bounds one cluster's; zero means MaxBytes (the
-	// constant), and it is never more than the MaxBytes above.
+	// ClusterMaxBytes bounds one cluster's; zero means
+	// DefaultClusterMaxBytes, and it is never more than the MaxBytes above.
 	ClusterMaxBytes int
 	// Dropped, when set, is called with each cluster whose inventory a
 	// Receiver's Apply dropped, for the bounds: the Receiver's own, or
@@ -44,12 +44,12 @@ type StoreConfig struct {
 	Dropped func(cluster string)
 }
 
-func (c StoreConfig) withDefaults() StoreConfig {
+func (c Config) withDefaults() Config {
 	if c.MaxBytes <= 0 {
-		c.MaxBytes = DefaultStoreMaxBytes
+		c.MaxBytes = DefaultMaxBytes
 	}
 	if c.ClusterMaxBytes <= 0 {
-		c.ClusterMaxBytes = MaxBytes
+		c.ClusterMaxBytes = DefaultClusterMaxBytes
 	}
 	c.ClusterMaxBytes = min(c.ClusterMaxBytes, c.MaxBytes)
 	return c

@@ -1,4 +1,4 @@
-package inventory_test
+package watch_test
 
 import (
 	"context"
@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/inventory"
+	hubstore "github.com/tetherhq/tether/internal/inventory/store"
+	"github.com/tetherhq/tether/internal/inventory/watch"
 	"github.com/tetherhq/tether/internal/localkube"
 	"github.com/tetherhq/tether/internal/protocol"
 	"go.uber.org/goleak"
@@ -83,11 +85,11 @@ func apiServer(t *testing.T) *localkube.Cluster {
 	return cluster
 }
 
-// newTestWatcher returns a inventory.Watcher acting as the service account whose
+// newTestWatcher returns a watch.Watcher acting as the service account whose
 // pod directory is saDir.
-func newTestWatcher(t *testing.T, saDir string, namespaces ...string) *inventory.Watcher {
+func newTestWatcher(t *testing.T, saDir string, namespaces ...string) *watch.Watcher {
 	t.Helper()
-	w, err := inventory.NewWatcher(inventory.WatcherConfig{
+	w, err := watch.New(watch.Config{
 		Host: apiServer(t).URL, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: filepath.Join(saDir, "token"),
 		Namespaces: namespaces, Rediscover: time.Second,
 	})
@@ -106,21 +108,21 @@ type feed struct {
 	written, largestWrite atomic.Int64 // bytes Stream wrote, and its largest write
 }
 
-func runWatcher(t *testing.T, w *inventory.Watcher) {
+func runWatcher(t *testing.T, w *watch.Watcher) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); w.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-func stream(t *testing.T, w *inventory.Watcher, store *inventory.Store, cluster, tieBreaker string) *feed {
+func stream(t *testing.T, w *watch.Watcher, store *hubstore.Store, cluster, tieBreaker string) *feed {
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	f := &feed{done: make(chan struct{})}
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
-		w.Stream(ctx, writeSizes{pw, f}, inventory.StreamOptions{Batch: 50 * time.Millisecond, GatewayTieBreaker: tieBreaker})
+		w.Stream(ctx, writeSizes{pw, f}, watch.StreamOptions{Batch: 50 * time.Millisecond, GatewayTieBreaker: tieBreaker})
 		pw.Close()
 	}()
 	go func() {
@@ -160,8 +162,8 @@ func (s writeSizes) Write(p []byte) (int, error) {
 func allow(string, string) bool { return true }
 
 // names lists "namespace/name" of kind in store, sorted.
-func names(store *inventory.Store, cluster, kind string) []string {
-	items, _ := store.Select(cluster, inventory.Query{Kind: kind}, allow)
+func names(store *hubstore.Store, cluster, kind string) []string {
+	items, _ := store.Select(cluster, hubstore.Query{Kind: kind}, allow)
 	var out []string
 	for _, it := range items {
 		out = append(out, it.Namespace+"/"+it.Name)
@@ -218,7 +220,7 @@ func TestChangesArriveAndNoGhostsAfterReconnect(t *testing.T) {
 	mustNamespace(t, ns)
 	w := newTestWatcher(t, apiServer(t).ServiceAccountDir)
 	runWatcher(t, w)
-	store := inventory.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	f := stream(t, w, store, "c1", "")
 
 	pods := "/api/v1/namespaces/" + ns + "/pods"
@@ -233,7 +235,7 @@ func TestChangesArriveAndNoGhostsAfterReconnect(t *testing.T) {
 	mustDo(t, "PATCH", pods+"/web-1", map[string]any{"metadata": map[string]any{"labels": map[string]string{"app": "web", "tier": "front"}}})
 	sel := mustSelector(t, "tier=front")
 	eventually(t, 2*time.Second, "a changed label", func() bool {
-		items, _ := store.Select("c1", inventory.Query{Kind: "pods", Namespace: ns, Selector: sel}, allow)
+		items, _ := store.Select("c1", hubstore.Query{Kind: "pods", Namespace: ns, Selector: sel}, allow)
 		return len(items) == 1
 	})
 	mustDo(t, "DELETE", pods+"/web-1", nil)
@@ -317,7 +319,7 @@ func TestAllowedNamespacesLimitWhatIsSeen(t *testing.T) {
 	}
 	w := newTestWatcher(t, saDir, limA, limB)
 	runWatcher(t, w)
-	store := inventory.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	stream(t, w, store, "c2", "")
 	eventually(t, 10*time.Second, "pods of lim-a and lim-b", func() bool {
 		return slices.Equal(names(store, "c2", "pods"), []string{limA + "/app", limB + "/app"})
@@ -370,7 +372,7 @@ func TestAllowedNamespacesWithClusterWideRights(t *testing.T) {
 	}
 	w := newTestWatcher(t, saDir, wideA)
 	runWatcher(t, w)
-	store := inventory.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	stream(t, w, store, "c-wide", "")
 	eventually(t, 10*time.Second, "the pod and the Namespace of wide-a", func() bool {
 		return slices.Equal(names(store, "c-wide", "pods"), []string{wideA + "/app"}) &&
@@ -448,13 +450,13 @@ func TestDiscoveryAndAccessOnARealServer(t *testing.T) {
 }
 
 // newTestWatcherToken is newTestWatcher with a fixed bearer token.
-func newTestWatcherToken(t *testing.T, saDir, token string) *inventory.Watcher {
+func newTestWatcherToken(t *testing.T, saDir, token string) *watch.Watcher {
 	t.Helper()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	w, err := inventory.NewWatcher(inventory.WatcherConfig{Host: apiServer(t).URL, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: tokenFile})
+	w, err := watch.New(watch.Config{Host: apiServer(t).URL, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: tokenFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -478,7 +480,7 @@ func TestInventoryGoesOutInSmallWrites(t *testing.T) {
 	}
 	w := newTestWatcher(t, apiServer(t).ServiceAccountDir)
 	runWatcher(t, w)
-	store := inventory.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	f := stream(t, w, store, "c1", "")
 	eventually(t, 10*time.Second, "the snapshot with every pod", func() bool {
 		n := 0
@@ -526,12 +528,12 @@ func TestNumbersFromARealServer(t *testing.T) {
 
 	w := newTestWatcher(t, apiServer(t).ServiceAccountDir, ns)
 	runWatcher(t, w)
-	store := inventory.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	stream(t, w, store, "c1", "")
-	item := func(kind string) (inventory.Item, bool) {
-		items, _ := store.Select("c1", inventory.Query{Kind: kind, Namespace: ns}, allow)
+	item := func(kind string) (hubstore.Item, bool) {
+		items, _ := store.Select("c1", hubstore.Query{Kind: kind, Namespace: ns}, allow)
 		if len(items) != 1 {
-			return inventory.Item{}, false
+			return hubstore.Item{}, false
 		}
 		return items[0], true
 	}
@@ -562,7 +564,7 @@ func TestAnUnreachableClusterSaysSo(t *testing.T) {
 	}
 	dead := ln.Addr().String()
 	ln.Close() // nothing listens there now
-	w, err := inventory.NewWatcher(inventory.WatcherConfig{
+	w, err := watch.New(watch.Config{
 		Host: "https://" + dead, CAFile: filepath.Join(saDir, "ca.crt"), TokenFile: filepath.Join(saDir, "token"),
 		Rediscover: time.Second,
 	})
@@ -570,7 +572,7 @@ func TestAnUnreachableClusterSaysSo(t *testing.T) {
 		t.Fatal(err)
 	}
 	runWatcher(t, w)
-	store := inventory.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	stream(t, w, store, "away", "")
 	var kinds []protocol.KindState
 	eventually(t, 10*time.Second, "the kinds' states", func() bool {
@@ -614,7 +616,7 @@ func TestPartOfDiscoveryFailingKeepsWhatIsWatched(t *testing.T) {
 	mustNamespace(t, ns)
 	mustDo(t, "POST", "/apis/apps/v1/namespaces/"+ns+"/deployments", deployment(ns, "web"))
 	runWatcher(t, w)
-	store := inventory.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	stream(t, w, store, "partial", "")
 	want := ns + "/web"
 	eventually(t, 10*time.Second, "the deployment in the inventory", func() bool { return slices.Contains(names(store, "partial", "deployments"), want) })
@@ -656,7 +658,7 @@ func deployment(ns, name string) map[string]any {
 // watchThrough returns a watcher of kube as saDir's account that reaches it
 // through a proxy, which hands each request to refuse first: refuse answers
 // it and says true, or says false and the API server answers it.
-func watchThrough(t *testing.T, kube *localkube.Cluster, saDir string, refuse func(http.ResponseWriter, *http.Request) bool) *inventory.Watcher {
+func watchThrough(t *testing.T, kube *localkube.Cluster, saDir string, refuse func(http.ResponseWriter, *http.Request) bool) *watch.Watcher {
 	t.Helper()
 	target, _ := url.Parse(kube.URL)
 	rp := httputil.NewSingleHostReverseProxy(target)
@@ -673,7 +675,7 @@ func watchThrough(t *testing.T, kube *localkube.Cluster, saDir string, refuse fu
 	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: proxy.Certificate().Raw}), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	w, err := inventory.NewWatcher(inventory.WatcherConfig{
+	w, err := watch.New(watch.Config{
 		Host: proxy.URL, CAFile: caFile, TokenFile: filepath.Join(saDir, "token"), Rediscover: time.Second,
 	})
 	if err != nil {
@@ -712,7 +714,7 @@ func TestAKindThatNeverListsDoesNotHoldTheSnapshot(t *testing.T) {
 		return true
 	})
 	runWatcher(t, w)
-	store := inventory.NewStore()
+	store := hubstore.New(hubstore.Config{})
 	stream(t, w, store, "nolist", "") // SyncWait is its 30 s
 	// Well within the 30 s: the snapshot didn't wait it out.
 	eventually(t, 15*time.Second, "the snapshot", func() bool { return slices.Contains(names(store, "nolist", "services"), ns+"/web") })

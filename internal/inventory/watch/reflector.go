@@ -1,4 +1,4 @@
-package inventory
+package watch
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/protocol"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
@@ -26,7 +27,7 @@ import (
 // larger.
 type reflector struct {
 	api  apiServer
-	kind Kind
+	kind inventory.Kind
 	path string // the collection, like /apis/apps/v1/namespaces/team-a/deployments
 	// noteErr records the last list or watch request's error, or nil once
 	// one succeeds; changed is called with each object added, changed or
@@ -65,7 +66,7 @@ const (
 	backoffMax      = 30 * time.Second
 )
 
-func newReflector(api apiServer, k Kind, version, namespace string, noteErr func(error), changed func(protocol.ResourceRef)) *reflector {
+func newReflector(api apiServer, k inventory.Kind, version, namespace string, noteErr func(error), changed func(protocol.ResourceRef)) *reflector {
 	path := "/apis/" + k.Group + "/" + version
 	if k.Group == "" {
 		path = "/api/" + version
