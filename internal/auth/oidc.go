@@ -115,13 +115,13 @@ func (o *oidcSource) discover() {
 		o.lastErr, o.nextTry = err, o.now().Add(delay)
 		if o.life.Err() == nil {
 			o.log.Warn(fmt.Sprintf("Can't reach the OIDC issuer, so ID tokens are refused until it answers; the hub tries again when one arrives, %s from now at the earliest", delay),
-				"issuer", o.cfg.Issuer, "error", err)
+				"issuer", o.cfg.Issuer, "err", err)
 		}
 		return
 	}
 	o.verifier, o.endpoint = v, endpoint
 	if o.failures > 0 {
-		o.log.Info("Reached the OIDC issuer", "issuer", o.cfg.Issuer, "after_failures", o.failures)
+		o.log.Info("Reached the OIDC issuer", "issuer", o.cfg.Issuer, "afterFailures", o.failures)
 	} else {
 		o.log.Info("Reached the OIDC issuer", "issuer", o.cfg.Issuer)
 	}

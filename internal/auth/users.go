@@ -168,16 +168,16 @@ func (u *users) named(name string) (User, bool) {
 func (u *users) watch(ctx context.Context, cfg Config, log *slog.Logger) {
 	opts := listfile.WatchOptions{Debounce: cfg.Debounce, PollInterval: cfg.PollInterval, Initial: u.loaded,
 		Unwatched: func(err error) {
-			log.Warn("Can't watch the users list's directory; reading the file every minute instead", "file", u.path, "error", err)
+			log.Warn("Can't watch the users list's directory; reading the file every minute instead", "file", u.path, "err", err)
 		}}
 	err := listfile.WatchFile(ctx, u.path, opts, func(data []byte, err error) {
 		if err != nil {
-			log.Warn("Can't read the users list; keeping the last good one", "file", u.path, "error", err)
+			log.Warn("Can't read the users list; keeping the last good one", "file", u.path, "err", err)
 			return
 		}
 		list, err := parseUsers(SettingUsersFile, data, cfg)
 		if err != nil {
-			log.Warn("The users list has an error; keeping the last good one", "file", u.path, "error", err)
+			log.Warn("The users list has an error; keeping the last good one", "file", u.path, "err", err)
 			return
 		}
 		u.replace(list)
@@ -187,6 +187,6 @@ func (u *users) watch(ctx context.Context, cfg Config, log *slog.Logger) {
 		}
 	})
 	if err != nil {
-		log.Warn("Can't watch the users list; changes to it need a hub restart", "file", u.path, "error", err)
+		log.Warn("Can't watch the users list; changes to it need a hub restart", "file", u.path, "err", err)
 	}
 }

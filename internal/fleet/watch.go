@@ -25,16 +25,16 @@ func (a *Agents) Watch(ctx context.Context) error {
 	}
 	opts := listfile.WatchOptions{Debounce: a.cfg.Debounce, PollInterval: a.cfg.PollInterval, Initial: a.loaded,
 		Unwatched: func(err error) {
-			log.Warn("Can't watch the agents list's directory; reading the file every minute instead", "file", a.path, "error", err)
+			log.Warn("Can't watch the agents list's directory; reading the file every minute instead", "file", a.path, "err", err)
 		}}
 	return listfile.WatchFile(ctx, a.path, opts, func(data []byte, err error) {
 		if err != nil {
-			log.Warn("Can't read the agents list; keeping the last good one", "file", a.path, "error", err)
+			log.Warn("Can't read the agents list; keeping the last good one", "file", a.path, "err", err)
 			return
 		}
 		list, err := parseWithExtra(SettingAgentsFile, data, a.cfg.Extra)
 		if err != nil {
-			log.Warn("The agents list has an error; keeping the last good one", "file", a.path, "error", err)
+			log.Warn("The agents list has an error; keeping the last good one", "file", a.path, "err", err)
 			return
 		}
 		c := a.Replace(list)

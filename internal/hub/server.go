@@ -179,7 +179,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		go func() {
 			defer wg.Done()
 			if err := agents.Watch(watchCtx); err != nil {
-				log.Warn("Can't follow the agents list; changes to it need a hub restart", "file", opts.Fleet.AgentsFile, "error", err)
+				log.Warn("Can't follow the agents list; changes to it need a hub restart", "file", opts.Fleet.AgentsFile, "err", err)
 			}
 		}()
 	}
