@@ -70,6 +70,10 @@ func (c *agentConn) hubTransport() *http.Transport {
 			return dial(ownRequest(ctx), network, addr)
 		}
 		t.MaxIdleConnsPerHost = reservedStreams / 2
+		// Small buffers: every agent whose API server answers keeps a
+		// probe's connection, and its answers (and requests, a token
+		// and a few headers) are small.
+		t.ReadBufferSize, t.WriteBufferSize = 2<<10, 2<<10
 		c.ownTransport = t
 	}
 	return c.ownTransport
