@@ -144,12 +144,6 @@ func TestPathWithoutACluster(t *testing.T) {
 	}
 }
 
-// TestStatusBelow100 : an API server (reached through an agent
-// the hub doesn't fully trust, but TLS is end to end, so the API server
-// itself) answers a GET with a status under 100. apiClient takes every
-// code under 200 for an informational answer and hands it to the proxy's
-// Got1xxResponse, which calls WriteHeader(50): net/http panics, the
-// handler dies, and the client gets no answer at all.
 // TestStatusBelow100: an API server's status 000 to 099 parses, but is no
 // answer: the person gets a 503, not a connection the proxy's WriteHeader
 // panicked on.
@@ -165,7 +159,6 @@ func TestStatusBelow100(t *testing.T) {
 		brw.Flush()
 	})
 	h, audit := proxyHub(t, fc, "")
-	// A GET goes by the hub's own client; the rest by net/http's transport.
 	for _, method := range []string{"GET", "POST"} {
 		c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
 		if err != nil {

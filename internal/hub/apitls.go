@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // How the hub reaches a cluster's API server through its tunnel: the name
@@ -91,12 +92,21 @@ func (c *agentConn) dialAPI(ctx context.Context, tlsConfig *tls.Config) (*tls.Co
 		return nil, err
 	}
 	tc := tls.Client(st, tlsConfig)
-	if err := tc.HandshakeContext(ctx); err != nil {
+	// net/http's transport dials with a context the request's end doesn't
+	// cancel, and no deadline: the handshake has its own, as the
+	// transport's TLSHandshakeTimeout would give it.
+	hctx, cancel := context.WithTimeout(ctx, apiTLSHandshakeTimeout)
+	defer cancel()
+	if err := tc.HandshakeContext(hctx); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("TLS with the API server: %w", err)
 	}
 	return tc, nil
 }
+
+// apiTLSHandshakeTimeout bounds a TLS handshake with an API server, as
+// net/http's DefaultTransport bounds its own.
+const apiTLSHandshakeTimeout = 10 * time.Second
 
 // parseCA returns the DER of the certificates in data's PEM blocks that
 // parse, skipping others, as x509.CertPool.AppendCertsFromPEM does.

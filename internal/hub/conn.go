@@ -2,7 +2,6 @@ package hub
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -67,9 +66,9 @@ type agentConn struct {
 	// token is about a kilobyte).
 	saAuth string
 	// transport goes to the API server, through the tunnel, TLS checked
-	// against ca. It is made on first use: an idle agent's hub holds
-	// no transport (about 1 KiB each with its TLS config, and more once
-	// used; decision 012).
+	// against ca: people's requests, except upgrades. It is made on first
+	// use: an idle agent's hub holds no transport (about 1 KiB each, and
+	// more once used; decision 012).
 	transport *http.Transport
 	// upgrades is transport without a pool, for upgrade requests: each gets
 	// a connection of its own, and one whose upgrade failed is closed, not
@@ -77,15 +76,10 @@ type agentConn struct {
 	// "Connection: close, Upgrade", which the API server takes for no
 	// upgrade.) Made on first use too.
 	upgrades *http.Transport
-	// client sends people's requests that may be sent twice (decision
-	// 016).
-	client *apiClient
-	// ownClient and ownTransport are the client and transport of the
-	// hub's own requests: the probes (decision 019) and access reviews.
-	// Pools of their own, so that a person's request never takes one of
-	// their kept connections, whose streams are not the people's to use
-	// (streams.go). Made on first use.
-	ownClient    *apiClient
+	// ownTransport sends the hub's own requests: the probes (decision 019)
+	// and access reviews. A pool of its own, so that a person's request
+	// never takes one of its kept connections, whose streams are not the
+	// people's to use (streams.go). Made on first use.
 	ownTransport *http.Transport
 	pingSeq      uint64 // the last ping sent, and when, for the round-trip metric
 	pingAt       time.Time
@@ -506,37 +500,18 @@ func (c *countingConn) Close() error {
 	return err
 }
 
-// roundTrip sends a request to the cluster's API server, through the hub's
-// own client if it may (replayable), else through net/http's transport.
+// roundTrip sends a request to the cluster's API server through net/http's
+// transport: the hub's own through theirs, upgrades through one that keeps
+// no connection, people's other requests through their pool.
 func (c *agentConn) roundTrip(r *http.Request) (*http.Response, error) {
 	if r.Context().Value(ownKey{}) != nil {
-		return c.ownRoundTrip(r)
-	}
-	if replayable(r) {
-		return c.apiClient().RoundTrip(r)
+		return c.hubTransport().RoundTrip(r)
 	}
 	return c.apiTransport(r.Header.Get("Upgrade") != "").RoundTrip(r)
 }
 
-// apiClient is the client for people's replayable requests, made on first
-// use.
-func (c *agentConn) apiClient() *apiClient {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.client == nil {
-		c.client = &apiClient{
-			// The TLS config is made for each connection, not kept, as the
-			// probes' (hubClient).
-			dial:        func(ctx context.Context) (*tls.Conn, error) { return c.dialAPI(ctx, c.apiTLSConfig()) },
-			idleTimeout: c.hub.cfg.IdleTimeout,
-		}
-	}
-	return c.client
-}
-
-// apiTransport is the transport for the requests apiClient doesn't send:
-// upgrades for upgrade requests, transport for the rest. Each is made on
-// first use.
+// apiTransport is the transport for people's requests: upgrades for upgrade
+// requests, transport for the rest. Each is made on first use.
 func (c *agentConn) apiTransport(upgrade bool) *http.Transport {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -553,16 +528,11 @@ func (c *agentConn) apiTransport(upgrade bool) *http.Transport {
 	return c.transport
 }
 
-// closeIdleConnections closes the connections the clients keep.
+// closeIdleConnections closes the connections the transports keep.
 func (c *agentConn) closeIdleConnections() {
 	c.mu.Lock()
-	t, u, ot, client, own := c.transport, c.upgrades, c.ownTransport, c.client, c.ownClient
+	t, u, ot := c.transport, c.upgrades, c.ownTransport
 	c.mu.Unlock()
-	for _, client := range []*apiClient{client, own} {
-		if client != nil {
-			client.close()
-		}
-	}
 	for _, t := range []*http.Transport{t, u, ot} {
 		if t != nil {
 			t.CloseIdleConnections()
@@ -570,16 +540,38 @@ func (c *agentConn) closeIdleConnections() {
 	}
 }
 
-// newTransport makes the HTTP transport to the cluster's API server: each
+// newTransport makes an HTTP transport to the cluster's API server: each
 // connection is a stream through the tunnel with TLS inside it (dialAPI).
+// The TLS config is made for each connection, not kept with the transport:
+// every agent has the probes' transport, and one whose API server doesn't
+// answer would hold it for nothing.
 func (c *agentConn) newTransport() *http.Transport {
-	tlsConfig := c.apiTLSConfig()
+	return newAPITransport(func(ctx context.Context) (net.Conn, error) {
+		return c.dialAPI(ctx, c.apiTLSConfig())
+	}, c.hub.cfg.IdleTimeout)
+}
+
+// newAPITransport makes an HTTP transport to an API server whose
+// connections dial makes, TLS done, closing those idle for idleTimeout.
+//
+// net/http's transport, not a client of the hub's own (decision 016): its
+// read loop watches every idle connection and closes one on which anything
+// arrives, so that an answer no one asked for doesn't reach the next
+// request, perhaps another person's.
+func newAPITransport(dial func(context.Context) (net.Conn, error), idleTimeout time.Duration) *http.Transport {
 	return &http.Transport{
 		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return c.dialAPI(ctx, tlsConfig)
+			return dial(ctx)
 		},
 		MaxIdleConnsPerHost: maxIdleAPIConns,
-		IdleConnTimeout:     c.hub.cfg.IdleTimeout,
+		IdleConnTimeout:     idleTimeout,
+		// HTTP/1.1 only: the TLS config offers no ALPN, and the transport
+		// tries no HTTP/2 over a DialTLSContext unless forced. Over the
+		// tunnel HTTP/2 was slower (decision 016: +0.87 ms on a small GET
+		// against +0.72, lists slower, its flow control on top of the
+		// tunnel's), and one connection would carry many people's requests,
+		// where MaxStreamsPerAgent counts a stream per request.
+		ForceAttemptHTTP2: false,
 		// Pass the client's Accept-Encoding through as it is. Otherwise a
 		// client that asks for no compression gets the API server's gzip
 		// undone by the hub: the API server compresses, the hub
@@ -587,7 +579,9 @@ func (c *agentConn) newTransport() *http.Transport {
 		// (docs/decisions/008-performance.md).
 		DisableCompression: true,
 		// Redirects are never followed: the transport doesn't, and callers
-		// use no http.Client that would.
+		// use no http.Client that would. The TLS handshake's bound is
+		// dialAPI's (apiTLSHandshakeTimeout): TLSHandshakeTimeout applies
+		// only to TLS the transport does itself.
 	}
 }
 

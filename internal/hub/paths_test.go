@@ -9,9 +9,8 @@ import (
 
 // TestProxyKeepsThePathAsWritten: the API server gets the path as the
 // client escaped it. An escaped slash in a service proxy's path stays one
-// (a%2Fb is one segment to the service, a/b two), whichever way the hub
-// sends the request: its own client (GET) or net/http's transport (POST),
-// and however the client escaped the hub's own part of the path, the
+// (a%2Fb is one segment to the service, a/b two), whatever the method
+// (GET or POST), and however the client escaped the hub's own part of the path, the
 // cluster's name or the base path (issue 33).
 func TestProxyKeepsThePathAsWritten(t *testing.T) {
 	const path = "/api/v1/namespaces/a/services/https:web:443/proxy/a%2Fb/c%20d?q=x%2Fy"

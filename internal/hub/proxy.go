@@ -204,8 +204,7 @@ func (h *Hub) newProxy() *httputil.ReverseProxy {
 		ModifyResponse: func(resp *http.Response) error {
 			if resp.StatusCode < 100 {
 				// 000 to 099 parse, but are no answer: passed on, the
-				// server's WriteHeader panics on them. The hub's own client
-				// refuses them too (apiConn.exchange).
+				// server's WriteHeader panics on them.
 				return fmt.Errorf("the API server answered with status %03d", resp.StatusCode)
 			}
 			rt, _ := resp.Request.Context().Value(clusterKey{}).(route)

@@ -92,7 +92,7 @@ func TestStreamsPerAgentBound(t *testing.T) {
 
 	// The probes' kept connection goes: the next probe needs a stream of
 	// its own, with the people at their bound.
-	h.connected("open").hubClient().closeIdle()
+	h.connected("open").hubTransport().CloseIdleConnections()
 	eventually(t, 10*time.Second, "a probe on a new connection", func() bool {
 		for k := range fc.connsFor("/readyz") {
 			if !slices.Contains(probesBefore, k) {

@@ -2,7 +2,6 @@ package hub
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -59,35 +58,8 @@ func (e *streamLimitError) Error() string {
 	return fmt.Sprintf("cluster %q has %d requests open through its agent, the most Tether sends to one cluster at once (TETHER_MAX_STREAMS_PER_AGENT); try again once some have ended", e.cluster, e.limit)
 }
 
-// ownRoundTrip sends one of the hub's own requests, through its own pools.
-func (c *agentConn) ownRoundTrip(r *http.Request) (*http.Response, error) {
-	if replayable(r) {
-		return c.hubClient().RoundTrip(r)
-	}
-	return c.hubTransport().RoundTrip(r)
-}
-
-// hubClient is the client of the hub's own replayable requests, the probes
-// first of all, made on first use.
-func (c *agentConn) hubClient() *apiClient {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ownClient == nil {
-		c.ownClient = &apiClient{
-			// The TLS config is made for each connection, not kept: every
-			// agent has this client (its probes use it), and one whose API
-			// server doesn't answer would hold it for nothing.
-			dial: func(ctx context.Context) (*tls.Conn, error) {
-				return c.dialAPI(ownRequest(ctx), c.apiTLSConfig())
-			},
-			idleTimeout: c.hub.cfg.IdleTimeout,
-		}
-	}
-	return c.ownClient
-}
-
-// hubTransport is the transport of the hub's own other requests: access
-// reviews, which are POSTs. Made on first use.
+// hubTransport is the transport of the hub's own requests: the probes and
+// access reviews. Made on first use.
 func (c *agentConn) hubTransport() *http.Transport {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -98,20 +70,21 @@ func (c *agentConn) hubTransport() *http.Transport {
 			return dial(ownRequest(ctx), network, addr)
 		}
 		t.MaxIdleConnsPerHost = reservedStreams / 2
+		// Small buffers: every agent whose API server answers keeps a
+		// probe's connection, and its answers (and requests, a token
+		// and a few headers) are small.
+		t.ReadBufferSize, t.WriteBufferSize = 2<<10, 2<<10
 		c.ownTransport = t
 	}
 	return c.ownTransport
 }
 
-// dropIdle closes the idle connections people's clients keep now, and goes
+// dropIdle closes the idle connections people's transport keeps now, and goes
 // on keeping the next: their streams count against MaxStreamsPerAgent.
 func (c *agentConn) dropIdle() {
 	c.mu.Lock()
-	t, client := c.transport, c.client
+	t := c.transport
 	c.mu.Unlock()
-	if client != nil {
-		client.closeIdle()
-	}
 	if t != nil {
 		t.CloseIdleConnections()
 	}
