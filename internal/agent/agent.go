@@ -39,7 +39,9 @@ const maxHubStreams = 2048
 type Config struct {
 	Options
 	Logger *slog.Logger
-	// Tunnel tunes the multiplexer; zero means tunnel.DefaultConfig.
+	// Tunnel tunes the multiplexer. A zero field takes tunnel.DefaultConfig's
+	// value, but MaxPeerStreams takes maxHubStreams: it can't be unbounded
+	// here.
 	Tunnel tunnel.Config
 	// TLSConfig checks the hub's certificate. Nil means one trusting
 	// HubCAFile, or the system's roots.
@@ -80,9 +82,11 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Tunnel == (tunnel.Config{}) {
-		cfg.Tunnel = tunnel.DefaultConfig()
+	if cfg.Tunnel.MaxPeerStreams == 0 {
 		cfg.Tunnel.MaxPeerStreams = maxHubStreams
+	}
+	if err := tunnel.VerifyConfig(cfg.Tunnel); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
 	}
 	if cfg.TLSConfig == nil && cfg.HubCAFile != "" {
 		pool, err := LoadCertPool(cfg.HubCAFile)

@@ -140,16 +140,26 @@ func TestSpliceHoldsNoBufferWhileIdle(t *testing.T) {
 	}
 }
 
-// TestAgentBoundsTheHubsStreams: an agent with the default tunnel settings
-// lets the hub have no more than maxHubStreams streams open at once; the
-// tunnel's MaxPeerStreams resets the rest (TestPeerStreamsAreBounded).
+// TestAgentBoundsTheHubsStreams: an agent with the default tunnel settings,
+// or with another tunnel field set, lets the hub have no more than
+// maxHubStreams streams open at once; the tunnel's MaxPeerStreams resets
+// the rest (TestPeerStreamsAreBounded).
 func TestAgentBoundsTheHubsStreams(t *testing.T) {
 	u, _ := url.Parse("https://hub.example.com")
-	a, err := New(Config{Options: Options{HubURL: u, Name: "c", Token: "t"}})
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []tunnel.Config{{}, {WriteTimeout: time.Second}} {
+		a, err := New(Config{Options: Options{HubURL: u, Name: "c", Token: "t"}, Tunnel: tc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := a.cfg.Tunnel.MaxPeerStreams; got != maxHubStreams {
+			t.Fatalf("given %+v, the agent lets the hub open %d streams at once (0: no bound), want %d", tc, got, maxHubStreams)
+		}
+		if tc.WriteTimeout != 0 && a.cfg.Tunnel.WriteTimeout != tc.WriteTimeout {
+			t.Errorf("given %+v, the agent's WriteTimeout is %v", tc, a.cfg.Tunnel.WriteTimeout)
+		}
 	}
-	if got := a.cfg.Tunnel.MaxPeerStreams; got != maxHubStreams {
-		t.Fatalf("the agent lets the hub open %d streams at once (0: no bound), want %d", got, maxHubStreams)
+	_, err := New(Config{Options: Options{HubURL: u, Name: "c", Token: "t"}, Tunnel: tunnel.Config{MaxPeerStreams: -1}})
+	if err == nil || !strings.Contains(err.Error(), "MaxPeerStreams") {
+		t.Errorf("an agent with MaxPeerStreams -1: %v, want an error naming MaxPeerStreams", err)
 	}
 }

@@ -62,7 +62,9 @@ type Config struct {
 	// AccessReviewsPerPerson bounds the access reviews one person's
 	// queries send to one cluster each AccessTTL. Zero means 1000.
 	AccessReviewsPerPerson int
-	// Tunnel tunes the multiplexer; zero means tunnel.DefaultConfig.
+	// Tunnel tunes the multiplexer. A zero field takes the hub's default
+	// (New) or else tunnel.DefaultConfig's; MaxPeerStreams can't be
+	// unbounded here.
 	Tunnel tunnel.Config
 	// EventsKeepAlive is how often an idle event stream (/api/events) gets
 	// a comment, which proxies need to keep it open, and how often it asks
@@ -230,22 +232,30 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.EventsKeepAlive == 0 {
 		cfg.EventsKeepAlive = 25 * time.Second
 	}
-	if cfg.Tunnel == (tunnel.Config{}) {
-		cfg.Tunnel = tunnel.DefaultConfig()
+	// The hub's own defaults for the tunnel, each for a field left zero;
+	// tunnel.Config fills the rest.
+	if cfg.Tunnel.StreamCloseTimeout == 0 {
 		// The hub closes a stream when it is done with it, never to
 		// half-close: its TLS client doesn't. So the agent gets little time
 		// to finish its side before the stream is reset, and an API server
 		// still sending into a closed stream can't hold it open.
 		cfg.Tunnel.StreamCloseTimeout = 10 * time.Second
+	}
+	if cfg.Tunnel.MaxPeerStreams == 0 {
 		// An agent opens its control stream and the inventory's; room for
 		// a reconnecting inventory beside them, and no more.
 		cfg.Tunnel.MaxPeerStreams = maxAgentStreams
+	}
+	if cfg.Tunnel.StreamWindow == 0 {
 		// Each stream starts at the smallest window, and grows from the
 		// session's allowance only while its reader keeps up (decision
 		// 023): a person's request whose client reads slowly holds at most
 		// 256 KiB here, not 1 MiB (issue 33: 400 slow readers held 484 MB
 		// of the hub's heap in their streams' buffers).
 		cfg.Tunnel.StreamWindow = 256 << 10
+	}
+	if err := tunnel.VerifyConfig(cfg.Tunnel); err != nil {
+		return nil, fmt.Errorf("hub: %w", err)
 	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()

@@ -180,9 +180,7 @@ func TestStalledStreamDoesNotSlowOthers(t *testing.T) {
 	// per 100 ms: the round trip, not the CPU, paces both cases, however
 	// busy the machine (CPU-paced, a loaded machine's rates went from 2
 	// to 85 MB/s, and one median fell under half the other).
-	tc := tunnel.DefaultConfig()
-	tc.StreamWindow = 256 << 10
-	tc.MaxStreamWindow = tc.StreamWindow
+	tc := tunnel.Config{StreamWindow: 256 << 10, MaxStreamWindow: 256 << 10}
 	_, c := tunnelDelayed(t, src.ln.Addr().String(), tc, 50*time.Millisecond)
 
 	// settled waits until the source has stopped sending: every stream
@@ -239,8 +237,7 @@ func TestStreamErrorEndsOnlyThatStream(t *testing.T) {
 	src := newSourceServer(t)
 	// A stream the hub closed while the API server still sends is reset
 	// after the close timeout; keep it short here.
-	tc := tunnel.DefaultConfig()
-	tc.StreamCloseTimeout = 300 * time.Millisecond
+	tc := tunnel.Config{StreamCloseTimeout: 300 * time.Millisecond}
 	h, c := tunnelWith(t, src.ln.Addr().String(), tc)
 
 	healthy := openStream(t, c, "stream")
@@ -334,5 +331,35 @@ func TestHalfClosePassesThrough(t *testing.T) {
 	got, err := io.ReadAll(st)
 	if err != nil || string(got) != payload {
 		t.Fatalf("echo after half-close: %d bytes, %v; want %d", len(got), err, len(payload))
+	}
+}
+
+// TestHubKeepsItsTunnelBoundsBesideAnotherField: a config that sets one
+// tunnel field keeps the hub's bounds on the rest: few streams an agent
+// may open, a short close timeout, the smallest window.
+func TestHubKeepsItsTunnelBoundsBesideAnotherField(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  tunnel.Config
+		want tunnel.Config
+	}{
+		{"nothing set", tunnel.Config{}, tunnel.Config{StreamCloseTimeout: 10 * time.Second, MaxPeerStreams: maxAgentStreams, StreamWindow: 256 << 10}},
+		{"write timeout set", tunnel.Config{WriteTimeout: time.Second}, tunnel.Config{WriteTimeout: time.Second, StreamCloseTimeout: 10 * time.Second, MaxPeerStreams: maxAgentStreams, StreamWindow: 256 << 10}},
+		{"close timeout set", tunnel.Config{StreamCloseTimeout: time.Second}, tunnel.Config{StreamCloseTimeout: time.Second, MaxPeerStreams: maxAgentStreams, StreamWindow: 256 << 10}},
+		{"peer streams set", tunnel.Config{MaxPeerStreams: 8}, tunnel.Config{StreamCloseTimeout: 10 * time.Second, MaxPeerStreams: 8, StreamWindow: 256 << 10}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := New(Config{Agents: testAgents("eu-1"), Tunnel: tc.set})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			if h.cfg.Tunnel != tc.want {
+				t.Errorf("given %+v, the hub's tunnel config is %+v, want %+v", tc.set, h.cfg.Tunnel, tc.want)
+			}
+		})
+	}
+	if _, err := New(Config{Agents: testAgents("eu-1"), Tunnel: tunnel.Config{AcceptBacklog: -1}}); err == nil || !strings.Contains(err.Error(), "AcceptBacklog") {
+		t.Errorf("a hub with AcceptBacklog -1: %v, want an error naming AcceptBacklog", err)
 	}
 }

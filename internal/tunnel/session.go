@@ -75,10 +75,13 @@ type Session struct {
 	workers sync.WaitGroup // the flushes of queued, and the handlers
 }
 
+// newSession starts a session over t. Dial and Accept have checked cfg;
+// its zero fields take their defaults here too, for tests that start a
+// session over a transport of their own.
 func newSession(t transport, cfg Config, client bool) *Session {
 	s := &Session{
 		t:       t,
-		cfg:     cfg,
+		cfg:     cfg.withDefaults(),
 		client:  client,
 		nextID:  2,
 		wlock:   make(chan struct{}, 1),

@@ -243,10 +243,11 @@ func TestWindowGrowthIsTheSessions(t *testing.T) {
 	waitsFor(t, peer, frames, 4, 2<<20) // and stops at MaxStreamWindow
 }
 
-// TestNoWindowGrowthAllowed: with MaxWindowGrowth 0, no window grows.
+// TestNoWindowGrowthAllowed: with a negative MaxWindowGrowth, no window
+// grows.
 func TestNoWindowGrowthAllowed(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.MaxWindowGrowth = 0
+	cfg.MaxWindowGrowth = -1
 	s, peer := rawPeerWith(t, cfg)
 	frames := framesFrom(peer)
 	peer.Write(frame(header{typ: typeWindow, flags: flagSYN, stream: 2}))
