@@ -1,0 +1,179 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/testutil/connectproxy"
+)
+
+// recordWaits makes the agent report each wait on a channel instead of
+// sleeping.
+func recordWaits(waits chan time.Duration) func(*agent.Config) {
+	return func(c *agent.Config) {
+		c.Sleep = func(ctx context.Context, d time.Duration) error {
+			select {
+			case waits <- d:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+func TestAgentHonoursRetryAfterAndReportsOtherAnswers(t *testing.T) {
+	fc := newFakeCluster(t)
+	tests := []struct {
+		name     string
+		handler  http.HandlerFunc
+		wantLog  string
+		wantWait time.Duration // 0: any backoff wait
+	}{
+		{"overloaded", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Retry-After", "7")
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		}, "it answered 503 Service Unavailable", 7 * time.Second},
+		{"login page", func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "https://login.example.com/", http.StatusFound)
+		}, "it answered 302 Found, redirecting to https://login.example.com/", 0},
+		{"broken proxy", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+		}, "it answered 502 Bad Gateway", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(tt.handler)
+			defer srv.Close()
+			waits := make(chan time.Duration)
+			a := startAgent(t, srv.URL, "eu-1", fc, recordWaits(waits))
+			d := <-waits
+			if tt.wantWait != 0 && d != tt.wantWait {
+				t.Errorf("waited %s, want the %s the hub asked for", d, tt.wantWait)
+			}
+			if tt.wantWait == 0 && (d < 800*time.Millisecond || d > 1200*time.Millisecond) {
+				t.Errorf("waited %s, want the first backoff step", d)
+			}
+			want := "Can't reach the hub at " + srv.URL + ": " + tt.wantLog
+			if !strings.Contains(a.logs.String(), want) {
+				t.Errorf("the agent's log lacks %q:\n%s", want, a.logs)
+			}
+			a.stop(t)
+		})
+	}
+}
+
+func TestAgentConnectsThroughItsProxy(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1")})
+	proxy := connectproxy.Start(t)
+	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.Proxy = http.ProxyURL(proxy.URL) })
+	eventually(t, 5*time.Second, "connected through the proxy", a.Connected)
+	if proxy.Tunnelled() == 0 {
+		t.Fatal("the agent connected without its proxy")
+	}
+	a.stop(t)
+}
+
+func TestBasePath(t *testing.T) {
+	fc := newFakeCluster(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), BasePath: "/tether/"})
+	a := startAgent(t, h.url+"/tether", "eu-1", fc)
+	eventually(t, 5*time.Second, "connected below the base path", a.Connected)
+	for _, path := range []string{"/healthz", "/readyz", "/tether/healthz", "/tether/readyz"} {
+		if code, body := get(t, h.url+path); code != 200 || body != "ok\n" {
+			t.Errorf("GET %s = %d %q", path, code, body)
+		}
+	}
+	if code, _ := get(t, h.url+"/api/agent"); code != http.StatusNotFound {
+		t.Errorf("the agent endpoint answers outside the base path: %d", code)
+	}
+	// The metrics name clusters: they are on TETHER_METRICS_ADDR only,
+	// never on the public port (SPEC section 4).
+	for _, path := range []string{"/metrics", "/tether/metrics"} {
+		if code, body := get(t, h.url+path); code != http.StatusNotFound {
+			t.Errorf("GET %s on the public port = %d %.100q, want 404", path, code, body)
+		}
+	}
+	h.Close()
+	if code, _ := get(t, h.url+"/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz of a closed hub = %d, want 503", code)
+	}
+}
+
+// TestPathWithoutACluster: a Kubernetes API path that names no cluster, as
+// kubectl 1.33 and older send for `get --raw` with the hub's kubeconfig,
+// answers a Status that says what to send instead; the hub's own paths and
+// the clusters' are as before.
+func TestPathWithoutACluster(t *testing.T) {
+	h, _ := proxyHub(t, newFakeCluster(t), "", func(c *Config) { c.BasePath = "/tether/" })
+	for path, want := range map[string]string{
+		"/version":                  "--raw /tether/clusters/<name>/version",
+		"/tether/version":           "--raw /tether/clusters/<name>/version",
+		"/api":                      "--raw /tether/clusters/<name>/api",
+		"/tether/api/v1/namespaces": "--raw /tether/clusters/<name>/api/v1/namespaces",
+		"/apis/apps/v1":             "--raw /tether/clusters/<name>/apis/apps/v1",
+		"/tether/openapi/v3":        "--raw /tether/clusters/<name>/openapi/v3",
+		"/tether/apis":              "--raw /tether/clusters/<name>/apis",
+	} {
+		code, body, hdr := call(t, "GET", h.url+path, aliceToken, nil)
+		var status struct{ Kind, Reason, Message string }
+		json.Unmarshal([]byte(body), &status)
+		if code != http.StatusNotFound || hdr.Get("Content-Type") != "application/json" || status.Kind != "Status" || status.Reason != "NotFound" ||
+			!strings.Contains(status.Message, "kubectl 1.34 or later") || !strings.HasSuffix(status.Message, want) {
+			t.Errorf("GET %s = %d %s, want a 404 Status ending %q", path, code, body, want)
+		}
+	}
+	if code, body, _ := call(t, "GET", h.url+"/tether/clusters/open/version", aliceToken, nil); code != http.StatusOK {
+		t.Errorf("GET /tether/clusters/open/version = %d %.200s", code, body)
+	}
+	if code, body, _ := call(t, "GET", h.url+"/tether/api/clusters", aliceToken, nil); code != http.StatusOK || !strings.Contains(body, `"open"`) {
+		t.Errorf("GET /tether/api/clusters = %d %.200s", code, body)
+	}
+	if code, body, _ := call(t, "GET", h.url+"/tether/api/nothing", aliceToken, nil); code != http.StatusNotFound || strings.Contains(body, "Status") {
+		t.Errorf("GET /tether/api/nothing = %d %.200s, want net/http's 404: it isn't a Kubernetes path", code, body)
+	}
+}
+
+// TestStatusBelow100: an API server's status 000 to 099 parses, but is no
+// answer: the person gets a 503, not a connection the proxy's WriteHeader
+// panicked on.
+func TestStatusBelow100(t *testing.T) {
+	fc := newFakeCluster(t)
+	fc.srv.Config.Handler.(*http.ServeMux).HandleFunc("/odd", func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		brw.WriteString("HTTP/1.1 050 Odd\r\nContent-Length: 0\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		brw.Flush()
+	})
+	h, audit := proxyHub(t, fc, "")
+	for _, method := range []string{"GET", "POST"} {
+		c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, method+" /clusters/open/odd HTTP/1.1\r\nHost: hub\r\nContent-Length: 0\r\nAuthorization: Bearer "+aliceToken+"\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		c.Close()
+		if err != nil {
+			t.Fatalf("%s: no answer at all from the hub (%v); audit: %s", method, err, audit)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("%s: answer %d, want 503; audit %s", method, resp.StatusCode, audit)
+		}
+	}
+}
