@@ -68,4 +68,3 @@ func SameOrigin(r *http.Request, publicURL string) bool {
 	}
 	return strings.EqualFold(origin, pub.Scheme+"://"+host)
 }
-
