@@ -99,6 +99,21 @@ func (b *broker) subscribe() *Subscription {
 	return s
 }
 
+// changedAll tells every subscriber to send everything.
+func (b *broker) changedAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for s := range b.subs {
+		s.mu.Lock()
+		s.all = true
+		s.mu.Unlock()
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // Close ends s: nothing more wakes it.
 func (s *Subscription) Close() {
 	b := s.b
@@ -144,3 +159,41 @@ func (s *Subscription) Take() (names []string, all bool) {
 
 // Wake has a value when something changed since the last Take.
 func (s *Subscription) Wake() <-chan struct{} { return s.wake }
+
+// Changed tells the subscribers that cluster name changed, as the hub does
+// itself when an agent connects, a probe changes its status or its
+// inventory changes.
+func (h *Hub) Changed(name string) { h.events.changed(name) }
+
+// ChangedAll tells every subscriber to send everything, as when more
+// changed than a subscriber keeps.
+func (h *Hub) ChangedAll() { h.events.changedAll() }
+
+// AgentInfo is what the hub knows of a cluster's connected agent.
+type AgentInfo struct {
+	Remote    string // the agent's address, as the hub sees it
+	APIServer string // its API server's address, as its hello said
+	// Streams to the API server open now through its tunnel: for people's
+	// requests, for the hub's own (probes, access reviews), and all of
+	// them but the control and inventory streams.
+	PeopleStreams, OwnStreams, APIStreams int
+}
+
+// Agent returns what the hub knows of cluster name's agent, if one is
+// connected.
+func (h *Hub) Agent(name string) (AgentInfo, bool) {
+	c := h.connected(name)
+	if c == nil {
+		return AgentInfo{}, false
+	}
+	return AgentInfo{Remote: c.remote, APIServer: c.apiServer,
+		PeopleStreams: int(c.streams.Load()), OwnStreams: int(c.ownStreams.Load()), APIStreams: c.apiStreams()}, true
+}
+
+// CloseIdle closes the connections to cluster name's API server that are
+// kept open, unused, for the next request: people's and the hub's own.
+func (h *Hub) CloseIdle(name string) {
+	if c := h.connected(name); c != nil {
+		c.closeIdleConnections()
+	}
+}

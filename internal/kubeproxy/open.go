@@ -344,3 +344,9 @@ func (px *Proxy) TrackEvents(p auth.Person, cancel context.CancelCauseFunc) (unt
 func (px *Proxy) SignedOut(person string) {
 	px.recheckOpen(func(o *openRequest) bool { return o.person.Name == person })
 }
+
+// Holds returns how many requests, watches and upgraded sessions person
+// holds open on cluster now.
+func (px *Proxy) Holds(cluster, person string) (requests, watches, sessions int) {
+	return px.open.count(cluster, person, kindRequest), px.open.count(cluster, person, kindWatch), px.open.count(cluster, person, kindSession)
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/web"
 )
 
@@ -38,7 +39,7 @@ func wideInventory(t *testing.T, h *testHub, cluster string, n int) {
 // them by cluster-wide and in a namespace.
 type reviewCounter struct{ wide, namespaced atomic.Int64 }
 
-func countReviews(t *testing.T, fc *fakeCluster, may func(user, resource, namespace string) bool) *reviewCounter {
+func countReviews(t *testing.T, fc *fakecluster.Cluster, may func(user, resource, namespace string) bool) *reviewCounter {
 	c := &reviewCounter{}
 	answerAccessReviews(t, fc, func(user, resource, namespace string) bool {
 		if namespace == "" {
@@ -85,7 +86,7 @@ func getWithTrailers(t *testing.T, url, token string) (int, string, http.Header)
 // why, in the cluster's answer and in the fleet-wide one.
 func TestAccessReviewsOfAWideInventoryAreBounded(t *testing.T) {
 	const namespaces = 20_000
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	reviews := countReviews(t, fc, func(user, _, namespace string) bool {
 		return user == "bob" || namespace == "apps"
 	})
@@ -96,8 +97,8 @@ func TestAccessReviewsOfAWideInventoryAreBounded(t *testing.T) {
 	if code != 200 || strings.Count(body, `"name":"p"`) != namespaces {
 		t.Fatalf("bob, who may list pods everywhere: %d, %d pods", code, strings.Count(body, `"name":"p"`))
 	}
-	if n := reviews.total(); n != 1 || header.Get(leftOutTrailer) != "" {
-		t.Errorf("bob, who may list pods everywhere: %d access reviews, Tether-Left-Out %q; want 1 and none", n, header.Get(leftOutTrailer))
+	if n := reviews.total(); n != 1 || header.Get("Tether-Left-Out") != "" {
+		t.Errorf("bob, who may list pods everywhere: %d access reviews, Tether-Left-Out %q; want 1 and none", n, header.Get("Tether-Left-Out"))
 	}
 
 	start := time.Now()
@@ -111,7 +112,7 @@ func TestAccessReviewsOfAWideInventoryAreBounded(t *testing.T) {
 	if max := int64(1 + web.DefaultReviewsPerQuery); n > max {
 		t.Errorf("alice's query sent %d access reviews, want at most %d", n, max)
 	}
-	left := header.Get(leftOutTrailer)
+	left := header.Get("Tether-Left-Out")
 	if want := fmt.Sprintf("open (%d namespaces with matches", namespaces+1-web.DefaultReviewsPerQuery); !strings.HasPrefix(left, want) {
 		t.Errorf("Tether-Left-Out: %q, want it to start %q", left, want)
 	}
@@ -126,7 +127,7 @@ func TestAccessReviewsOfAWideInventoryAreBounded(t *testing.T) {
 	if n := reviews.total() - before; n > int64(1+web.DefaultReviewsPerQuery) {
 		t.Errorf("the fleet-wide query sent %d access reviews, want at most %d", n, 1+web.DefaultReviewsPerQuery)
 	}
-	if left := header.Get(leftOutTrailer); !strings.Contains(left, "open (") || !strings.Contains(left, "namespaces with matches") {
+	if left := header.Get("Tether-Left-Out"); !strings.Contains(left, "open (") || !strings.Contains(left, "namespaces with matches") {
 		t.Errorf("fleet-wide Tether-Left-Out: %q, want open's namespaces named", left)
 	}
 }
@@ -136,7 +137,7 @@ func TestAccessReviewsOfAWideInventoryAreBounded(t *testing.T) {
 // AccessReviewsPerPerson reviews to a cluster each AccessTTL; past either,
 // namespaces are left out, and Tether-Left-Out says which bound left them.
 func TestAccessReviewsPerPersonAreBounded(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	reviews := countReviews(t, fc, func(_, _, namespace string) bool { return namespace != "" })
 	h, _ := proxyHub(t, fc, "", func(c *Config) { c.AccessReviewsPerQuery, c.AccessReviewsPerPerson = 3, 5 })
 	wideInventory(t, h, "open", 9) // apps and 9 more: 10 namespaces
@@ -156,7 +157,7 @@ func TestAccessReviewsPerPersonAreBounded(t *testing.T) {
 		if n := reviews.total(); n != want.reviews {
 			t.Errorf("after query %d: %d access reviews, want %d", i+1, n, want.reviews)
 		}
-		if got := header.Get(leftOutTrailer); !strings.HasPrefix(got, want.left) {
+		if got := header.Get("Tether-Left-Out"); !strings.HasPrefix(got, want.left) {
 			t.Errorf("query %d: Tether-Left-Out %q, want it to start %q", i+1, got, want.left)
 		}
 	}
@@ -170,7 +171,7 @@ func TestAccessReviewsPerPersonAreBounded(t *testing.T) {
 // 100,000 for all clusters, started over when full, so queries of one
 // cluster's 20,000 namespaces wiped what every other cluster had answered.
 func TestAClusterCantEvictAnothersAccessAnswers(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	var alices atomic.Int64
 	answerAccessReviews(t, fc, func(user, _, namespace string) bool {
 		if user == "alice" {
@@ -207,18 +208,18 @@ func TestAccessAnswersEndWithTheirConnection(t *testing.T) {
 	h, fc := accessHub(t)
 	listPods(t, h, aliceToken)
 	listPods(t, h, aliceToken)
-	if n := fc.count(reviewsPath); n != 1 {
+	if n := fc.Count(reviewsPath); n != 1 {
 		t.Fatalf("two queries sent %d access reviews, want 1", n)
 	}
 	first := h.connected("open")
 	second := startAgent(t, h.url, "open", fc)
 	eventually(t, 5*time.Second, "the second agent takes over", func() bool { c := h.connected("open"); return c != nil && c != first })
 	listPods(t, h, aliceToken)
-	if n := fc.count(reviewsPath); n != 2 {
+	if n := fc.Count(reviewsPath); n != 2 {
 		t.Errorf("after a takeover, %d access reviews in all, want 2: the first connection's answer dropped", n)
 	}
 	taker := h.connected("open")
-	second.stop(t)
+	second.Stop(t)
 	eventually(t, 5*time.Second, "the second agent is gone", func() bool { return h.connected("open") == nil })
 	third := startAgent(t, h.url, "open", fc)
 	eventually(t, 5*time.Second, "the agent connects again", third.Connected)
@@ -226,66 +227,8 @@ func TestAccessAnswersEndWithTheirConnection(t *testing.T) {
 		t.Fatal("the same connection")
 	}
 	listPods(t, h, aliceToken)
-	if n := fc.count(reviewsPath); n != 3 {
+	if n := fc.Count(reviewsPath); n != 3 {
 		t.Errorf("after the agent connected again, %d access reviews in all, want 3", n)
-	}
-}
-
-// TestAccessCacheBounds: a cluster's answers start over past its own
-// bound, and past the bound of all clusters a cluster's new answers are
-// not kept; neither drops another cluster's. An answer carried by a
-// connection that no longer serves its cluster is not kept.
-func TestAccessCacheBounds(t *testing.T) {
-	a := newAccessCache(time.Minute, 1)
-	now := time.Now()
-	conns := map[string]*agentConn{}
-	for i := range maxAccessEntries/maxClusterAccessEntries + 1 {
-		name := fmt.Sprintf("c%02d", i)
-		conns[name] = &agentConn{}
-		a.connected(name, conns[name])
-	}
-	key := func(i int) accessKey { return accessKey{person: "alice", kind: "pods", namespace: fmt.Sprint(i)} }
-	a.put("c00", conns["c00"], key(-1), true, now)
-	// c01 fills its share twice over: its own start over, c00's stay.
-	for i := range 2 * maxClusterAccessEntries {
-		a.put("c01", conns["c01"], key(i), true, now)
-	}
-	if _, ok := a.get("c00", conns["c00"], key(-1), now); !ok {
-		t.Fatal("c01's answers dropped c00's")
-	}
-	// Every cluster fills its share: the last finds no room.
-	for i := 1; i < len(conns); i++ {
-		name := fmt.Sprintf("c%02d", i)
-		for j := range maxClusterAccessEntries {
-			a.put(name, conns[name], key(j), true, now)
-		}
-	}
-	if _, ok := a.get("c00", conns["c00"], key(-1), now); !ok {
-		t.Error("answers of other clusters dropped c00's")
-	}
-	if a.entries > maxAccessEntries {
-		t.Errorf("%d answers kept, over %d", a.entries, maxAccessEntries)
-	}
-	// Once they expire, there is room again.
-	later := now.Add(2 * time.Minute)
-	a.put("c10", conns["c10"], key(-1), true, later)
-	if _, ok := a.get("c10", conns["c10"], key(-1), later); !ok {
-		t.Error("no room after every answer expired")
-	}
-
-	old, next := conns["c00"], &agentConn{}
-	a.connected("c00", next)
-	if _, ok := a.get("c00", next, key(-1), now); ok {
-		t.Error("the connection before's answer kept for the next")
-	}
-	a.put("c00", old, key(-2), true, now)
-	if _, ok := a.get("c00", next, key(-2), now); ok {
-		t.Error("an answer carried by the connection before, arriving late, kept")
-	}
-	a.disconnected("c00", old) // not c00's connection: changes nothing
-	a.put("c00", next, key(-3), true, now)
-	if _, ok := a.get("c00", next, key(-3), now); !ok {
-		t.Error("the current connection's answer not kept")
 	}
 }
 
@@ -294,7 +237,7 @@ func TestAccessCacheBounds(t *testing.T) {
 // with what was checked, and its trailer names each cluster left out, or
 // part left out, and why.
 func TestFleetQueryBoundedAcrossClusters(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	reviews := countReviews(t, fc, func(_, _, namespace string) bool { return namespace != "" })
 	h, _ := proxyHub(t, fc, "", func(c *Config) { c.AccessReviewsPerQuery = 4 })
 	wideInventory(t, h, "open", 2) // apps, ns-00000, ns-00001
@@ -319,7 +262,7 @@ func TestFleetQueryBoundedAcrossClusters(t *testing.T) {
 	}
 	// Which cluster's namespaces are left out depends on which is asked
 	// first: the two are asked at once.
-	left := resp.Trailer.Get(leftOutTrailer)
+	left := resp.Trailer.Get("Tether-Left-Out")
 	if !strings.HasPrefix(left, "far (it has sent no inventory yet); ") || strings.Count(left, "with matches left out, unchecked: one query sends at most 4 access reviews in namespaces") == 0 {
 		t.Errorf("Tether-Left-Out: %q", left)
 	}

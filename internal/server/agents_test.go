@@ -14,10 +14,11 @@ import (
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 func TestAgentConnectsAndClusterTurnsReady(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1", "us-1")})
 	if got := statusOf(h, "eu-1"); got != "Unreachable: Its agent isn't connected." {
 		t.Fatalf("before the agent: %q", got)
@@ -32,7 +33,7 @@ func TestAgentConnectsAndClusterTurnsReady(t *testing.T) {
 	if !a.Connected() {
 		t.Error("the agent doesn't say it is connected")
 	}
-	if got := fc.lastToken(); got != "service-account-token-1" {
+	if got := fc.LastToken(); got != "service-account-token-1" {
 		t.Errorf("the probe reached the API server with token %q, want the agent's service account token", got)
 	}
 	if got := statusOf(h, "us-1"); got != "Unreachable: Its agent isn't connected." {
@@ -42,7 +43,7 @@ func TestAgentConnectsAndClusterTurnsReady(t *testing.T) {
 		t.Error("a cluster not in the list is known")
 	}
 
-	if err := a.stop(t); err != nil {
+	if err := a.Stop(t); err != nil {
 		t.Fatalf("Run after cancel = %v, want nil", err)
 	}
 	eventually(t, 5*time.Second, "the cluster turns Unreachable", func() bool {
@@ -59,15 +60,15 @@ func TestAgentConnectsAndClusterTurnsReady(t *testing.T) {
 		}
 	}
 	for _, line := range []string{
-		`agent for "eu-1", relaying to ` + fc.addr(),
+		`agent for "eu-1", relaying to ` + fc.Addr(),
 		`Connected to ` + h.url + ` as "eu-1"`,
 		`is plain http: the agent's token will cross the network in clear`,
 	} {
-		if !strings.Contains(a.logs.String(), line) {
-			t.Errorf("the agent's log lacks %q:\n%s", line, a.logs)
+		if !strings.Contains(a.Logs.String(), line) {
+			t.Errorf("the agent's log lacks %q:\n%s", line, a.Logs)
 		}
 	}
-	assertNoSecrets(t, h.logs.String()+a.logs.String())
+	assertNoSecrets(t, h.logs.String()+a.Logs.String())
 }
 
 func assertNoSecrets(t *testing.T, logs string) {
@@ -80,7 +81,7 @@ func assertNoSecrets(t *testing.T, logs string) {
 }
 
 func TestRefusals(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
 	noList := startHub(t, Config{})
 
@@ -102,7 +103,7 @@ func TestRefusals(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			// With the health server on: a refused agent must still exit.
 			a := startAgent(t, tt.hub.url, tt.agent, fc, func(c *agent.Config) { c.Token = tt.token; c.HealthAddr = freeAddr(t) })
-			err := a.wait(t, 5*time.Second)
+			err := a.Wait(t, 5*time.Second)
 			var refused *agent.RefusedError
 			if !errors.As(err, &refused) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Run = %v, want a refusal saying %q", err, tt.want)
@@ -110,14 +111,14 @@ func TestRefusals(t *testing.T) {
 			if !strings.HasPrefix(err.Error(), "The hub at "+tt.hub.url+" refused this agent: ") {
 				t.Errorf("message %q doesn't name the hub as SPEC words it", err)
 			}
-			if !strings.Contains(a.logs.String(), err.Error()) {
-				t.Errorf("the agent didn't log its refusal:\n%s", a.logs)
+			if !strings.Contains(a.Logs.String(), err.Error()) {
+				t.Errorf("the agent didn't log its refusal:\n%s", a.Logs)
 			}
 			if !strings.Contains(tt.hub.logs.String(), tt.hubLogs) {
 				t.Errorf("the hub's log lacks %q:\n%s", tt.hubLogs, tt.hub.logs)
 			}
-			assertNoSecrets(t, tt.hub.logs.String()+a.logs.String()+err.Error())
-			if strings.Contains(tt.hub.logs.String()+a.logs.String(), tt.token) {
+			assertNoSecrets(t, tt.hub.logs.String()+a.Logs.String()+err.Error())
+			if strings.Contains(tt.hub.logs.String()+a.Logs.String(), tt.token) {
 				t.Errorf("a log holds the token tried")
 			}
 		})
@@ -175,15 +176,15 @@ func TestRefusalLogsAreRateLimited(t *testing.T) {
 }
 
 func TestCAPinning(t *testing.T) {
-	fc := newFakeCluster(t)
-	other := newFakeCluster(t)
+	fc := fakecluster.New(t)
+	other := fakecluster.New(t)
 	list := fleet.New([]fleet.Agent{{
 		Name: "eu-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true},
-		CASHA256: listfile.TokenSHA256(string(other.ca.CertPEM)),
+		CASHA256: listfile.TokenSHA256(string(other.CA.CertPEM)),
 	}})
 	h := startHub(t, Config{Agents: list})
 	a := startAgent(t, h.url, "eu-1", fc)
-	err := a.wait(t, 5*time.Second)
+	err := a.Wait(t, 5*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "refused this agent: it doesn't know this name and token.") || !strings.Contains(err.Error(), "caSha256") {
 		t.Fatalf("Run = %v, want a 401 refusal naming caSha256", err)
 	}
@@ -196,8 +197,8 @@ func TestCAPinning(t *testing.T) {
 // agent's cluster disconnects the agent, which is then refused; a pin of
 // the CA it sent keeps it connected.
 func TestCAPinnedOnReload(t *testing.T) {
-	fc := newFakeCluster(t)
-	other := newFakeCluster(t)
+	fc := fakecluster.New(t)
+	other := fakecluster.New(t)
 	entry := func(pin []byte) fleet.Agent {
 		return fleet.Agent{Name: "eu-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true},
 			CASHA256: listfile.TokenSHA256(string(pin))}
@@ -207,13 +208,13 @@ func TestCAPinnedOnReload(t *testing.T) {
 	a := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected", a.Connected)
 
-	h.AgentsChanged(list.Replace([]fleet.Agent{entry(fc.ca.CertPEM)}))
+	h.AgentsChanged(list.Replace([]fleet.Agent{entry(fc.CA.CertPEM)}))
 	if strings.Contains(h.logs.String(), "disconnecting its agent") {
 		t.Fatalf("pinning the CA the agent sent disconnected it:\n%s", h.logs)
 	}
 
-	h.AgentsChanged(list.Replace([]fleet.Agent{entry(other.ca.CertPEM)}))
-	err := a.wait(t, 5*time.Second)
+	h.AgentsChanged(list.Replace([]fleet.Agent{entry(other.CA.CertPEM)}))
+	err := a.Wait(t, 5*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "caSha256") {
 		t.Fatalf("Run = %v, want a refusal naming caSha256 once the list pinned another CA", err)
 	}
@@ -223,16 +224,16 @@ func TestCAPinnedOnReload(t *testing.T) {
 }
 
 func TestCAChangeIsCounted(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
 	a := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected", a.Connected)
-	a.stop(t)
+	a.Stop(t)
 	eventually(t, 5*time.Second, "disconnected", func() bool { return h.connected("eu-1") == nil })
 
-	other := newFakeCluster(t)
-	other.saDir = fc.saDir // the same pod, a new CA
-	writeFile(t, fc.saDir+"/ca.crt", other.ca.CertPEM)
+	other := fakecluster.New(t)
+	other.SADir = fc.SADir // the same pod, a new CA
+	writeFile(t, fc.SADir+"/ca.crt", other.CA.CertPEM)
 	b := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected again", b.Connected)
 	if h.counter("caChanges") != 1 || !strings.Contains(h.logs.String(), `The agent of "eu-1" sent a CA other than last time`) {
@@ -247,13 +248,13 @@ func TestCAChangeIsCounted(t *testing.T) {
 }
 
 func TestTakeover(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
 	first := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "the first agent connects", first.Connected)
 
 	second := startAgent(t, h.url, "eu-1", fc)
-	err := first.wait(t, 5*time.Second)
+	err := first.Wait(t, 5*time.Second)
 	want := "The hub at " + h.url + " refused this agent: another agent connected as it (do two clusters use the same name and token?)."
 	if err == nil || err.Error() != want {
 		t.Fatalf("the first agent's Run = %v, want %q", err, want)
@@ -279,7 +280,7 @@ func TestTakeover(t *testing.T) {
 // set up meanwhile, not after: connected and probed while the old one is
 // still open.
 func TestTakeoverOfASilentAgentDoesNotWait(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
 	old, _ := welcomedAgent(t, h, fc) // reads nothing more, and never closes
 	eventually(t, 5*time.Second, "the first agent's connect logged", func() bool {
@@ -302,22 +303,6 @@ func TestTakeoverOfASilentAgentDoesNotWait(t *testing.T) {
 	}
 }
 
-// TestALateNotConnectedLeavesTheNewAgentsStatus: an agent's finish records
-// "not connected" after it let go of the hub's lock, so an agent that took
-// over meanwhile may have been probed already. That late record must not
-// stand over the connected agent's status until its next probe.
-func TestALateNotConnectedLeavesTheNewAgentsStatus(t *testing.T) {
-	fc := newFakeCluster(t)
-	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: time.Hour})
-	a := startAgent(t, h.url, "eu-1", fc)
-	eventually(t, 5*time.Second, "connected", a.Connected)
-	eventually(t, 5*time.Second, "the cluster is Ready", func() bool { return statusOf(h, "eu-1") == "Ready" })
-	h.setStatus("eu-1", "test", notConnected(time.Now())) // as the finish of an agent taken over
-	if got := statusOf(h, "eu-1"); got != "Ready" {
-		t.Errorf("with an agent connected, a late not connected made the status %q", got)
-	}
-}
-
 // TestShutdownSendsAgentsAwayWithSpread: a stopping hub tells each agent
 // to wait a random share of the spread; a spread of 0 (allowed in
 // TETHER_RECONNECT_SPREAD_SECONDS) means no wait.
@@ -330,7 +315,7 @@ func TestShutdownSendsAgentsAwayWithSpread(t *testing.T) {
 		{0, 0, "Connecting again in 0 s: the hub is shutting down"},
 	} {
 		t.Run(tc.spread.String(), func(t *testing.T) {
-			fc := newFakeCluster(t)
+			fc := fakecluster.New(t)
 			h := startHub(t, Config{Agents: testAgents("eu-1"), ReconnectSpread: tc.spread, Random: func() float64 { return 0.25 }})
 			waits := make(chan time.Duration, 10)
 			a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) {
@@ -348,10 +333,10 @@ func TestShutdownSendsAgentsAwayWithSpread(t *testing.T) {
 					t.Errorf("the agent waits %s before reconnecting, want the hub's %s", d, tc.want)
 				}
 			case <-time.After(5 * time.Second):
-				t.Fatalf("the agent didn't notice the shutdown:\n%s", a.logs)
+				t.Fatalf("the agent didn't notice the shutdown:\n%s", a.Logs)
 			}
-			if !strings.Contains(a.logs.String(), tc.log) {
-				t.Errorf("agent log:\n%s", a.logs)
+			if !strings.Contains(a.Logs.String(), tc.log) {
+				t.Errorf("agent log:\n%s", a.Logs)
 			}
 			// The agent closes first, as asked: that is not why it went.
 			if !strings.Contains(h.logs.String(), `why="the hub is shutting down"`) {
@@ -365,7 +350,7 @@ func TestShutdownSendsAgentsAwayWithSpread(t *testing.T) {
 // took before it began to close, and whose hello came after, is sent away
 // with its share of the spread too, like those already connected.
 func TestAgentWhoseHelloComesAsTheHubCloses(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1"), ReconnectSpread: 10 * time.Second, Random: func() float64 { return 0.25 }})
 	sess := rawAgent(t, h)
 	ctl, err := sess.Open(context.Background())
@@ -375,12 +360,10 @@ func TestAgentWhoseHelloComesAsTheHubCloses(t *testing.T) {
 	closed := make(chan struct{})
 	go func() { h.Close(); close(closed) }() // it waits for this connection
 	eventually(t, 5*time.Second, "the hub closing", func() bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		return h.closed
+		return h.registry.Closing()
 	})
-	hello := protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version, AgentVersion: "test", CACert: string(fc.ca.CertPEM),
-		ServiceAccountToken: "service-account-token-1", APIServer: fc.addr()}
+	hello := protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version, AgentVersion: "test", CACert: string(fc.CA.CertPEM),
+		ServiceAccountToken: "service-account-token-1", APIServer: fc.Addr()}
 	if err := protocol.Write(ctl, hello); err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +382,7 @@ func TestAgentWhoseHelloComesAsTheHubCloses(t *testing.T) {
 }
 
 func TestHealthz(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
 	addr := freeAddr(t)
 	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.HealthAddr = addr })

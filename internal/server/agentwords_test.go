@@ -12,6 +12,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 // TestAgentWordsAreClippedAndNamed: an agent (its token is all it takes)
@@ -21,7 +22,7 @@ import (
 // kubectl's 503: they get a few hundred characters, without control
 // characters, said to be the agent's (issue 33).
 func TestAgentWordsAreClippedAndNamed(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	people, err := auth.New(auth.Config{Users: testUsers})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/testutil/connectproxy"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 // recordWaits makes the agent report each wait on a channel instead of
@@ -32,7 +33,7 @@ func recordWaits(waits chan time.Duration) func(*agent.Config) {
 }
 
 func TestAgentHonoursRetryAfterAndReportsOtherAnswers(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	tests := []struct {
 		name     string
 		handler  http.HandlerFunc
@@ -64,16 +65,16 @@ func TestAgentHonoursRetryAfterAndReportsOtherAnswers(t *testing.T) {
 				t.Errorf("waited %s, want the first backoff step", d)
 			}
 			want := "Can't reach the hub at " + srv.URL + ": " + tt.wantLog
-			if !strings.Contains(a.logs.String(), want) {
-				t.Errorf("the agent's log lacks %q:\n%s", want, a.logs)
+			if !strings.Contains(a.Logs.String(), want) {
+				t.Errorf("the agent's log lacks %q:\n%s", want, a.Logs)
 			}
-			a.stop(t)
+			a.Stop(t)
 		})
 	}
 }
 
 func TestAgentConnectsThroughItsProxy(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
 	proxy := connectproxy.Start(t)
 	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.Proxy = http.ProxyURL(proxy.URL) })
@@ -81,11 +82,11 @@ func TestAgentConnectsThroughItsProxy(t *testing.T) {
 	if proxy.Tunnelled() == 0 {
 		t.Fatal("the agent connected without its proxy")
 	}
-	a.stop(t)
+	a.Stop(t)
 }
 
 func TestBasePath(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1"), BasePath: "/tether/"})
 	a := startAgent(t, h.url+"/tether", "eu-1", fc)
 	eventually(t, 5*time.Second, "connected below the base path", a.Connected)
@@ -115,7 +116,7 @@ func TestBasePath(t *testing.T) {
 // answers a Status that says what to send instead; the hub's own paths and
 // the clusters' are as before.
 func TestPathWithoutACluster(t *testing.T) {
-	h, _ := proxyHub(t, newFakeCluster(t), "", func(c *Config) { c.BasePath = "/tether/" })
+	h, _ := proxyHub(t, fakecluster.New(t), "", func(c *Config) { c.BasePath = "/tether/" })
 	for path, want := range map[string]string{
 		"/version":                  "--raw /tether/clusters/<name>/version",
 		"/tether/version":           "--raw /tether/clusters/<name>/version",
@@ -148,8 +149,8 @@ func TestPathWithoutACluster(t *testing.T) {
 // answer: the person gets a 503, not a connection the proxy's WriteHeader
 // panicked on.
 func TestStatusBelow100(t *testing.T) {
-	fc := newFakeCluster(t)
-	fc.srv.Config.Handler.(*http.ServeMux).HandleFunc("/odd", func(w http.ResponseWriter, r *http.Request) {
+	fc := fakecluster.New(t)
+	fc.Srv.Config.Handler.(*http.ServeMux).HandleFunc("/odd", func(w http.ResponseWriter, r *http.Request) {
 		conn, brw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			return

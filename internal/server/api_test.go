@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -18,11 +17,12 @@ import (
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/web"
 )
 
 func TestClustersAPI(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	eventually(t, 5*time.Second, "open is Ready", func() bool { return statusOf(h, "open") == "Ready" })
 
@@ -94,7 +94,7 @@ func TestClustersAPI(t *testing.T) {
 }
 
 func TestEventsStreamChanges(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	eventually(t, 5*time.Second, "open is Ready", func() bool { return statusOf(h, "open") == "Ready" })
 
@@ -136,7 +136,7 @@ func TestEventsStreamChanges(t *testing.T) {
 		t.Fatalf("first events: %+v, %+v", a, b)
 	}
 	// The agent of "open" stops: the stream says so.
-	h.agents["open"].stop(t)
+	h.agents["open"].Stop(t)
 	for {
 		c := next()
 		if c.Name == "ops" {
@@ -157,24 +157,24 @@ func TestEventsStreamChanges(t *testing.T) {
 // "not connected", so nothing recorded changes; the pages must hear that it
 // left all the same, or they say "checking" until the next change.
 func TestEventsTellOfAnAgentThatLeftBeforeItsFirstProbe(t *testing.T) {
-	fc := newFakeCluster(t)
-	fc.readyzDelay.Store(int64(time.Hour)) // no probe answers
+	fc := fakecluster.New(t)
+	fc.ReadyzDelay.Store(int64(time.Hour)) // no probe answers
 	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeTimeout = time.Minute })
 	come := func() *runningAgent {
 		t.Helper()
-		probes := fc.count("/readyz")
+		probes := fc.Count("/readyz")
 		a := startAgent(t, h.url, "far", fc)
 		eventually(t, 5*time.Second, "far connects", a.Connected)
-		eventually(t, 5*time.Second, "far's first probe waits", func() bool { return fc.count("/readyz") > probes })
+		eventually(t, 5*time.Second, "far's first probe waits", func() bool { return fc.Count("/readyz") > probes })
 		return a
 	}
-	come().stop(t) // far's status is now recorded as "not connected"
+	come().Stop(t) // far's status is now recorded as "not connected"
 	eventually(t, 5*time.Second, "far gone", func() bool { return h.connected("far") == nil })
 	s := openEvents(t, h.url, "alice", aliceToken)
 	s.until("far shown as not connected", func() bool { return s.last["far"].Message == hub.MessageNotConnected })
 	a := come()
 	s.until("far shown as checking", func() bool { return s.last["far"].Message == hub.MessageChecking })
-	a.stop(t)
+	a.Stop(t)
 	s.until("far shown as not connected again", func() bool {
 		c := s.last["far"]
 		return c.Message == hub.MessageNotConnected && c.ConnectedSince == nil
@@ -182,10 +182,9 @@ func TestEventsTellOfAnAgentThatLeftBeforeItsFirstProbe(t *testing.T) {
 }
 
 func TestSessionCookie(t *testing.T) {
-	fc := newFakeCluster(t)
-	h, _ := proxyHub(t, fc, "")
-	h.cfg.PublicURL = h.url
-	post := func(origin, token string) *http.Response {
+	fc := fakecluster.New(t)
+	h, _ := proxyHub(t, fc, "", selfPublic)
+	post := func(h *testHub, origin, token string) *http.Response {
 		req, _ := http.NewRequest("POST", h.url+"/login", strings.NewReader("token="+token))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Origin", origin)
@@ -196,7 +195,7 @@ func TestSessionCookie(t *testing.T) {
 		resp.Body.Close()
 		return resp
 	}
-	resp := post(h.url, aliceToken)
+	resp := post(h, h.url, aliceToken)
 	cookie := resp.Header.Get("Set-Cookie")
 	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(cookie, "tether_session=") ||
 		!strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Lax") || strings.Contains(cookie, aliceToken) {
@@ -208,24 +207,23 @@ func TestSessionCookie(t *testing.T) {
 	// Behind an ingress that ends TLS, the hub sees plain requests but
 	// people open it at https: the cookie, a hub token, must never go out
 	// over plain http.
-	h.cfg.PublicURL = "https://hub.example.com"
-	if c := post("https://hub.example.com", aliceToken).Header.Get("Set-Cookie"); !strings.Contains(c, "; Secure") {
+	tlsEnded, _ := proxyHub(t, fakecluster.New(t), "", func(c *Config) { c.PublicURL = "https://hub.example.com" })
+	if c := post(tlsEnded, "https://hub.example.com", aliceToken).Header.Get("Set-Cookie"); !strings.Contains(c, "; Secure") {
 		t.Errorf("a hub people open at https set a cookie without Secure: %q", c)
 	}
-	h.cfg.PublicURL = h.url
 	// The form that asks for a token is never framed by another site, and
 	// a form of megabytes isn't read.
-	if resp := post(h.url, "wrong-token-0123456789abcdef0123456789"); !strings.Contains(resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") ||
+	if resp := post(h, h.url, "wrong-token-0123456789abcdef0123456789"); !strings.Contains(resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'none'") ||
 		resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("WWW-Authenticate") == "" {
 		t.Errorf("a wrong token: %d, CSP %q, WWW-Authenticate %q", resp.StatusCode, resp.Header.Get("Content-Security-Policy"), resp.Header.Get("WWW-Authenticate"))
 	}
-	if resp := post(h.url, aliceToken+"&pad="+strings.Repeat("a", 100<<10)); resp.StatusCode != http.StatusUnauthorized {
+	if resp := post(h, h.url, aliceToken+"&pad="+strings.Repeat("a", 100<<10)); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("a sign-in form of 100 KiB, a good token in it: %d, want 401 (not read past 64 KiB)", resp.StatusCode)
 	}
-	if resp := post("https://evil.example.com", aliceToken); resp.StatusCode != http.StatusForbidden {
+	if resp := post(h, "https://evil.example.com", aliceToken); resp.StatusCode != http.StatusForbidden {
 		t.Errorf("a sign-in posted from another site: %d, want 403", resp.StatusCode)
 	}
-	if resp := post(h.url, "not-a-token-0123456789abcdef0123456789"); resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Set-Cookie") != "" {
+	if resp := post(h, h.url, "not-a-token-0123456789abcdef0123456789"); resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Set-Cookie") != "" {
 		t.Errorf("a wrong token: %d, Set-Cookie %q", resp.StatusCode, resp.Header.Get("Set-Cookie"))
 	}
 	// The auth proxy's person needs no sign-in; another origin gets no
@@ -306,7 +304,7 @@ func TestSessionCookie(t *testing.T) {
 // answers every endpoint that names it exactly as one that doesn't exist
 // (SPEC section 3): the same status, headers and body but for the name.
 func TestHiddenClusterAnswersLikeAMissingOne(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	answerAccessReviews(t, fc, func(user, resource, namespace string) bool { return true })
 	h, _ := proxyHub(t, fc, "")
 	// ops has an inventory, with a gateway, that anyone who sees ops may
@@ -371,7 +369,7 @@ func TestHiddenClusterAnswersLikeAMissingOne(t *testing.T) {
 // fails: the names, times in RFC 3339 and absent values omitted are SPEC
 // section 4's.
 func TestClustersAPIKeyNames(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	eventually(t, 5*time.Second, "open is Ready", func() bool { return statusOf(h, "open") == "Ready" })
 	// Distinct counts, so that swapped keys fail too: 2 of 3 nodes ready,
@@ -473,74 +471,6 @@ func callBriefly(t *testing.T, method, url, token string, header http.Header) (i
 	defer cancel()
 	code, body, _ := callWithin(t, ctx, method, url, token, header)
 	return code, body
-}
-
-// TestSameOriginWithADefaultPort: a public URL that names its scheme's
-// default port is the same origin as the one browsers send, which leaves
-// the port out; any other port, scheme or host is another site.
-func TestSameOriginWithADefaultPort(t *testing.T) {
-	for _, tc := range []struct {
-		public, origin string
-		same           bool
-	}{
-		{"https://hub.example.com:443/tether", "https://hub.example.com", true},
-		{"https://hub.example.com", "https://hub.example.com", true},
-		{"https://HUB.example.com", "https://hub.example.com", true},
-		{"http://hub.example.com:80", "http://hub.example.com", true},
-		{"https://[fd00::1]:443", "https://[fd00::1]", true},
-		{"https://hub.example.com:8443", "https://hub.example.com:8443", true},
-		{"https://hub.example.com:8443", "https://hub.example.com", false},
-		{"https://hub.example.com:443", "http://hub.example.com", false},
-		{"http://hub.example.com:443", "http://hub.example.com", false},
-		{"https://hub.example.com", "https://hub.example.com.evil.example", false},
-		{"https://hub.example.com", "", true}, // no Origin: not a browser's cross-site request
-	} {
-		h := &Hub{cfg: Config{PublicURL: tc.public}}
-		r := httptest.NewRequest("POST", "/login", nil)
-		if tc.origin != "" {
-			r.Header.Set("Origin", tc.origin)
-		}
-		if got := h.sameOrigin(r); got != tc.same {
-			t.Errorf("public URL %s, Origin %q: same origin %v, want %v", tc.public, tc.origin, got, tc.same)
-		}
-	}
-}
-
-// TestFromOtherSite: Fetch Metadata refuses what Origin leaves out, a
-// plain GET from another site's page or a sibling host's, which carries
-// the cookies; a top-level GET is let through where navigations are, and a
-// request without Fetch Metadata is judged by its Origin alone.
-func TestFromOtherSite(t *testing.T) {
-	h := &Hub{cfg: Config{PublicURL: "https://hub.example.com"}}
-	for _, tc := range []struct {
-		method, origin, site, mode, dest string
-		navigationsOK                    bool
-		other                            bool
-	}{
-		{"GET", "", "", "", "", false, false}, // kubectl, curl
-		{"GET", "", "same-origin", "cors", "empty", false, false},
-		{"GET", "", "none", "navigate", "document", false, false}, // typed or bookmarked
-		{"GET", "", "cross-site", "no-cors", "image", true, true},
-		{"GET", "", "same-site", "no-cors", "script", true, true},
-		{"GET", "", "cross-site", "navigate", "document", true, false},
-		{"GET", "", "cross-site", "navigate", "document", false, true},
-		{"GET", "", "same-site", "navigate", "document", true, false},
-		{"GET", "", "cross-site", "navigate", "iframe", true, true},
-		{"POST", "", "cross-site", "navigate", "document", true, true},
-		{"GET", "https://evil.example", "", "", "", true, true},
-		{"GET", "https://evil.example", "cross-site", "navigate", "document", true, true},
-		{"GET", "https://hub.example.com", "same-origin", "cors", "empty", false, false},
-	} {
-		r := httptest.NewRequest(tc.method, "/api/clusters", nil)
-		for k, v := range map[string]string{"Origin": tc.origin, "Sec-Fetch-Site": tc.site, "Sec-Fetch-Mode": tc.mode, "Sec-Fetch-Dest": tc.dest} {
-			if v != "" {
-				r.Header.Set(k, v)
-			}
-		}
-		if got := h.fromOtherSite(r, tc.navigationsOK); got != tc.other {
-			t.Errorf("%+v: from another site %v, want %v", tc, got, tc.other)
-		}
-	}
 }
 
 // TestEventsStreamEndsWithItsPerson: an open event stream asks again, at

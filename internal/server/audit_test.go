@@ -8,15 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/tetherhq/tether/internal/kubeproxy"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
@@ -25,7 +23,7 @@ import (
 // request (401) or the person has no groups, where person is "" and groups
 // is [], never absent or null.
 func TestAuditLineHasEveryField(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, audit := proxyHub(t, fc, "")
 	tests := []struct {
 		name         string
@@ -85,7 +83,7 @@ func (w stalledWriter) Write(b []byte) (int, error) {
 // answer has gone to the client, so an audit sink that stalls holds up the
 // request's goroutine but not the person waiting for the answer.
 func TestAnswerGoesOutBeforeTheAuditLine(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	audit := stalledWriter{release: make(chan struct{})}
 	h, _ := proxyHub(t, fc, "", func(c *Config) { c.Audit = audit })
 	defer close(audit.release) // before the hub stops: its handler waits on the write
@@ -107,14 +105,14 @@ func (fullDisk) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
 // request, but it isn't lost silently: the hub logs it, rate-limited, and
 // counts it for operators to alert on.
 func TestAuditLineThatCantBeWritten(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "", func(c *Config) { c.Audit = fullDisk{} })
 	for range 3 {
 		if code, body, _ := call(t, "GET", h.url+"/clusters/open/api", aliceToken, nil); code != http.StatusOK {
 			t.Fatalf("%d %s", code, body)
 		}
 	}
-	eventually(t, 5*time.Second, "three lost lines counted", func() bool { return testutil.ToFloat64(h.metrics.auditErrors) == 3 })
+	eventually(t, 5*time.Second, "three lost lines counted", func() bool { return h.value("tether_audit_write_errors_total") == 3 })
 	if n := strings.Count(h.logs.String(), "Can't write an audit line: no space left on device"); n != 1 {
 		t.Errorf("logged %d times, want once (rate-limited):\n%s", n, h.logs)
 	}
@@ -124,7 +122,7 @@ func TestAuditLineThatCantBeWritten(t *testing.T) {
 // without signing in; its audit line keeps the path's first 4 KiB and its
 // length, so no one fills the audit log a megabyte a request.
 func TestAuditLineOfALongPath(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, audit := proxyHub(t, fc, "")
 	long := "/api/v1/namespaces/" + strings.Repeat("a", 900<<10)
 	if code, _, _ := call(t, "GET", h.url+"/clusters/open"+long, "", nil); code != http.StatusUnauthorized {
@@ -145,7 +143,7 @@ func TestAuditLineOfALongPath(t *testing.T) {
 // each field cut and marked (issue 33: it was 900 KB, for one request
 // without signing in).
 func TestAuditLineOfLongNames(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, audit := proxyHub(t, fc, "")
 	cluster := strings.Repeat("c", 900<<10)
 	method := strings.Repeat("M", 30<<10)
@@ -187,70 +185,13 @@ func TestAuditLineOfLongNames(t *testing.T) {
 	t.Logf("the long groups' audit line: %d bytes, %d groups", len(line), n)
 }
 
-// TestAppendJSONWritesEveryField: with every field of auditRecord set, the
-// line the hub writes is json.Marshal's, so a field added to the record
-// and left out of appendJSON fails here, whatever FuzzAuditLine sets.
-func TestAppendJSONWritesEveryField(t *testing.T) {
-	var rec kubeproxy.AuditRecord
-	v := reflect.ValueOf(&rec).Elem()
-	for i := range v.NumField() {
-		f := v.Field(i)
-		switch f.Kind() {
-		case reflect.String:
-			f.SetString(v.Type().Field(i).Name)
-		case reflect.Int, reflect.Int64:
-			f.SetInt(int64(i + 1))
-		case reflect.Float64:
-			f.SetFloat(float64(i) + 0.5)
-		case reflect.Slice:
-			f.Set(reflect.ValueOf([]string{"a", "b"}))
-		default:
-			if f.Type() != reflect.TypeFor[time.Time]() {
-				t.Fatalf("auditRecord.%s is a %s, which this test can't fill: teach it", v.Type().Field(i).Name, f.Type())
-			}
-			f.Set(reflect.ValueOf(time.Date(2026, 12, 2, 8, 0, 0, 123, time.UTC)))
-		}
-	}
-	want, err := json.Marshal(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := rec.appendJSON(nil); string(got) != string(want) {
-		t.Errorf("audit line\n%s\nwant what json.Marshal writes:\n%s", got, want)
-	}
-}
-
-// BenchmarkAuditLine compares the audit line as the hub writes it with
-// json.Marshal of the same record, a small GET's.
-func BenchmarkAuditLine(b *testing.B) {
-	rec := kubeproxy.AuditRecord{
-		Time: time.Now().UTC(), Person: "bench@example.com", Groups: []string{"tether-bench", "developers"}, Source: "token",
-		Cluster: "bench", Verb: "get", Method: "GET", Path: "/api/v1/namespaces/bench/configmaps/small",
-		Status: 200, Duration: 0.00231, Bytes: 1873, RequestID: newRequestID(), Remote: "127.0.0.1:41234",
-	}
-	b.Run("appendJSON", func(b *testing.B) {
-		b.ReportAllocs()
-		var line []byte
-		for b.Loop() {
-			line = append(rec.appendJSON(line[:0]), '\n')
-		}
-	})
-	b.Run("json.Marshal", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			line, _ := json.Marshal(rec)
-			_ = append(line, '\n')
-		}
-	})
-}
-
 // TestAuditAfter100Continue: a client that sends
 // "Expect: 100-continue" (curl does for large bodies) gets the API server's
 // 100 Continue passed on by the proxy, and the audit line must still name
 // the final status, not 100.
 func TestAuditAfter100Continue(t *testing.T) {
-	fc := newFakeCluster(t)
-	fc.srv.Config.Handler.(*http.ServeMux).HandleFunc("/create", func(w http.ResponseWriter, r *http.Request) {
+	fc := fakecluster.New(t)
+	fc.Srv.Config.Handler.(*http.ServeMux).HandleFunc("/create", func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body) // reading the body sends 100 Continue
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, "{}")
@@ -286,15 +227,15 @@ func TestAuditAfter100Continue(t *testing.T) {
 // answer came is audited with 499, as nginx logs it, not with the 200 no
 // one sent.
 func TestAuditOfAnAbandonedRequest(t *testing.T) {
-	fc := newFakeCluster(t)
-	fc.srv.Config.Handler.(*http.ServeMux).HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
-		fc.note(r)
+	fc := fakecluster.New(t)
+	fc.Srv.Config.Handler.(*http.ServeMux).HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
+		fc.Note(r)
 		<-r.Context().Done()
 	})
 	h, audit := proxyHub(t, fc, "")
 	ctx, cancel := context.WithCancel(t.Context())
 	go func() {
-		eventually(t, 5*time.Second, "the request at the API server", func() bool { return fc.count("/hang") > 0 })
+		eventually(t, 5*time.Second, "the request at the API server", func() bool { return fc.Count("/hang") > 0 })
 		cancel()
 	}()
 	req, _ := http.NewRequestWithContext(ctx, "GET", h.url+"/clusters/open/hang", nil)
@@ -324,48 +265,18 @@ func auditLineOf(t *testing.T, audit *syncbuf.Buffer, path string) kubeproxy.Aud
 	return line
 }
 
-// TestVerb: the audit line's verb is Kubernetes' name for what the request
-// does.
-func TestVerb(t *testing.T) {
-	for _, tc := range []struct{ method, path, query, want string }{
-		{"GET", "/api/v1/pods", "", "list"},
-		{"GET", "/api/v1/namespaces/a/pods", "", "list"},
-		{"GET", "/api/v1/namespaces/a/pods/p", "", "get"},
-		{"GET", "/api/v1/namespaces/a/pods/p/log", "", "get"},
-		{"GET", "/api/v1/namespaces/a/pods", "watch=true", "watch"},
-		{"GET", "/apis/apps/v1/deployments", "watch=1", "watch"},
-		{"GET", "/api/v1/pods", "watch=True&resourceVersion=5", "watch"},
-		{"GET", "/api/v1/pods", "watch=false", "list"},
-		{"GET", "/api/v1/watch/pods", "", "watch"},
-		{"GET", "/api/v1/watch/namespaces/a/pods/p", "", "watch"},
-		{"GET", "/apis/apps/v1/watch/namespaces/a/deployments", "", "watch"},
-		{"GET", "/version", "", "get"},
-		{"HEAD", "/api/v1/nodes", "", "list"},
-		{"POST", "/api/v1/namespaces/a/pods", "", "create"},
-		{"PUT", "/api/v1/namespaces/a/pods/p", "", "update"},
-		{"PATCH", "/api/v1/namespaces/a/pods/p", "", "patch"},
-		{"DELETE", "/api/v1/namespaces/a/pods/p", "", "delete"},
-		{"DELETE", "/api/v1/namespaces/a/pods", "", "deletecollection"},
-		{"OPTIONS", "/api", "", "options"},
-	} {
-		if got := verb(tc.method, tc.path, isWatch(tc.path, tc.query)); got != tc.want {
-			t.Errorf("%s %s?%s: %q, want %q", tc.method, tc.path, tc.query, got, tc.want)
-		}
-	}
-}
-
 // TestWarningOnTheHubsOwnAnswers: the Warning that Impersonate-* headers
 // were removed comes once on the answers the hub writes itself too: a
 // cluster whose agent isn't connected, and one whose API server can't be
 // reached (proxyError), not only on the API server's answers.
 func TestWarningOnTheHubsOwnAnswers(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	as := http.Header{"Impersonate-User": {"admin"}}
 	if code, body, answer := call(t, "GET", h.url+"/clusters/far/api", aliceToken, as); code != http.StatusServiceUnavailable || len(answer.Values("Warning")) != 1 {
 		t.Errorf("a cluster with no agent: %d %.100s, Warning %q; want 503 and the Warning once", code, body, answer.Values("Warning"))
 	}
-	fc.srv.Close() // the agent is connected; its API server is gone
+	fc.Srv.Close() // the agent is connected; its API server is gone
 	if code, body, answer := call(t, "GET", h.url+"/clusters/open/api", aliceToken, as); code != http.StatusServiceUnavailable || len(answer.Values("Warning")) != 1 {
 		t.Errorf("an API server that can't be reached: %d %.100s, Warning %q; want 503 and the Warning once", code, body, answer.Values("Warning"))
 	}

@@ -10,6 +10,8 @@ import (
 	"os"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 // TestUnsentBodyHoldsNothing: a client that declares a body and never
@@ -20,7 +22,7 @@ import (
 // a few thousand of them the hub's file descriptors. A person's request
 // to a cluster still keeps its connection.
 func TestUnsentBodyHoldsNothing(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "", func(c *Config) { c.FormTimeout = 200 * time.Millisecond })
 	for _, tc := range []struct {
 		request string

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 // TestCookiesOverHTTPSTakeAPrefix: a hub people open at https names its
@@ -17,7 +19,7 @@ func TestCookiesOverHTTPSTakeAPrefix(t *testing.T) {
 		{"", "__Host-tether_session", "/"},
 		{"/tether/", "__Secure-tether_session", "/tether/"},
 	} {
-		h, _ := proxyHub(t, newFakeCluster(t), "", func(c *Config) { c.BasePath = tc.base })
+		h, _ := proxyHub(t, fakecluster.New(t), "", func(c *Config) { c.BasePath = tc.base })
 		base := h.url + strings.TrimSuffix(tc.base, "/")
 		origin := http.Header{"Origin": {"https://hub.example.com"}}
 		req, _ := http.NewRequest("POST", base+"/login", strings.NewReader("token="+aliceToken))

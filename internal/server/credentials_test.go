@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 // TestWebSocketBearerProtocolIsRemoved: Kubernetes takes a bearer token
@@ -16,7 +18,7 @@ import (
 // them. The hub removes it as it removes Authorization; the other
 // subprotocols, which choose the stream protocol, go through.
 func TestWebSocketBearerProtocolIsRemoved(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	for _, sent := range [][]string{
 		{"v5.channel.k8s.io, base64url.bearer.authorization.k8s.io.c29tZW9uZS1lbHNl, v4.channel.k8s.io"},

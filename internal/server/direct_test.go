@@ -20,6 +20,7 @@ import (
 	"github.com/tetherhq/tether/internal/logging"
 	"github.com/tetherhq/tether/internal/pki"
 	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
@@ -28,17 +29,17 @@ import (
 // the person, with the token from its file, checked against its CA as the
 // host its server names; people outside its groups get 404.
 func TestClusterTheHubReaches(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	// A certificate for the address in the server URL only, as an API
 	// server outside the cluster may have.
-	cert, err := fc.ca.IssueTLS(pki.Leaf{CommonName: "kube-apiserver", Hosts: []string{"127.0.0.1"}})
+	cert, err := fc.CA.IssueTLS(pki.Leaf{CommonName: "kube-apiserver", Hosts: []string{"127.0.0.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fc.srv.TLS.Certificates = []tls.Certificate{cert}
-	server := "https://" + strings.TrimPrefix(fc.srv.URL, "https://")
+	fc.Srv.TLS.Certificates = []tls.Certificate{cert}
+	server := "https://" + strings.TrimPrefix(fc.Srv.URL, "https://")
 	clusters := fmt.Sprintf("- name: staging\n  server: %s\n  caFile: %s\n  tokenFile: %s\n  labels: {env: staging}\n  groups: [platform]\n",
-		server, filepath.Join(fc.saDir, "ca.crt"), filepath.Join(fc.saDir, "token"))
+		server, filepath.Join(fc.SADir, "ca.crt"), filepath.Join(fc.SADir, "token"))
 	// The hub serves TLS, and people's clients speak HTTP/2 to it, as
 	// kubectl does, beside its own agents' connections in memory.
 	base, hubCA, _, logs := tlsHub(t, map[string]string{
@@ -121,12 +122,12 @@ func TestClusterTheHubReaches(t *testing.T) {
 // 403, as a hub without an agents list does, even one that names its
 // cluster.
 func TestClustersAloneTakeNoAgents(t *testing.T) {
-	fc := newFakeCluster(t)
-	server := "https://" + strings.TrimPrefix(fc.srv.URL, "https://")
+	fc := fakecluster.New(t)
+	server := "https://" + strings.TrimPrefix(fc.Srv.URL, "https://")
 	opts := optionsOn(t, map[string]string{
 		"TETHER_PUBLIC_URL": "http://hub.example.com",
 		"TETHER_FLEET_CLUSTERS": fmt.Sprintf("- {name: staging, server: %s, caFile: %s, tokenFile: %s}\n",
-			server, filepath.Join(fc.saDir, "ca.crt"), filepath.Join(fc.saDir, "token")),
+			server, filepath.Join(fc.SADir, "ca.crt"), filepath.Join(fc.SADir, "token")),
 		"TETHER_METRICS_ADDR": "0",
 		"TETHER_USERS":        "- {name: ann, token: " + strings.Repeat("a", 32) + "}\n",
 	})
@@ -164,15 +165,15 @@ func TestClustersAloneTakeNoAgents(t *testing.T) {
 // stops the hub at start with a line that names it and the file, and
 // speaks of no pod: there is no agent.
 func TestClusterTheHubCantRead(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	missing := filepath.Join(t.TempDir(), "missing")
 	for _, tc := range []struct{ ca, token, want string }{
-		{filepath.Join(fc.saDir, "ca.crt"), missing, fmt.Sprintf(`TETHER_FLEET_CLUSTERS ("staging"): No token in %s: Tether needs it to speak to the API server`, missing)},
-		{missing, filepath.Join(fc.saDir, "token"), fmt.Sprintf(`TETHER_FLEET_CLUSTERS ("staging"): No CA certificate at %s: Tether needs it to check the API server (no such file or directory)`, missing)},
+		{filepath.Join(fc.SADir, "ca.crt"), missing, fmt.Sprintf(`TETHER_FLEET_CLUSTERS ("staging"): No token in %s: Tether needs it to speak to the API server`, missing)},
+		{missing, filepath.Join(fc.SADir, "token"), fmt.Sprintf(`TETHER_FLEET_CLUSTERS ("staging"): No CA certificate at %s: Tether needs it to check the API server (no such file or directory)`, missing)},
 	} {
 		settings := map[string]string{
 			"TETHER_PUBLIC_URL":     "http://hub.example.com",
-			"TETHER_FLEET_CLUSTERS": fmt.Sprintf("- {name: staging, server: %q, caFile: %q, tokenFile: %q}\n", fc.srv.URL, tc.ca, tc.token),
+			"TETHER_FLEET_CLUSTERS": fmt.Sprintf("- {name: staging, server: %q, caFile: %q, tokenFile: %q}\n", fc.Srv.URL, tc.ca, tc.token),
 			"TETHER_METRICS_ADDR":   "0",
 			"TETHER_USERS":          "- {name: ann, token: " + strings.Repeat("a", 32) + "}\n",
 		}

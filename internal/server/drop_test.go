@@ -11,12 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/listfile"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/faultproxy"
 )
 
@@ -27,7 +26,7 @@ import (
 
 // personHubBehindProxy starts a hub that people can use, with the cluster
 // "open" whose agent, for fc, reaches the hub through a fault proxy.
-func personHubBehindProxy(t *testing.T, fc *fakeCluster, heartbeat time.Duration) (*testHub, *runningAgent, *faultproxy.Proxy) {
+func personHubBehindProxy(t *testing.T, fc *fakecluster.Cluster, heartbeat time.Duration) (*testHub, *runningAgent, *faultproxy.Proxy) {
 	t.Helper()
 	people, err := auth.New(auth.Config{Users: testUsers})
 	if err != nil {
@@ -101,7 +100,7 @@ func endsWithin(t *testing.T, done <-chan error, within time.Duration, what stri
 // works.
 func TestSilentDropUnderAWatchAndAnExec(t *testing.T) {
 	const heartbeat = time.Second
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, a, p := personHubBehindProxy(t, fc, heartbeat)
 	conn := h.connected("open")
 	watch := openWatch(t, h)
@@ -113,7 +112,7 @@ func TestSilentDropUnderAWatchAndAnExec(t *testing.T) {
 	}
 	defer download.Body.Close()
 	downloadEnded := ending(func() error { _, err := io.Copy(io.Discard, download.Body); return err })
-	eventually(t, 5*time.Second, "the watch at the API server", func() bool { return fc.watching.Load() == 1 })
+	eventually(t, 5*time.Second, "the watch at the API server", func() bool { return fc.Watching.Load() == 1 })
 
 	droppedAt := time.Now()
 	p.SetBlackhole(true)
@@ -130,7 +129,7 @@ func TestSilentDropUnderAWatchAndAnExec(t *testing.T) {
 		t.Error("the watch ended cleanly after the path to the agent went silent: a client would take it for the API server's own end")
 	}
 	select {
-	case <-conn.done: // the hub gave up on the connection: that ended the watch
+	case <-conn.Context().Done(): // the hub gave up on the connection: that ended the watch
 	default:
 		t.Errorf("the watch ended (%v) while the hub still held the silent connection", err)
 	}
@@ -143,9 +142,9 @@ func TestSilentDropUnderAWatchAndAnExec(t *testing.T) {
 	err = endsWithin(t, execEnded, guard, "the exec session")
 	t.Logf("the exec session's connection ended %s after the drop: %v", time.Since(droppedAt).Round(time.Millisecond), err)
 	eventually(t, guard, "the hub's streams closed", func() bool {
-		return h.streamsOpen() == 0 && testutil.ToFloat64(h.metrics.streamsOpened) == testutil.ToFloat64(h.metrics.streamsClosed)
+		return h.streamsOpen() == 0 && h.value("tether_streams_opened_total") == h.value("tether_streams_closed_total")
 	})
-	eventually(t, guard, "the agent closes its connection to the API server", func() bool { return fc.watching.Load() == 0 })
+	eventually(t, guard, "the agent closes its connection to the API server", func() bool { return fc.Watching.Load() == 0 })
 	// The hub logs the disconnect once the connection's goroutines are
 	// done, which may come after its streams closed.
 	eventually(t, guard, "the hub's log says why it dropped the agent", func() bool {
@@ -168,8 +167,8 @@ func TestSilentDropUnderAWatchAndAnExec(t *testing.T) {
 // the agent's side the connections to the API server too. Once the hub's
 // address answers again the agent is back.
 func TestAgentGoneMidAnswer(t *testing.T) {
-	fc := newFakeCluster(t)
-	fc.readyzDelay.Store(int64(time.Hour)) // /readyz answers only once its request is gone
+	fc := fakecluster.New(t)
+	fc.ReadyzDelay.Store(int64(time.Hour)) // /readyz answers only once its request is gone
 	h, a, p := personHubBehindProxy(t, fc, time.Second)
 
 	watch := openWatch(t, h)
@@ -187,12 +186,12 @@ func TestAgentGoneMidAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sized.Body.Close()
-	if sized.ContentLength != partialLength {
+	if sized.ContentLength != fakecluster.PartialLength {
 		t.Fatalf("the answer of known length came with Content-Length %d", sized.ContentLength)
 	}
 	// Half of it was sent; the hub may hold the last few KiB of that until
 	// more comes (it flushes answers of known length only at their end).
-	if _, err := io.ReadFull(sized.Body, make([]byte, partialLength/4)); err != nil {
+	if _, err := io.ReadFull(sized.Body, make([]byte, fakecluster.PartialLength/4)); err != nil {
 		t.Fatal(err)
 	}
 	pending := ending(func() error {
@@ -207,7 +206,7 @@ func TestAgentGoneMidAnswer(t *testing.T) {
 		return nil
 	})
 	eventually(t, 5*time.Second, "the watch and the waiting request at the API server", func() bool {
-		return fc.watching.Load() == 2 && fc.count("/readyz") == 1
+		return fc.Watching.Load() == 2 && fc.Count("/readyz") == 1
 	})
 
 	ends := map[string]<-chan error{
@@ -233,11 +232,11 @@ func TestAgentGoneMidAnswer(t *testing.T) {
 		t.Errorf("a new request: %d %s, want 503 saying the agent isn't connected", status, body)
 	}
 	eventually(t, 10*time.Second, "the hub's streams closed", func() bool {
-		return h.streamsOpen() == 0 && testutil.ToFloat64(h.metrics.streamsOpened) == testutil.ToFloat64(h.metrics.streamsClosed)
+		return h.streamsOpen() == 0 && h.value("tether_streams_opened_total") == h.value("tether_streams_closed_total")
 	})
 	// From the agent's side the hub's end vanished, as when the hub is
 	// killed: its relays end with the connection, not after a timeout.
-	eventually(t, 10*time.Second, "the agent's connections to the API server closed", func() bool { return fc.watching.Load() == 0 })
+	eventually(t, 10*time.Second, "the agent's connections to the API server closed", func() bool { return fc.Watching.Load() == 0 })
 
 	// The hub's address answers again (a hub started again there): the
 	// agent connects, and watches work.
@@ -255,7 +254,7 @@ func TestAgentGoneMidAnswer(t *testing.T) {
 // session and lets its stream go at once, rather than pass the end on as a
 // half-close and hold the session until the client next writes or leaves.
 func TestUpgradedSessionCutByTheAPIServerEnds(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _, _ := personHubBehindProxy(t, fc, time.Second)
 	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
 	if err != nil {
@@ -280,11 +279,11 @@ func TestUpgradedSessionCutByTheAPIServerEnds(t *testing.T) {
 	}
 	// The client says nothing more and stays. The hub must not wait for it.
 	eventually(t, 10*time.Second, "the hub lets the session's stream go", func() bool {
-		return h.streamsOpen() == 0 && testutil.ToFloat64(h.metrics.streamsOpened) == testutil.ToFloat64(h.metrics.streamsClosed)
+		return h.streamsOpen() == 0 && h.value("tether_streams_opened_total") == h.value("tether_streams_closed_total")
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := h.requests.wait(ctx); err != nil {
+	if err := h.WaitRequests(ctx); err != nil {
 		t.Errorf("the hub still counts the session as open: %v", err)
 	}
 }

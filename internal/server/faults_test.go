@@ -4,24 +4,19 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/testutil/agenttest"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/faultproxy"
 )
 
 // viaProxy points an agent at the hub through p.
 func viaProxy(t *testing.T, p *faultproxy.Proxy) func(*agent.Config) {
-	return func(c *agent.Config) {
-		u, err := url.Parse("http://" + p.Addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.HubURL = u
-	}
+	return agenttest.Via(t, p.Addr())
 }
 
 // hubProxy starts a fault proxy in front of h's address, closed when the
@@ -37,7 +32,7 @@ func hubProxy(t *testing.T, h *testHub) *faultproxy.Proxy {
 }
 
 func TestSilentDropIsNoticedByBothSides(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1"), Heartbeat: time.Second})
 	p := hubProxy(t, h)
 	a := startAgent(t, h.url, "eu-1", fc, viaProxy(t, p))
@@ -45,7 +40,7 @@ func TestSilentDropIsNoticedByBothSides(t *testing.T) {
 
 	p.SetBlackhole(true)
 	eventually(t, 6*time.Second, "the agent notices the silence", func() bool {
-		return strings.Contains(a.logs.String(), "Nothing from the hub in 3 s")
+		return strings.Contains(a.Logs.String(), "Nothing from the hub in 3 s")
 	})
 	eventually(t, 6*time.Second, "the hub drops its side", func() bool {
 		return strings.Contains(h.logs.String(), `The agent of "eu-1" disconnected`) && h.connected("eu-1") == nil
@@ -61,7 +56,7 @@ func TestSilentDropIsNoticedByBothSides(t *testing.T) {
 }
 
 func TestBackoff(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
 	p := hubProxy(t, h)
 	down := p.Addr()
@@ -90,7 +85,7 @@ func TestBackoff(t *testing.T) {
 		case d := <-waits:
 			return d
 		case <-time.After(5 * time.Second):
-			t.Fatalf("the agent asked for no wait; its log:\n%s", a.logs)
+			t.Fatalf("the agent asked for no wait; its log:\n%s", a.Logs)
 			return 0
 		}
 	}
@@ -110,9 +105,9 @@ func TestBackoff(t *testing.T) {
 	if seen[5] == seen[6] {
 		t.Errorf("two waits of exactly %s: no jitter", seen[5])
 	}
-	if !strings.Contains(a.logs.String(), "Can't reach the hub at http://"+down+": dial tcp ") ||
-		!strings.Contains(a.logs.String(), fmt.Sprintf("Connecting again in %d s: dial tcp ", int(math.Round(seen[6].Seconds())))) {
-		t.Errorf("the agent's log lacks the SPEC's lines:\n%s", a.logs)
+	if !strings.Contains(a.Logs.String(), "Can't reach the hub at http://"+down+": dial tcp ") ||
+		!strings.Contains(a.Logs.String(), fmt.Sprintf("Connecting again in %d s: dial tcp ", int(math.Round(seen[6].Seconds())))) {
+		t.Errorf("the agent's log lacks the SPEC's lines:\n%s", a.Logs)
 	}
 
 	// The hub comes back at that address while the agent waits: the agent

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 // TestHiddenGatewaysAnswerAsNone: to a person who may list no Gateway, a
@@ -15,7 +16,7 @@ import (
 // tie-breaker (issue 33). Nor does /api/clusters/<name> name the
 // tie-breaker to them.
 func TestHiddenGatewaysAnswerAsNone(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	answerAccessReviews(t, fc, func(user, resource, namespace string) bool {
 		return user == "bob" || resource != "gateways" || namespace == "team-a"
 	})

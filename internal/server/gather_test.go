@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/pki"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
@@ -78,16 +79,16 @@ func (c writeCountingConn) Write(p []byte) (int, error) {
 // framing makes four writes of each; and over HTTP/2, and a stream's first
 // event arrives while the API server holds the second.
 func TestChunkedAnswerGoesOutAPiecePerWrite(t *testing.T) {
-	fc := newFakeCluster(t)
-	cert, err := fc.ca.IssueTLS(pki.Leaf{CommonName: "kube-apiserver", Hosts: []string{"127.0.0.1"}})
+	fc := fakecluster.New(t)
+	cert, err := fc.CA.IssueTLS(pki.Leaf{CommonName: "kube-apiserver", Hosts: []string{"127.0.0.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fc.srv.TLS.Certificates = []tls.Certificate{cert}
+	fc.Srv.TLS.Certificates = []tls.Certificate{cert}
 	base, hubCA, writes, _ := tlsHub(t, map[string]string{
 		"TETHER_PUBLIC_URL": "https://hub.example.com",
 		"TETHER_FLEET_CLUSTERS": fmt.Sprintf("- {name: staging, server: %s, caFile: %s, tokenFile: %s}\n",
-			fc.srv.URL, filepath.Join(fc.saDir, "ca.crt"), filepath.Join(fc.saDir, "token")),
+			fc.Srv.URL, filepath.Join(fc.SADir, "ca.crt"), filepath.Join(fc.SADir, "token")),
 		"TETHER_METRICS_ADDR": "0",
 		"TETHER_USERS":        "- {name: ann, token: " + strings.Repeat("a", 32) + "}\n",
 	})
@@ -150,5 +151,5 @@ func TestChunkedAnswerGoesOutAPiecePerWrite(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream's first event didn't arrive while the API server held the second")
 	}
-	fc.release()
+	fc.Release()
 }

@@ -16,7 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 	"github.com/tetherhq/tether/internal/tunnel"
 )
@@ -168,15 +172,15 @@ func waitClosed(c net.Conn) string {
 // pace (300 a second) is above the 200 handshakes with a real token in
 // flight at once: pacing is TestFloodIsPaced's.
 func TestBadHandshakeFlood(t *testing.T) {
-	fc := newFakeCluster(t)
-	th := &testHub{}
+	fc := fakecluster.New(t)
+	th := &testHub{reg: prometheus.NewRegistry()}
 	logs := &syncbuf.Buffer{}
 	names := []string{"eu-1"}
 	for i := range 5999 {
 		names = append(names, fmt.Sprintf("idle-%d", i))
 	}
 	h, err := New(Config{Agents: testAgents(names...), Logger: slogTo(logs), Heartbeat: time.Second, ProbeInterval: time.Hour,
-		HelloTimeout: 2 * time.Second, Registerer: nil})
+		HelloTimeout: 2 * time.Second, Registerer: th.reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +194,7 @@ func TestBadHandshakeFlood(t *testing.T) {
 
 	a := startAgent(t, th.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected", a.Connected)
-	conn := h.connected("eu-1")
+	conn := th.connected("eu-1")
 
 	var peak atomic.Uint64
 	heap := func() uint64 {
@@ -245,16 +249,22 @@ func TestBadHandshakeFlood(t *testing.T) {
 		}
 		// The agent is unaffected: the same connection, and a request
 		// through it works.
-		if h.connected("eu-1") != conn || !a.Connected() {
+		if th.connected("eu-1") != conn || !a.Connected() {
 			t.Fatalf("batch %d: the agent's connection changed", b)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		st, err := conn.dial(ctx)
+		req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+conn.Host()+"/readyz", nil)
+		resp, err := conn.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("answered %s", resp.Status)
+			}
+		}
 		cancel()
 		if err != nil {
-			t.Fatalf("batch %d: a stream through the agent: %v", b, err)
+			t.Fatalf("batch %d: a request through the agent: %v", b, err)
 		}
-		st.Close()
 	}
 	elapsed := time.Since(start)
 	close(stopSampling)
@@ -269,7 +279,7 @@ func TestBadHandshakeFlood(t *testing.T) {
 	if refusals+hellos > 20*windows {
 		t.Errorf("%d refusal lines in %d windows of 10 s, want at most %d", refusals+hellos, windows, 20*windows)
 	}
-	if got := h.value("tether_agent_connects_total", "accepted"); got != 1 {
+	if got := th.value("tether_agent_connects_total", "accepted"); got != 1 {
 		t.Errorf("accepted connects = %v, want the agent's one", got)
 	}
 	// Bounded: a few hundred concurrent bad connections hold buffers, and
@@ -284,7 +294,7 @@ func TestBadHandshakeFlood(t *testing.T) {
 // are under way; once they are over, their places are free again and the
 // agent connects at once.
 func TestFloodIsPaced(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1"), HelloTimeout: 2 * time.Second, ProbeInterval: time.Hour})
 	addr := strings.TrimPrefix(h.url, "http://")
 	var paced, upgraded, badRetry atomic.Int32
@@ -314,8 +324,8 @@ func TestFloodIsPaced(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if upgraded.Load() > minAdmitRate || paced.Load() == 0 || upgraded.Load()+paced.Load() != 150 {
-		t.Fatalf("%d upgraded and %d paced of 150 at once; want at most %d upgraded and the rest paced", upgraded.Load(), paced.Load(), minAdmitRate)
+	if upgraded.Load() > hub.MinAdmitRate || paced.Load() == 0 || upgraded.Load()+paced.Load() != 150 {
+		t.Fatalf("%d upgraded and %d paced of 150 at once; want at most %d upgraded and the rest paced", upgraded.Load(), paced.Load(), hub.MinAdmitRate)
 	}
 	if n := badRetry.Load(); n > 0 {
 		t.Errorf("%d paced answers without a Retry-After of 1 to 11 s", n)

@@ -13,29 +13,21 @@ import (
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/testutil/agenttest"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/tunnel"
 )
 
 // rawAgent upgrades with a good name and token and then misbehaves as told.
 func rawAgent(t *testing.T, h *testHub) *tunnel.Session {
 	t.Helper()
-	hdr := http.Header{}
-	hdr.Set("Authorization", "Bearer "+testToken)
-	hdr.Set(protocol.AgentHeader, "eu-1")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	sess, _, err := tunnel.Dial(ctx, "ws"+strings.TrimPrefix(h.url, "http")+"/api/agent", tunnel.DialOptions{Header: hdr}, tunnel.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sess.Close() })
-	return sess
+	return agenttest.Raw(t, h.url, "eu-1", testToken)
 }
 
 // goodHello is the hello a real agent of fc's cluster sends.
-func goodHello(fc *fakeCluster) protocol.Message {
-	return protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version, AgentVersion: "test", CACert: string(fc.ca.CertPEM),
-		ServiceAccountToken: "service-account-token-1", APIServer: fc.addr()}
+func goodHello(fc *fakecluster.Cluster) protocol.Message {
+	return protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version, AgentVersion: "test", CACert: string(fc.CA.CertPEM),
+		ServiceAccountToken: "service-account-token-1", APIServer: fc.Addr()}
 }
 
 func closedWithin(t *testing.T, sess *tunnel.Session, within time.Duration) {
@@ -82,7 +74,7 @@ func TestHelloTooLarge(t *testing.T) {
 // TestTokenRotation: the agent sends its service account's new token, and
 // the hub's probes and the requests it relays for people both carry it.
 func TestTokenRotation(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	people, err := auth.New(auth.Config{Users: testUsers})
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +82,7 @@ func TestTokenRotation(t *testing.T) {
 	t.Cleanup(func() { people.Close() })
 	h := startHub(t, Config{Agents: testAgents("eu-1"), Auth: people, ProbeInterval: 50 * time.Millisecond})
 	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.TokenReread = 100 * time.Millisecond })
-	eventually(t, 5*time.Second, "the probe uses the first token", func() bool { return fc.lastToken() == "service-account-token-1" })
+	eventually(t, 5*time.Second, "the probe uses the first token", func() bool { return fc.LastToken() == "service-account-token-1" })
 	relayedAuthorization := func() string {
 		code, body, _ := call(t, "GET", h.url+"/clusters/eu-1/api", aliceToken, nil)
 		var got struct{ Header http.Header }
@@ -102,24 +94,24 @@ func TestTokenRotation(t *testing.T) {
 	if got := relayedAuthorization(); got != "Bearer service-account-token-1" {
 		t.Errorf("a person's request reached the API server with Authorization %q, want the first token", got)
 	}
-	fc.writeToken(t, "service-account-token-2")
+	fc.WriteToken(t, "service-account-token-2")
 	// One reread interval, plus a probe interval, plus slack for a loaded
 	// machine.
-	eventually(t, 5*time.Second, "the hub uses the new token", func() bool { return fc.lastToken() == "service-account-token-2" })
+	eventually(t, 5*time.Second, "the hub uses the new token", func() bool { return fc.LastToken() == "service-account-token-2" })
 	if got := relayedAuthorization(); got != "Bearer service-account-token-2" {
 		t.Errorf("after the new token, a person's request reached the API server with Authorization %q, want the new token", got)
 	}
-	if !strings.Contains(a.logs.String(), "Sent the hub the service account's new token") {
-		t.Errorf("agent log:\n%s", a.logs)
+	if !strings.Contains(a.Logs.String(), "Sent the hub the service account's new token") {
+		t.Errorf("agent log:\n%s", a.Logs)
 	}
-	assertNoSecrets(t, h.logs.String()+a.logs.String())
+	assertNoSecrets(t, h.logs.String()+a.Logs.String())
 }
 
 // TestHelloRefusedIsTriedAgain: a hello the hub refuses as bad (400) is a
 // failure to connect, as SPEC section 1 has every answer but 401, 403 and
 // a takeover: the agent logs the hub's reason and tries again.
 func TestHelloRefusedIsTriedAgain(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
 	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) {
 		c.APIServer = "bad host:443"
@@ -133,30 +125,30 @@ func TestHelloRefusedIsTriedAgain(t *testing.T) {
 		}
 	})
 	eventually(t, 5*time.Second, "the agent tries again", func() bool {
-		return strings.Count(a.logs.String(), "it refused the hello with 400") >= 2
+		return strings.Count(a.Logs.String(), "it refused the hello with 400") >= 2
 	})
 	select {
-	case <-a.done:
-		t.Fatalf("the agent stopped: %v\n%s", a.err, a.logs)
+	case <-a.Done():
+		t.Fatalf("the agent stopped: %v\n%s", a.Err(), a.Logs)
 	default:
 	}
-	if !strings.Contains(a.logs.String(), "must be host:port") {
-		t.Errorf("the agent's log doesn't give the hub's reason:\n%s", a.logs)
+	if !strings.Contains(a.Logs.String(), "must be host:port") {
+		t.Errorf("the agent's log doesn't give the hub's reason:\n%s", a.Logs)
 	}
 }
 
 // TestHelloFromANewerProtocol: a hub refuses a hello in a protocol newer
 // than its own, whose messages it could misread, and says to upgrade it.
 func TestHelloFromANewerProtocol(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: time.Hour})
 	sess := rawAgent(t, h)
 	ctl, err := sess.Open(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	hello := protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version + 1, AgentVersion: "test", CACert: string(fc.ca.CertPEM),
-		ServiceAccountToken: "service-account-token-1", APIServer: fc.addr()}
+	hello := protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version + 1, AgentVersion: "test", CACert: string(fc.CA.CertPEM),
+		ServiceAccountToken: "service-account-token-1", APIServer: fc.Addr()}
 	if err := protocol.Write(ctl, hello); err != nil {
 		t.Fatal(err)
 	}
@@ -173,50 +165,24 @@ func TestHelloFromANewerProtocol(t *testing.T) {
 // again with the new one in its hello, so the hub goes on reaching an API
 // server whose certificate now comes from the new CA.
 func TestCARotation(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: 50 * time.Millisecond})
 	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.TokenReread = 100 * time.Millisecond })
 	eventually(t, 5*time.Second, "the cluster turns Ready", func() bool { return statusOf(h, "eu-1") == "Ready" })
-	fc.rotateCA(t)
+	fc.RotateCA(t)
 	// Only a connection made since, checked against the new CA, reaches
 	// the handler.
-	before := fc.count("/readyz")
+	before := fc.Count("/readyz")
 	eventually(t, 5*time.Second, "probes reach the API server again", func() bool {
-		return fc.count("/readyz") >= before+2 && statusOf(h, "eu-1") == "Ready"
+		return fc.Count("/readyz") >= before+2 && statusOf(h, "eu-1") == "Ready"
 	})
-	if !strings.Contains(a.logs.String(), "ca.crt) changed") {
-		t.Errorf("the agent didn't say why it connected again:\n%s", a.logs)
+	if !strings.Contains(a.Logs.String(), "ca.crt) changed") {
+		t.Errorf("the agent didn't say why it connected again:\n%s", a.Logs)
 	}
 	if !strings.Contains(h.logs.String(), "sent a CA other than last time") {
 		t.Errorf("the hub didn't warn of the new CA:\n%s", h.logs)
 	}
-	assertNoSecrets(t, h.logs.String()+a.logs.String())
-}
-
-// TestWelcomedOnceRegistered: by the time an agent reads its welcome, the
-// hub already routes requests to it, so a request made as soon as the agent
-// says it is connected is not answered 503.
-func TestWelcomedOnceRegistered(t *testing.T) {
-	fc := newFakeCluster(t)
-	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: time.Hour})
-	for i := range 20 {
-		sess := rawAgent(t, h)
-		ctl, err := sess.Open(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := protocol.Write(ctl, goodHello(fc)); err != nil {
-			t.Fatal(err)
-		}
-		m, err := protocol.Read(ctl)
-		if err != nil || m.Type != protocol.TypeWelcome {
-			t.Fatalf("connection %d: answered %v, %v; want a welcome\n%s", i, m.Type, err, h.logs)
-		}
-		if c := h.connected("eu-1"); c == nil || c.remote != sess.LocalAddr().String() {
-			t.Fatalf("connection %d: welcomed before the hub routes to it", i)
-		}
-		sess.Close()
-	}
+	assertNoSecrets(t, h.logs.String()+a.Logs.String())
 }
 
 // TestTokenRevokedDuringTheHandshake: an agent whose token was checked at the
@@ -225,7 +191,7 @@ func TestWelcomedOnceRegistered(t *testing.T) {
 // stay connected: AgentsChanged dropped the agents connected then, and
 // this one wasn't yet.
 func TestTokenRevokedDuringTheHandshake(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	list := testAgents("eu-1")
 	h := startHub(t, Config{Agents: list, ProbeInterval: time.Hour})
 	sess := rawAgent(t, h) // authenticated with testToken
@@ -256,7 +222,7 @@ func TestTokenRevokedDuringTheHandshake(t *testing.T) {
 // runs with the new token, removing the old one from the list must not
 // disconnect it (which ends every exec, port-forward and watch through it).
 func TestRotationKeepsTheAgentOnTheNewToken(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	oldHash := listfile.HashToken("the-old-token-of-at-least-32-characters")
 	entry := func(hashes ...listfile.Hash) []fleet.Agent {
 		return []fleet.Agent{{Name: "eu-1", TokenHashes: hashes, Groups: fleet.Groups{Everyone: true}}}

@@ -17,27 +17,27 @@ import (
 	"github.com/chromedp/chromedp/kb"
 	authorizationv1 "k8s.io/api/authorization/v1"
 
-	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/inventory/store"
 	"github.com/tetherhq/tether/internal/pki"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/browser"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 // answerAccessReviews makes fc answer the SelfSubjectAccessReviews the hub
 // sends as a person: may decides whether the impersonated user may list
 // resource in namespace ("" for every namespace). Everything else goes to
 // fc as before. Call it before any agent of fc starts.
-func answerAccessReviews(t *testing.T, fc *fakeCluster, may func(user, resource, namespace string) bool) {
+func answerAccessReviews(t *testing.T, fc *fakecluster.Cluster, may func(user, resource, namespace string) bool) {
 	t.Helper()
-	cert, err := fc.ca.IssueTLS(pki.Leaf{CommonName: "kube-apiserver", Hosts: []string{"kubernetes.default.svc", "127.0.0.1"}})
+	cert, err := fc.CA.IssueTLS(pki.Leaf{CommonName: "kube-apiserver", Hosts: []string{"kubernetes.default.svc", "127.0.0.1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews", func(w http.ResponseWriter, r *http.Request) {
-		fc.note(r)
-		if fc.reviewsFail.Load() {
+		fc.Note(r)
+		if fc.ReviewsFail.Load() {
 			http.Error(w, `{"kind":"Status","message":"etcdserver: request timed out","code":500}`, http.StatusInternalServerError)
 			return
 		}
@@ -52,12 +52,12 @@ func answerAccessReviews(t *testing.T, fc *fakeCluster, may func(user, resource,
 		w.WriteHeader(http.StatusCreated)
 		json.NewEncoder(w).Encode(review)
 	})
-	mux.Handle("/", fc.srv.Config.Handler)
+	mux.Handle("/", fc.Srv.Config.Handler)
 	srv := httptest.NewUnstartedServer(mux)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	fc.srv = srv
+	fc.Srv = srv
 }
 
 // feed applies u to cluster's inventory as the hub does with what an agent
@@ -68,12 +68,12 @@ func feed(t *testing.T, h *testHub, rcv *store.Receiver, cluster string, u *prot
 		t.Fatal(err)
 	}
 	if rcv.Apply(u, time.Now()) {
-		h.events.changed(cluster)
+		h.registry.Changed(cluster)
 	}
 }
 
 func res(kind, namespace, name string, ready bool) protocol.Resource {
-	return protocol.Resource{ResourceRef: protocol.ResourceRef{Kind: kind, Namespace: namespace, Name: name}, hub.Ready: ready}
+	return protocol.Resource{ResourceRef: protocol.ResourceRef{Kind: kind, Namespace: namespace, Name: name}, Ready: ready}
 }
 
 func notReadyPod(namespace, name, phase string, restarts int32) protocol.Resource {
@@ -127,7 +127,7 @@ func (d driver) column(id string, n int) string {
 // the agent can't watch, bounded tables, live updates without a reload, and
 // each person seeing only the pods their RBAC lets them list.
 func TestClusterInventoryPage(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	// bob may list everything; alice may list everything but pods, and
 	// pods only in team-a.
 	answerAccessReviews(t, fc, func(user, resource, namespace string) bool {
@@ -139,8 +139,7 @@ func TestClusterInventoryPage(t *testing.T) {
 		}
 		return false
 	})
-	h, _ := proxyHub(t, fc, "")
-	h.cfg.PublicURL = h.url
+	h, _ := proxyHub(t, fc, "", selfPublic)
 	rcv := h.inventory.Receiver("open")
 
 	// The snapshot an agent would send: three nodes (one not ready), some
@@ -396,10 +395,9 @@ func TestClusterInventoryPage(t *testing.T) {
 // kind Tether can't watch, it says the list isn't known. Kinds that fail
 // for the same reason share one line.
 func TestClusterPageSaysWhatIsNotKnown(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	answerAccessReviews(t, fc, func(user, resource, namespace string) bool { return true })
-	h, _ := proxyHub(t, fc, "")
-	h.cfg.PublicURL = h.url
+	h, _ := proxyHub(t, fc, "", selfPublic)
 	d := driver{t, browser.New(t)}
 	// Signing in on far's page goes back to it.
 	d.do("sign in as bob on far's page", chromedp.Navigate(h.url+"/cluster/far"), chromedp.SendKeys(chromedp.CSS("#token"), bobToken+"\r"),
@@ -457,11 +455,10 @@ func TestClusterPageSaysWhatIsNotKnown(t *testing.T) {
 // couldn't check the person's access) loads again by itself, with no event
 // to prompt it; and its status history and labels follow the cluster live.
 func TestClusterPageRecovers(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	answerAccessReviews(t, fc, func(user, resource, namespace string) bool { return true })
-	fc.reviewsFail.Store(true)
-	h, _ := proxyHub(t, fc, "")
-	h.cfg.PublicURL = h.url
+	fc.ReviewsFail.Store(true)
+	h, _ := proxyHub(t, fc, "", selfPublic)
 	eventually(t, 5*time.Second, "open is Ready", func() bool { return statusOf(h, "open") == "Ready" })
 	feed(t, h, h.inventory.Receiver("open"), "open", &protocol.Update{Snapshot: true, Complete: true,
 		Kinds: []protocol.KindState{{Kind: "nodes"}, {Kind: "pods"}}, Upserts: []protocol.Resource{notReadyPod("shop", "web-1", "Pending", 0)}})
@@ -470,7 +467,7 @@ func TestClusterPageRecovers(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS("#history")))
 	d.poll("the page says the load failed", `!document.getElementById('error').hidden`, 5*time.Second)
 	browser.Screenshot(t, d.ctx, "failed")
-	fc.reviewsFail.Store(false)
+	fc.ReviewsFail.Store(false)
 	d.poll("the page loads again by itself", `document.getElementById('error').hidden && document.querySelector('#pods .count').textContent === "(1)"`, 15*time.Second)
 	if got := d.column("pods", 2); got != "web-1" {
 		t.Errorf("pods not ready after the load again: %q", got)
@@ -480,7 +477,7 @@ func TestClusterPageRecovers(t *testing.T) {
 	if got := d.eval(history); got != "Ready" {
 		t.Errorf("open's status history: %q, want Ready", got)
 	}
-	h.agents["open"].stop(t)
+	h.agents["open"].Stop(t)
 	d.poll("the history gains the disconnect, newest first", history+` === "Unreachable: Its agent isn't connected.|Ready"`, 10*time.Second)
 	if got := d.eval(`document.querySelector('#history tbody time').textContent`); !regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$`).MatchString(got) {
 		t.Errorf("a history row's time reads %q; want it as the page first wrote it", got)

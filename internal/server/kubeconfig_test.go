@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 // TestKubeconfigSpec: GET /api/kubeconfig (SPEC section 3) answers with
@@ -15,7 +17,7 @@ import (
 // the hub's TETHER_PUBLIC_URL, and a hub-issued token that works as that
 // person.
 func TestKubeconfigSpec(t *testing.T) {
-	h, _ := proxyHub(t, newFakeCluster(t), "")
+	h, _ := proxyHub(t, fakecluster.New(t), "")
 	code, body, hdr := call(t, "GET", h.url+"/api/kubeconfig", aliceToken, nil)
 	if code != http.StatusOK {
 		t.Fatalf("GET /api/kubeconfig: %d %s", code, body)

@@ -18,23 +18,23 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/fleet"
-	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/kubeproxy"
 	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/logging"
 	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 	"github.com/tetherhq/tether/internal/tunnel"
 )
 
 // helloFor is the hello of an agent of cluster fc.
-func helloFor(fc *fakeCluster) protocol.Message {
-	return protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version, AgentVersion: "test", CACert: string(fc.ca.CertPEM),
-		ServiceAccountToken: "service-account-token-1", APIServer: fc.addr()}
+func helloFor(fc *fakecluster.Cluster) protocol.Message {
+	return protocol.Message{Type: protocol.TypeHello, Protocol: protocol.Version, AgentVersion: "test", CACert: string(fc.CA.CertPEM),
+		ServiceAccountToken: "service-account-token-1", APIServer: fc.Addr()}
 }
 
 // welcomedAgent is rawAgent, as eu-1, through its hello and welcome.
-func welcomedAgent(t *testing.T, h *testHub, fc *fakeCluster) (*tunnel.Session, net.Conn) {
+func welcomedAgent(t *testing.T, h *testHub, fc *fakecluster.Cluster) (*tunnel.Session, net.Conn) {
 	t.Helper()
 	sess := rawAgent(t, h)
 	ctl, err := sess.Open(context.Background())
@@ -57,7 +57,7 @@ func welcomedAgent(t *testing.T, h *testHub, fc *fakeCluster) (*tunnel.Session, 
 // leave the removed cluster's inventory in the hub once the agent is gone:
 // nothing would ever drop it, and a name listed again would show it.
 func TestRemovedClusterKeepsNoInventorySentAsItLeft(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	list := testAgents("eu-1", "us-1")
 	h := startHub(t, Config{Agents: list, Heartbeat: time.Minute, ProbeInterval: time.Hour})
 	sess, ctl := welcomedAgent(t, h, fc)
@@ -76,7 +76,7 @@ func TestRemovedClusterKeepsNoInventorySentAsItLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	snapshot := &protocol.Update{Snapshot: true, Complete: true, Kinds: []protocol.KindState{{Kind: "nodes"}},
-		Upserts: []protocol.Resource{{ResourceRef: protocol.ResourceRef{Kind: "nodes", Name: "node-1"}, hub.Ready: true}}}
+		Upserts: []protocol.Resource{{ResourceRef: protocol.ResourceRef{Kind: "nodes", Name: "node-1"}, Ready: true}}}
 	if err := protocol.WriteUpdate(st, snapshot); err != nil {
 		t.Fatal(err)
 	}
@@ -96,43 +96,13 @@ func TestRemovedClusterKeepsNoInventorySentAsItLeft(t *testing.T) {
 	}
 }
 
-// TestRefusedAtRegistrationKeepsNoCA: an agent whose hello comes after a
-// reload removed its name is refused as it registers; the CA its hello
-// carried must not stay in the hub's records of a cluster no longer
-// listed (listed again, a cluster starts afresh, without a warning that
-// its CA changed).
-func TestRefusedAtRegistrationKeepsNoCA(t *testing.T) {
-	fc := newFakeCluster(t)
-	list := testAgents("eu-1", "us-1")
-	h := startHub(t, Config{Agents: list, ProbeInterval: time.Hour})
-	sess := rawAgent(t, h) // its upgrade checked against the list with eu-1
-	ctl, err := sess.Open(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "us-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}}}))
-	if err := protocol.Write(ctl, helloFor(fc)); err != nil {
-		t.Fatal(err)
-	}
-	if m, err := protocol.Read(ctl); err != nil || m.Type != protocol.TypeRefused || m.Status != http.StatusUnauthorized {
-		t.Fatalf("the hello was answered %+v, %v; want a refusal, 401", m, err)
-	}
-	h.mu.Lock()
-	_, ca := h.lastCA["eu-1"]
-	_, status := h.status["eu-1"]
-	h.mu.Unlock()
-	if ca || status {
-		t.Errorf("after refusing an agent of a cluster no longer listed, the hub keeps its CA (%v) or status (%v)", ca, status)
-	}
-}
-
 // newFloodCluster is an API server whose /flood switches protocols and
 // then sends without end, as `kubectl exec -- cat` of a large file does;
 // sent counts what it wrote.
-func newFloodCluster(t *testing.T, sent *atomic.Int64) *fakeCluster {
+func newFloodCluster(t *testing.T, sent *atomic.Int64) *fakecluster.Cluster {
 	t.Helper()
-	ca, cert := newClusterCA(t, "flood cluster CA")
-	fc := &fakeCluster{ca: ca, saDir: t.TempDir(), paths: map[string]int{}, conns: map[string]int{}}
+	ca, cert := fakecluster.NewCA(t, "flood cluster CA")
+	fc := &fakecluster.Cluster{CA: ca, SADir: t.TempDir(), Paths: map[string]int{}, Conns: map[string]int{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
 	mux.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) {
@@ -156,12 +126,12 @@ func newFloodCluster(t *testing.T, sent *atomic.Int64) *fakeCluster {
 			}
 		}
 	})
-	fc.srv = httptest.NewUnstartedServer(mux)
-	fc.srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
-	fc.srv.StartTLS()
-	t.Cleanup(fc.srv.Close)
-	fc.writeToken(t, "service-account-token-1")
-	writeFile(t, filepath.Join(fc.saDir, "ca.crt"), ca.CertPEM)
+	fc.Srv = httptest.NewUnstartedServer(mux)
+	fc.Srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	fc.Srv.StartTLS()
+	t.Cleanup(fc.Srv.Close)
+	fc.WriteToken(t, "service-account-token-1")
+	writeFile(t, filepath.Join(fc.SADir, "ca.crt"), ca.CertPEM)
 	return fc
 }
 

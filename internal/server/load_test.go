@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -14,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 // quietHub is for tests that count goroutines and descriptors: no probes
@@ -69,7 +68,7 @@ func getAs(ctx context.Context, client *http.Client, url string) (*http.Response
 }
 
 func TestCancelStorm(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	// Heartbeats every 5 s, not 1: a thousand TLS handshakes with -race on
 	// a busy two-core machine can hold up a pong for seconds.
 	// One person holds all thousand: their bound is raised to that, and
@@ -81,7 +80,7 @@ func TestCancelStorm(t *testing.T) {
 	})
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("the hub's log:\n%s\nthe agent's log:\n%s", h.logs, h.agents["open"].logs)
+			t.Logf("the hub's log:\n%s\nthe agent's log:\n%s", h.logs, h.agents["open"].Logs)
 		}
 	})
 	tr := &http.Transport{DisableKeepAlives: true}
@@ -160,7 +159,7 @@ func TestCancelStorm(t *testing.T) {
 // (medians, against the same requests before and after the stall, in this
 // test: no absolute time). Once the reader leaves, everything is given back.
 func TestSlowReaderDoesNotLeak(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "", quietHub)
 	tr := &http.Transport{DisableKeepAlives: true}
 	client := &http.Client{Transport: tr}
@@ -197,11 +196,11 @@ func TestSlowReaderDoesNotLeak(t *testing.T) {
 	// its way is full (the client's socket, the hub's stream window, the
 	// agent's): /big stops sending. A hub that buffered without bound would
 	// take it all, and the source would never stop.
-	held := func() int64 { return fc.bigSent.Load() - read }
+	held := func() int64 { return fc.BigSent.Load() - read }
 	deadline := time.Now().Add(30 * time.Second)
 	for last, still := int64(-1), 0; still < 3; {
 		time.Sleep(100 * time.Millisecond)
-		if n := fc.bigSent.Load(); n == last {
+		if n := fc.BigSent.Load(); n == last {
 			still++
 		} else {
 			last, still = n, 0
@@ -223,64 +222,6 @@ func TestSlowReaderDoesNotLeak(t *testing.T) {
 	if limit := 10 * max(before, after); beside > limit {
 		t.Errorf("a request beside a stalled reader took %s (median), over 10 times the %s it took without it", beside, max(before, after))
 	}
-}
-
-func TestAgentDyingWithDialsPending(t *testing.T) {
-	fc := newFakeCluster(t)
-	h := startHub(t, Config{Agents: testAgents("eu-1"), Heartbeat: 200 * time.Millisecond, ProbeInterval: time.Hour, IdleTimeout: 200 * time.Millisecond})
-	p := hubProxy(t, h)
-	dialing := make(chan struct{}, 100)
-	a := startAgent(t, h.url, "eu-1", fc, viaProxy(t, p), func(c *agent.Config) {
-		// An API server that never answers a dial.
-		c.DialAPIServer = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			dialing <- struct{}{}
-			<-ctx.Done()
-			return nil, ctx.Err()
-		}
-	})
-	eventually(t, 5*time.Second, "connected", a.Connected)
-	c := h.connected("eu-1")
-	base := measure()
-
-	const n = 50
-	errs := make(chan error, n)
-	for range n {
-		go func() {
-			st, err := c.dial(context.Background())
-			if err == nil {
-				st.Close()
-				err = errors.New("a dial succeeded")
-			}
-			errs <- err
-		}()
-	}
-	for range n {
-		select {
-		case <-dialing:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the agent did not start every dial")
-		}
-	}
-	// The agent dies: its connection vanishes, and it never comes back.
-	deadAt := time.Now()
-	p.Reset()
-	a.cancel()
-	for range n {
-		select {
-		case err := <-errs:
-			if err == nil {
-				t.Error("a pending dial succeeded")
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("a pending dial hangs after its agent died")
-		}
-	}
-	t.Logf("%d pending dials failed within %s of the agent dying", n, time.Since(deadAt).Round(time.Millisecond))
-	a.wait(t, 10*time.Second)
-	eventually(t, 10*time.Second, "the hub drops the dead agent", func() bool { return h.connected("eu-1") == nil })
-	// The agent is gone, so its goroutines are too: back below the baseline
-	// taken while it was connected.
-	settles(t, h, base, 30*time.Second)
 }
 
 // waitGroup waits for wg, failing the test after within.

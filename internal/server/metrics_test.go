@@ -9,13 +9,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 // TestMetricsMove checks that the hub's metrics are there and follow load:
 // requests are counted by cluster and code, bytes and round trips are
 // measured, and streams open go back to 0 once the load is over.
 func TestMetricsMove(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "", func(c *Config) {
 		c.IdleTimeout = 200 * time.Millisecond
 		c.ProbeInterval = time.Hour // one probe per connection, at its start
@@ -35,7 +36,7 @@ func TestMetricsMove(t *testing.T) {
 	// client has its answer. Counts only grow, so once each has reached
 	// its value, one past it shows too.
 	count := func(cluster, code string) float64 {
-		return testutil.ToFloat64(h.metrics.requests.WithLabelValues(cluster, code))
+		return h.value("tether_requests_total", cluster, code)
 	}
 	eventually(t, 5*time.Second, "every request counted: 20 to open, 1 to ops, 5 to unlisted names as unknown (unlisted names must not become labels)", func() bool {
 		return count("open", "200") >= 20 && count("ops", "404") >= 1 && count("unknown", "404") >= 5
@@ -48,10 +49,10 @@ func TestMetricsMove(t *testing.T) {
 			t.Errorf("requests{%s,%s} = %v, want %v", c.cluster, c.code, got, c.want)
 		}
 	}
-	if testutil.ToFloat64(h.metrics.toCluster) == 0 || testutil.ToFloat64(h.metrics.fromCluster) == 0 {
+	if h.value("tether_relayed_bytes_total", "to_cluster") == 0 || h.value("tether_relayed_bytes_total", "from_cluster") == 0 {
 		t.Error("no bytes relayed counted")
 	}
-	if got := testutil.ToFloat64(h.metrics.connected); got != 2 {
+	if got := h.value("tether_agents_connected"); got != 2 {
 		t.Errorf("agents connected = %v, want 2", got)
 	}
 	eventually(t, 5*time.Second, "a heartbeat round trip is measured", func() bool {
@@ -87,7 +88,7 @@ func gathered(t *testing.T, h *testHub) string {
 // TestClusterReadyMetric: tether_cluster_ready has one series per listed
 // cluster, 1 when Ready, 0 when not, for alerts on an Unreachable one.
 func TestClusterReadyMetric(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeInterval = time.Hour })
 	waitFirstProbe(t, h) // open and ops are Ready; far has no agent
 	want := `# HELP tether_cluster_ready 1 for a cluster whose API server answers the hub's probe through its tunnel (Ready), 0 for one that is Unreachable; one series per cluster in the agents list.
@@ -104,7 +105,7 @@ tether_cluster_ready{cluster="ops"} 1
 // TestRemovedClusterLeavesTheMetrics: a cluster the agents list no longer
 // names drops its request series, and a cluster still listed keeps its own.
 func TestRemovedClusterLeavesTheMetrics(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeInterval = time.Hour })
 	for _, name := range []string{"open", "ops"} {
 		if code, body, _ := call(t, "GET", h.url+"/clusters/"+name+"/api", bobToken, nil); code != 200 {
@@ -154,9 +155,8 @@ func TestRemovedClusterLeavesTheMetrics(t *testing.T) {
 		t.Error("the cluster still listed lost its request series")
 	}
 	// A request to the name now gone is counted as unknown, not as it.
-	unknown := h.metrics.requests.WithLabelValues("unknown", "404")
 	call(t, "GET", h.url+"/clusters/open/api", bobToken, nil)
-	eventually(t, 5*time.Second, "the request is counted", func() bool { return testutil.ToFloat64(unknown) == 1 })
+	eventually(t, 5*time.Second, "the request is counted", func() bool { return h.value("tether_requests_total", "unknown", "404") == 1 })
 	if n := series("tether_requests_total", "open"); n != 0 {
 		t.Errorf("a request after the change made %d series for the removed cluster", n)
 	}

@@ -16,12 +16,13 @@ import (
 	"github.com/tetherhq/tether/internal/kubeproxy"
 	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/pki"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
 func TestUnreachableAPIServerSaysWhy(t *testing.T) {
 	dead := freeAddr(t) // nothing listens there
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
 	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.APIServer = dead })
 	eventually(t, 5*time.Second, "connected", a.Connected)
@@ -32,44 +33,11 @@ func TestUnreachableAPIServerSaysWhy(t *testing.T) {
 	}
 }
 
-func TestRemovedAgentIsDisconnectedAndRefused(t *testing.T) {
-	fc := newFakeCluster(t)
-	list := testAgents("eu-1", "us-1")
-	h := startHub(t, Config{Agents: list})
-	a := startAgent(t, h.url, "eu-1", fc)
-	eventually(t, 5*time.Second, "connected", a.Connected)
-
-	h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "us-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}}}))
-	err := a.wait(t, 5*time.Second)
-	if err == nil || !strings.Contains(err.Error(), "it doesn't know this name and token.") {
-		t.Fatalf("Run = %v, want a refusal once the list dropped the agent", err)
-	}
-	if !strings.Contains(h.logs.String(), `The agents list changed for "eu-1": disconnecting its agent`) {
-		t.Errorf("hub log:\n%s", h.logs)
-	}
-	eventually(t, 5*time.Second, "the removed cluster is forgotten", func() bool {
-		_, ok := h.Cluster("eu-1")
-		return !ok
-	})
-	// Its status records go too: listed again, it starts afresh.
-	eventually(t, 5*time.Second, "the removed cluster's status history is dropped", func() bool {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		_, status := h.status["eu-1"]
-		_, ca := h.lastCA["eu-1"]
-		return !status && !ca
-	})
-	h.AgentsChanged(list.Replace([]fleet.Agent{{Name: "eu-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}}, {Name: "us-1", TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}}}))
-	if hist := h.History("eu-1"); len(hist) != 0 {
-		t.Errorf("listed again, eu-1 has the history of before: %v", hist)
-	}
-}
-
 // An agent that doesn't answer keeps its connection until the hub's
 // goaway has waited for it; the others the same new list removes must not
 // wait behind it.
 func TestRemovedAgentsAreDisconnectedTogether(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	list := testAgents("eu-1", "us-1", "ap-1")
 	h := startHub(t, Config{Agents: list, Heartbeat: time.Minute})
 	p := hubProxy(t, h)
@@ -95,14 +63,14 @@ func TestRemovedAgentsAreDisconnectedTogether(t *testing.T) {
 	}
 	<-changed
 	select {
-	case <-silentConn.done:
+	case <-silentConn.Context().Done():
 	default:
 		t.Error("AgentsChanged returned before it closed ap-1's connection")
 	}
 }
 
 func TestAgentChecksTheHubCertificate(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	hubCA, err := pki.NewCA("hub CA", time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -118,36 +86,36 @@ func TestAgentChecksTheHubCertificate(t *testing.T) {
 	}
 	trusting := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.HubCAFile = caFile })
 	eventually(t, 5*time.Second, "an agent that trusts the hub's CA connects", trusting.Connected)
-	if strings.Contains(trusting.logs.String(), "plain http") {
+	if strings.Contains(trusting.Logs.String(), "plain http") {
 		t.Error("an https hub got the plain-http warning")
 	}
-	trusting.stop(t)
+	trusting.Stop(t)
 
 	// The system roots don't vouch for the test CA: the agent must not
 	// connect, and must keep trying (a TLS error is no refusal).
 	doubting := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "the agent reports the bad certificate", func() bool {
-		return strings.Contains(doubting.logs.String(), "Can't reach the hub at "+h.url+": tls: failed to verify certificate")
+		return strings.Contains(doubting.Logs.String(), "Can't reach the hub at "+h.url+": tls: failed to verify certificate")
 	})
-	if !strings.Contains(doubting.logs.String(), "needs that CA in TETHER_HUB_CA") {
-		t.Errorf("the certificate error doesn't say what to set:\n%s", doubting.logs)
+	if !strings.Contains(doubting.Logs.String(), "needs that CA in TETHER_HUB_CA") {
+		t.Errorf("the certificate error doesn't say what to set:\n%s", doubting.Logs)
 	}
 	// It keeps trying: a second attempt fails as the first did, and the
 	// agent still runs.
 	eventually(t, 10*time.Second, "the agent tries again", func() bool {
 		select {
-		case <-doubting.done:
-			t.Fatalf("the agent stopped: %v", doubting.err)
+		case <-doubting.Done():
+			t.Fatalf("the agent stopped: %v", doubting.Err())
 		default:
 		}
-		return strings.Count(doubting.logs.String(), "Can't reach the hub at "+h.url+": tls: failed to verify certificate") >= 2
+		return strings.Count(doubting.Logs.String(), "Can't reach the hub at "+h.url+": tls: failed to verify certificate") >= 2
 	})
 	if doubting.Connected() {
 		t.Fatal("connected to a hub whose certificate it can't check")
 	}
 	select {
-	case <-doubting.done:
-		t.Fatalf("the agent stopped: %v", doubting.err)
+	case <-doubting.Done():
+		t.Fatalf("the agent stopped: %v", doubting.Err())
 	default:
 	}
 }
@@ -309,11 +277,11 @@ func TestCertReloader(t *testing.T) {
 // hub doesn't serve (a base path it hasn't, /api/agent given twice) gets a
 // 404, which the agent logs with what to check, and keeps trying.
 func TestAgentOnAWrongPathIsToldWhatToCheck(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1")})
 	a := startAgent(t, h.url+"/api/agent", "eu-1", fc)
 	eventually(t, 5*time.Second, "the agent logs the 404", func() bool {
-		return strings.Contains(a.logs.String(), "it answered 404 Not Found (is TETHER_HUB_URL the hub's address")
+		return strings.Contains(a.Logs.String(), "it answered 404 Not Found (is TETHER_HUB_URL the hub's address")
 	})
 	if a.Connected() {
 		t.Fatal("connected on a path the hub doesn't serve")

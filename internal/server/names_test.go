@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 // TestNamesThatReadAsOthersAreRefused: a name or group from the auth proxy
@@ -14,9 +16,9 @@ import (
 // Every endpoint answers 403 saying why, and no cluster is asked
 // (issue 33; SPEC section 3).
 func TestNamesThatReadAsOthersAreRefused(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, audit := proxyHub(t, fc, "")
-	before := fc.count("/api")
+	before := fc.Count("/api")
 	for _, who := range []http.Header{
 		{"X-Remote-User": {"\u200bsystem:admin"}},
 		{"X-Remote-User": {"carol"}, "X-Remote-Group": {"dev,system\uff1amasters"}},
@@ -35,7 +37,7 @@ func TestNamesThatReadAsOthersAreRefused(t *testing.T) {
 			}
 		}
 	}
-	if n := fc.count("/api"); n != before {
+	if n := fc.Count("/api"); n != before {
 		t.Errorf("the cluster was asked %d times", n-before)
 	}
 	if strings.Contains(audit.String(), "system:admin") || strings.Contains(audit.String(), `"person":"carol`) {
@@ -51,9 +53,9 @@ func TestNamesThatReadAsOthersAreRefused(t *testing.T) {
 // on an impersonated cluster and a forwardToken one alike: the latter isn't
 // impersonated, but the hub's audit line and page would still show the name.
 func TestOIDCNamesThatReadAsOthersAreRefused(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	issuer, h, _ := oidcHub(t, fc)
-	before := fc.count("/api")
+	before := fc.Count("/api")
 	for _, claims := range []map[string]any{
 		{"email": "\u200bdana@example.com", "email_verified": true},
 		{"email": "dana@example.com", "email_verified": true, "groups": []string{"dev", "system\uff1amasters"}},
@@ -66,7 +68,7 @@ func TestOIDCNamesThatReadAsOthersAreRefused(t *testing.T) {
 			}
 		}
 	}
-	if n := fc.count("/api"); n != before {
+	if n := fc.Count("/api"); n != before {
 		t.Errorf("the cluster was asked %d times", n-before)
 	}
 }

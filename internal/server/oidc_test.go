@@ -13,6 +13,7 @@ import (
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/listfile"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/oidctest"
 )
 
@@ -20,7 +21,7 @@ import (
 // on ordinary clusters, their own token forwarded (and nothing else) on a
 // forwardToken cluster, and bad tokens refused.
 func TestOIDCPeople(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	issuer, h, list := oidcHub(t, fc)
 	good := issuer.IDToken(t, map[string]any{"email": "dana@example.com", "email_verified": true, "groups": []string{"dev"}})
 
@@ -76,7 +77,7 @@ func TestOIDCPeople(t *testing.T) {
 
 // oidcHub starts a hub that takes the ID tokens of a test issuer, with the
 // clusters "open" and "own" (forwardToken), both connected to fc.
-func oidcHub(t *testing.T, fc *fakeCluster) (*oidctest.Issuer, *testHub, *fleet.Agents) {
+func oidcHub(t *testing.T, fc *fakecluster.Cluster) (*oidctest.Issuer, *testHub, *fleet.Agents) {
 	t.Helper()
 	issuer := oidctest.Start(t, oidctest.Options{})
 	people, err := auth.New(auth.Config{OIDC: auth.OIDCConfig{Issuer: issuer.URL, ClientID: issuer.ClientID, CAFile: issuer.CAFile(t)}})
@@ -109,8 +110,7 @@ func TestOIDCBrowserSignIn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer people.Close()
-	h := startHub(t, Config{Agents: testAgents("eu-1"), Auth: people})
-	h.cfg.PublicURL = h.url // before any request: the callback address
+	h := startHub(t, Config{Agents: testAgents("eu-1"), Auth: people, PublicURL: selfURL}) // the callback's address
 
 	jar, _ := cookiejar.New(nil)
 	client := issuer.Client()

@@ -6,92 +6,24 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/kubeproxy"
 	"github.com/tetherhq/tether/internal/listfile"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 	"github.com/tetherhq/tether/internal/web"
 )
 
-func TestOpenKindOf(t *testing.T) {
-	for _, tc := range []struct {
-		method, target string
-		upgrade        bool
-		want           openKind
-	}{
-		{"GET", "/api/v1/pods", false, kindRequest},
-		{"GET", "/api/v1/pods?watch=true", false, kindWatch},
-		{"GET", "/api/v1/namespaces/a/pods?watch=1&resourceVersion=5", false, kindWatch},
-		{"GET", "/api/v1/pods?watch=True", false, kindWatch},
-		{"GET", "/api/v1/pods?watch=false", false, kindRequest},
-		{"GET", "/api/v1/pods?watch=0", false, kindRequest},
-		{"GET", "/api/v1/watch/namespaces/a/pods", false, kindWatch},
-		{"GET", "/apis/apps/v1/watch/deployments", false, kindWatch},
-		{"GET", "/api/v1/namespaces/watch/pods", false, kindRequest}, // a namespace named watch
-		{"POST", "/api/v1/pods?watch=true", false, kindRequest},
-		{"POST", "/api/v1/namespaces/a/pods/p/exec?command=sh", true, kindSession},
-		{"GET", "/api/v1/namespaces/a/pods/p/portforward", true, kindSession},
-		{"GET", "/api/v1/namespaces/a/pods/p/log?follow=true", false, kindRequest},
-	} {
-		r := httptest.NewRequest(tc.method, tc.target, nil)
-		if tc.upgrade {
-			r.Header.Set("Upgrade", "websocket")
-		}
-		if got := openKindOf(r, r.URL.Path); got != tc.want {
-			t.Errorf("%s %s (upgrade %v): kind %d, want %d", tc.method, tc.target, tc.upgrade, got, tc.want)
-		}
-	}
-}
-
-// TestOpenSetCounts: the bound is per cluster, person and kind, and a
-// request that ends frees its place.
-func TestOpenSetCounts(t *testing.T) {
-	var s openSet
-	req := func(cluster, person string, kind openKind) *openRequest {
-		return &openRequest{cluster: cluster, person: auth.Person{Name: person}, kind: kind, cancel: func(error) {}}
-	}
-	var held []*openRequest
-	for range 2 {
-		r := req("eu-1", "alice", kindWatch)
-		if !s.add(r, 2) {
-			t.Fatal("refused a watch under the bound")
-		}
-		held = append(held, r)
-	}
-	if s.add(req("eu-1", "alice", kindWatch), 2) {
-		t.Fatal("took a third watch with a bound of 2")
-	}
-	for _, other := range []*openRequest{req("us-1", "alice", kindWatch), req("eu-1", "bob", kindWatch), req("eu-1", "alice", kindRequest), req("eu-1", "alice", kindSession)} {
-		if !s.add(other, 2) {
-			t.Errorf("refused %+v: another cluster, person or kind", other)
-		}
-	}
-	s.remove(held[0])
-	s.remove(held[0]) // twice is once
-	if got := s.count("eu-1", "alice", kindWatch); got != 1 {
-		t.Fatalf("%d watches counted after one ended, want 1", got)
-	}
-	if !s.add(req("eu-1", "alice", kindWatch), 2) {
-		t.Fatal("refused a watch after one ended")
-	}
-	if s.add(req("eu-1", "carol", kindWatch), 0); s.count("eu-1", "carol", kindWatch) != 1 {
-		t.Fatal("a bound of 0 is no bound")
-	}
-}
-
 // limitsHub starts a hub whose users list is a file, with the cluster
 // "open" (groups dev and ops) and an agent for it whose API server is fc.
-func limitsHub(t *testing.T, fc *fakeCluster, users string, mods ...func(*Config, *auth.Config)) (*testHub, *syncbuf.Buffer, string) {
+func limitsHub(t *testing.T, fc *fakecluster.Cluster, users string, mods ...func(*Config, *auth.Config)) (*testHub, *syncbuf.Buffer, string) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "users.yaml")
 	if err := os.WriteFile(file, []byte(users), 0o600); err != nil {
@@ -135,7 +67,7 @@ func watchAs(t *testing.T, h *testHub, token string) *http.Response {
 // names the setting, counted and audited; another person's don't, and a
 // watch that ends frees its place.
 func TestWatchesPastTheBound(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, audit, _ := limitsHub(t, fc, testUsers, func(c *Config, _ *auth.Config) { c.Limits = auth.Limits{Watches: 3} })
 	var open []*http.Response
 	for i := range 3 {
@@ -155,7 +87,7 @@ func TestWatchesPastTheBound(t *testing.T) {
 		!strings.Contains(string(body), "at most 3 watches") {
 		t.Fatalf("the 4th watch: %s, Retry-After %q\n%s", over.Status, over.Header.Get("Retry-After"), body)
 	}
-	if got := testutil.ToFloat64(h.metrics.limitRefusals.WithLabelValues("open", "watches")); got != 1 {
+	if got := h.value("tether_person_limit_refusals_total", "open", "watches"); got != 1 {
 		t.Errorf("tether_person_limit_refusals_total{limit=watches} = %v, want 1", got)
 	}
 	eventually(t, 5*time.Second, "the 429's audit line", func() bool {
@@ -170,7 +102,7 @@ func TestWatchesPastTheBound(t *testing.T) {
 	}
 	open[0].Body.Close()
 	eventually(t, 5*time.Second, "a place freed", func() bool {
-		return h.open.count("open", "alice", kindWatch) == 2
+		return h.watches("open", "alice") == 2
 	})
 	if resp := watchAs(t, h, aliceToken); resp.StatusCode != http.StatusOK {
 		t.Errorf("a watch after one ended: %s", resp.Status)
@@ -180,7 +112,7 @@ func TestWatchesPastTheBound(t *testing.T) {
 // TestUsersListLimitsLiftTheBound: a users list entry's limits raise the
 // hub's bound for that person alone (Argo CD's many watches).
 func TestUsersListLimitsLiftTheBound(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	users := strings.Replace(testUsers, "  groups: [dev]\n", "  groups: [dev]\n  limits: {watches: 5, sessions: 1}\n", 1)
 	h, _, _ := limitsHub(t, fc, users, func(c *Config, _ *auth.Config) { c.Limits = auth.Limits{Watches: 2} })
 	for i := range 5 {
@@ -232,7 +164,7 @@ func sessionAs(t *testing.T, h *testHub, token string) (net.Conn, *bufio.Reader)
 // exec-like session and her watch within 5 s, each audited as revoked;
 // bob's go on.
 func TestRevokedSessionsEnd(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, audit, file := limitsHub(t, fc, testUsers)
 	_, execOut := sessionAs(t, h, aliceToken)
 	watch := watchAs(t, h, aliceToken)
@@ -267,7 +199,7 @@ func TestRevokedSessionsEnd(t *testing.T) {
 // TestWatchEndsWhenTheClusterNoLongerAdmits: a new agents list whose groups
 // for the cluster no longer include alice's ends her watch, not bob's.
 func TestWatchEndsWhenTheClusterNoLongerAdmits(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, audit, _ := limitsHub(t, fc, testUsers)
 	alice, bob := watchAs(t, h, aliceToken), watchAs(t, h, bobToken)
 	if alice.StatusCode != http.StatusOK || bob.StatusCode != http.StatusOK {
@@ -292,7 +224,7 @@ func TestWatchEndsWhenTheClusterNoLongerAdmits(t *testing.T) {
 // TestWatchEndsAtExpiry: a watch made with a hub-issued token ends when
 // the token expires, audited as expired.
 func TestWatchEndsAtExpiry(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	const ttl, left = time.Minute, 1500 * time.Millisecond
 	// The hub signs as if it were ttl-left ago: its token, good for a
 	// minute, has left to go.
@@ -322,9 +254,8 @@ func TestWatchEndsAtExpiry(t *testing.T) {
 // TestSignOutEndsEventStreamsAtOnce: signing out ends the page's event
 // streams then, not at their next keep-alive (an hour here).
 func TestSignOutEndsEventStreamsAtOnce(t *testing.T) {
-	fc := newFakeCluster(t)
-	h, _, _ := limitsHub(t, fc, testUsers, func(c *Config, _ *auth.Config) { c.EventsKeepAlive = time.Hour })
-	h.cfg.PublicURL = h.url
+	fc := fakecluster.New(t)
+	h, _, _ := limitsHub(t, fc, testUsers, func(c *Config, _ *auth.Config) { c.EventsKeepAlive = time.Hour; c.PublicURL = selfURL })
 	session := signIn(t, h, aliceToken)
 	cookie := http.Header{"Cookie": {web.SessionCookie + "=" + session}, "Origin": {h.url}}
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", h.url+"/api/events", nil)
@@ -383,7 +314,7 @@ func TestUsersListChangesEndWatches(t *testing.T) {
 		{"someone else changed", "- name: alice\n  token: " + aliceToken + "\n  groups: [dev]\n- name: bob\n  token: " + bobToken + "\n  groups: [dev]\n", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fc := newFakeCluster(t)
+			fc := fakecluster.New(t)
 			h, audit, file := limitsHub(t, fc, testUsers)
 			watch := watchAs(t, h, aliceToken)
 			if watch.StatusCode != http.StatusOK {
@@ -418,7 +349,7 @@ func TestUsersListChangesEndWatches(t *testing.T) {
 				t.Fatalf("alice's watch ended when only bob changed: %v", err)
 			default:
 			}
-			if h.open.count("open", "alice", kindWatch) != 1 {
+			if h.watches("open", "alice") != 1 {
 				t.Fatal("alice's watch is no longer counted")
 			}
 		})

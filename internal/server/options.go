@@ -104,7 +104,7 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
 		return Options{}, errors.New("TETHER_TLS_CERT_FILE and TETHER_TLS_KEY_FILE must be set together, or neither for plain HTTP behind an ingress")
 	}
-	if !validBasePath(o.BasePath) {
+	if !web.ValidBasePath(o.BasePath) {
 		return Options{}, fmt.Errorf("TETHER_BASE_PATH must be a path starting with /, like /tether or /k8s/hub: segments of letters, digits, '-', '.', '_' and '~', not %q", o.BasePath)
 	}
 	var err error
@@ -161,32 +161,6 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 		o.Auth.HubURL = o.PublicURL.String()
 	}
 	return o, nil
-}
-
-// validBasePath says whether p is a base path the hub's routes can sit
-// under: "/", or segments of URL-safe characters, each one at least one
-// long, with a trailing "/" or not. Anything else (spaces, braces, empty
-// segments) would make the router's patterns invalid, or mean another path.
-func validBasePath(p string) bool {
-	if p == "/" {
-		return true
-	}
-	rest, ok := strings.CutPrefix(p, "/")
-	if !ok {
-		return false
-	}
-	rest = strings.TrimSuffix(rest, "/")
-	for seg := range strings.SplitSeq(rest, "/") {
-		if seg == "" || seg == "." || seg == ".." {
-			return false
-		}
-		for _, r := range seg {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-._~", r)) {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // maxSeconds bounds a setting in seconds: a year.

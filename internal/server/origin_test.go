@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 // TestProxiedPagesDontActAsTheHub: through a service proxy, what a pod
@@ -15,7 +17,7 @@ import (
 // hub passes no cookies on, nor a Clear-Site-Data, and has the browser
 // treat the answer as from nowhere (CSP sandbox), as kubectl never notices.
 func TestProxiedPagesDontActAsTheHub(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	for _, who := range []http.Header{{"X-Remote-User": {"carol"}}, {"Authorization": {"Bearer " + aliceToken}}} {
 		code, body, answer := call(t, "GET", h.url+"/clusters/open/page", "", who)
@@ -47,7 +49,7 @@ func TestProxiedPagesDontActAsTheHub(t *testing.T) {
 // browsers, and anyone with a bearer token, which no browser sends on its
 // own.
 func TestRequestsWithoutFetchMetadata(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	const (
 		safari15 = "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_15_7) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/15.6 Safari/605.1.15"

@@ -4,15 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/tetherhq/tether/internal/inventory/store"
 	"github.com/tetherhq/tether/internal/testutil/browser"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/version"
 	"github.com/tetherhq/tether/internal/web"
 )
@@ -23,11 +22,10 @@ import (
 // back, one connecting for the first time), filter by label, and download a
 // kubeconfig.
 func TestFleetPage(t *testing.T) {
-	fc := newFakeCluster(t)
-	h, _ := proxyHub(t, fc, "")
+	fc := fakecluster.New(t)
 	// The browser opens the hub at its test address, and the hub refuses
 	// sign-ins from any origin but its own public one.
-	h.cfg.PublicURL = h.url
+	h, _ := proxyHub(t, fc, "", selfPublic)
 	eventually(t, 5*time.Second, "open is Ready", func() bool { return statusOf(h, "open") == "Ready" })
 	ctx := browser.New(t)
 	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
@@ -97,7 +95,7 @@ func TestFleetPage(t *testing.T) {
 	browser.Screenshot(t, ctx, "fleet")
 
 	// The agent of "open" stops: its card says so within 3 s, no reload.
-	h.agents["open"].stop(t)
+	h.agents["open"].Stop(t)
 	step("open turns Unreachable", chromedp.Poll[chromedp.Void](`document.querySelector('.card[data-name="open"] .status .text').textContent === "Unreachable: Its agent isn't connected."`, chromedp.WithPollingTimeout(3*time.Second)))
 	if icon := text(`.card[data-name="open"] .icon`); icon != "✖" {
 		t.Errorf("an unreachable card's icon is %q: status must show by more than colour", icon)
@@ -196,65 +194,4 @@ func apiFacts(t *testing.T, hubURL, name string) cardFacts {
 		f.Since = c.ConnectedSince.Format(time.RFC3339)
 	}
 	return f
-}
-
-// TestCardFacts: the numbers a card shows, as the hub renders them (fleet.js
-// mirrors them for live updates).
-func TestCardFacts(t *testing.T) {
-	n := func(v int) *int { return &v }
-	for _, c := range []struct {
-		s    *store.Summary
-		want fact
-	}{
-		{nil, absent},
-		{&store.Summary{NodesReady: n(3), NodesTotal: n(3)}, fact{Icon: "✔", Text: "3 / 3 ready"}},
-		{&store.Summary{NodesReady: n(2), NodesTotal: n(3)}, fact{Icon: "⚠", Text: "2 / 3 ready"}},
-		{&store.Summary{NodesReady: n(0), NodesTotal: n(0)}, fact{Icon: "⚠", Text: "no nodes"}},
-	} {
-		if got := nodesFact(c.s); got != c.want {
-			t.Errorf("nodes of %+v: %+v, want %+v", c.s, got, c.want)
-		}
-	}
-}
-
-// TestStaticFilesAreTheAssetsOnly: /static/ serves the pages' CSS and
-// JavaScript, and neither a listing of web/ nor the templates.
-func TestStaticFilesAreTheAssetsOnly(t *testing.T) {
-	h := staticFiles()
-	for path, want := range map[string]int{
-		"/style.css": 200, "/fleet.js": 200, "/cluster.js": 200, "/live.js": 200,
-		"/": 404, "/fleet.html": 404, "/cluster.html": 404, "/login.html": 404, "/nothing.js": 404,
-	} {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
-		if rec.Code != want {
-			t.Errorf("GET %s: %d, want %d", path, rec.Code, want)
-		}
-	}
-}
-
-// TestSignInReturnsToTheClusterPage: a sign-in goes back to the cluster
-// page it was asked on, and nowhere but the hub's own pages.
-func TestSignInReturnsToTheClusterPage(t *testing.T) {
-	for _, base := range []string{"", "/tether"} {
-		h := &Hub{cfg: Config{BasePath: base}}
-		for next, want := range map[string]string{
-			base + "/cluster/shop":             base + "/cluster/shop",
-			base + "/cluster/shop/../../x":     base + "/",
-			base + "/":                         base + "/",
-			"":                                 base + "/",
-			"https://evil.example/cluster/x":   base + "/",
-			"//evil.example/cluster/x":         base + "/",
-			base + "/cluster/..//evil.example": base + "/",
-			base + "/cluster/x?y=1":            base + "/",
-			"/\\evil.example":                  base + "/",
-			base + "/api/kubeconfig":           base + "/",
-			base + "/cluster/a%00":             base + "/cluster/a%00",
-			base + "/cluster/%5Cevil.example":  base + "/cluster/%5Cevil.example",
-		} {
-			if got := h.returnTo(next); got != want {
-				t.Errorf("base %q, next %q: %q, want %q", base, next, got, want)
-			}
-		}
-	}
 }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 // TestProxyKeepsThePathAsWritten: the API server gets the path as the
@@ -24,7 +26,7 @@ func TestProxyKeepsThePathAsWritten(t *testing.T) {
 		{"/tether", "/tether/clusters/open"},
 		{"/tether", "/t%65ther/clusters/op%65n"},
 	} {
-		fc := newFakeCluster(t)
+		fc := fakecluster.New(t)
 		h, _ := proxyHub(t, fc, "", func(cfg *Config) { cfg.BasePath = c.base })
 		for _, method := range []string{"GET", "POST"} {
 			code, body, _ := call(t, method, h.url+c.prefix+path, aliceToken, nil)
@@ -41,29 +43,6 @@ func TestProxyKeepsThePathAsWritten(t *testing.T) {
 			if got.Path != path {
 				t.Errorf("%s %s: the API server saw %q, want %q", method, c.prefix, got.Path, path)
 			}
-		}
-	}
-}
-
-func TestTrimEscapedPrefix(t *testing.T) {
-	for _, c := range []struct {
-		escaped, prefix, rest string
-		ok                    bool
-	}{
-		{"/clusters/a-b/api/x%2Fy", "/clusters/a-b", "/api/x%2Fy", true},
-		{"/clusters/a%2Db/api/x%2Fy", "/clusters/a-b", "/api/x%2Fy", true},
-		{"/clusters/a%2db", "/clusters/a-b", "", true},
-		{"/t%65ther/clusters/a/", "/tether/clusters/a", "/", true},
-		{"/clusters/a-b%2Fapi/x", "/clusters/a-b", "", false},
-		{"/clusters/a-bc/api", "/clusters/a-b", "", false},
-		{"/clusters/a%zzb/api", "/clusters/a-b", "", false},
-		{"/clusters", "/clusters/a-b", "", false},
-		{"", "/clusters/a-b", "", false},
-		{"//clusters/a-b/api", "/clusters/a-b", "", false},
-	} {
-		rest, ok := trimEscapedPrefix(c.escaped, c.prefix)
-		if rest != c.rest || ok != c.ok {
-			t.Errorf("trimEscapedPrefix(%q, %q) = %q, %v; want %q, %v", c.escaped, c.prefix, rest, ok, c.rest, c.ok)
 		}
 	}
 }

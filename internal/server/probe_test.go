@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"math"
 	"net/http"
 	"strings"
@@ -9,33 +8,8 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
-
-// TestDefaults: a hub given no durations takes SPEC's: probes every 10 s
-// with a 5 s timeout (section 2), a 60 s permission cache (section 5), and
-// 10 s for an agent's hello. Serve leaves them zero, so these are the
-// hub's in production.
-func TestDefaults(t *testing.T) {
-	h, err := New(Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	for _, d := range []struct {
-		name      string
-		got, want time.Duration
-	}{
-		{"ProbeInterval", h.cfg.ProbeInterval, 10 * time.Second},
-		{"ProbeTimeout", h.cfg.ProbeTimeout, 5 * time.Second},
-		{"HelloTimeout", h.cfg.HelloTimeout, 10 * time.Second},
-		{"AccessTTL", h.cfg.AccessTTL, 60 * time.Second},
-		{"the permission cache's lifetime", h.access.ttl, 60 * time.Second},
-	} {
-		if d.got != d.want {
-			t.Errorf("%s = %s, want %s", d.name, d.got, d.want)
-		}
-	}
-}
 
 // TestProbeFailureSaysWhy: while the agent is connected but its API server
 // doesn't answer /readyz well (a 500, or no answer within ProbeTimeout), the
@@ -43,17 +17,17 @@ func TestDefaults(t *testing.T) {
 func TestProbeFailureSaysWhy(t *testing.T) {
 	tests := []struct {
 		name string
-		fail func(fc *fakeCluster)
+		fail func(fc *fakecluster.Cluster)
 		want string
 	}{
-		{"500", func(fc *fakeCluster) { fc.readyzStatus.Store(http.StatusInternalServerError) },
+		{"500", func(fc *fakecluster.Cluster) { fc.ReadyzStatus.Store(http.StatusInternalServerError) },
 			"Unreachable: its API server answered /readyz with 500 Internal Server Error"},
-		{"no answer", func(fc *fakeCluster) { fc.readyzDelay.Store(int64(time.Hour)) },
+		{"no answer", func(fc *fakecluster.Cluster) { fc.ReadyzDelay.Store(int64(time.Hour)) },
 			"Unreachable: its API server didn't answer /readyz within 300ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fc := newFakeCluster(t)
+			fc := fakecluster.New(t)
 			h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: 100 * time.Millisecond, ProbeTimeout: 300 * time.Millisecond})
 			a := startAgent(t, h.url, "eu-1", fc)
 			eventually(t, 5*time.Second, "connected", a.Connected)
@@ -68,8 +42,8 @@ func TestProbeFailureSaysWhy(t *testing.T) {
 				t.Errorf("status %+v: want Unreachable with its agent still connected", got)
 			}
 
-			fc.readyzStatus.Store(0)
-			fc.readyzDelay.Store(0)
+			fc.ReadyzStatus.Store(0)
+			fc.ReadyzDelay.Store(0)
 			eventually(t, 5*time.Second, "Ready again", func() bool { return statusOf(h, "eu-1") == hub.Ready })
 		})
 	}
@@ -83,16 +57,16 @@ func TestProbeFailureSaysWhy(t *testing.T) {
 // each probe would give at most 16/1.8, and not waiting at all about 20.
 func TestProbesStartEveryInterval(t *testing.T) {
 	const interval = 400 * time.Millisecond
-	fc := newFakeCluster(t)
-	fc.readyzDelay.Store(int64(interval * 4 / 5))
+	fc := fakecluster.New(t)
+	fc.ReadyzDelay.Store(int64(interval * 4 / 5))
 	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: interval})
 	a := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected", a.Connected)
 	eventually(t, 5*time.Second, "Ready", func() bool { return statusOf(h, "eu-1") == hub.Ready })
 
-	start, before := time.Now(), fc.count("/readyz")
+	start, before := time.Now(), fc.Count("/readyz")
 	time.Sleep(16 * interval)
-	got, elapsed := fc.count("/readyz")-before, time.Since(start)
+	got, elapsed := fc.Count("/readyz")-before, time.Since(start)
 
 	// Generous bounds, halfway between the right pace and the wrong ones:
 	// at least one probe per 1.4 intervals (timers late by up to 0.4 of
@@ -106,52 +80,16 @@ func TestProbesStartEveryInterval(t *testing.T) {
 	}
 }
 
-// TestProbeCutShortByADisconnectIsNotAStatus: a probe in flight when the
-// agent's connection breaks fails because the tunnel ended, not because of
-// the API server. The cluster's status and history say only that its agent
-// isn't connected, and the log blames no API server. The probe here is run
-// with a context that never ends, as the connection's may not have ended
-// yet when the probe sees the tunnel go.
-func TestProbeCutShortByADisconnectIsNotAStatus(t *testing.T) {
-	fc := newFakeCluster(t)
-	fc.readyzDelay.Store(int64(time.Hour)) // every probe waits on /readyz
-	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeTimeout: time.Minute})
-	p := hubProxy(t, h)
-	a := startAgent(t, h.url, "eu-1", fc, viaProxy(t, p))
-	eventually(t, 5*time.Second, "connected", a.Connected)
-	c := h.connected("eu-1")
-	probed := make(chan bool)
-	go func() { probed <- h.probeAndRecord(context.Background(), c) }()
-	eventually(t, 5*time.Second, "two probes wait on /readyz", func() bool { return fc.count("/readyz") >= 2 })
-
-	p.Reset() // the connection breaks: the hub reads its end, no goodbye
-	if <-probed {
-		t.Error("the probe reports the connection up after it broke")
-	}
-	eventually(t, 5*time.Second, "the hub sees the agent go", func() bool {
-		return strings.Contains(h.logs.String(), `The agent of "eu-1" disconnected`)
-	})
-	for _, ch := range h.History("eu-1") {
-		if ch.Status != "Unreachable: "+hub.MessageNotConnected {
-			t.Errorf("status history %v: the probe the disconnect cut short is in it", h.History("eu-1"))
-			break
-		}
-	}
-	if strings.Contains(h.logs.String(), "can't be reached") {
-		t.Errorf("the hub blamed the API server for a probe the disconnect cut short:\n%s", h.logs)
-	}
-}
-
 // TestProbesKeepTheirConnection: each probe takes the connection the last
 // one left, rather than making a TLS handshake with the API server every
 // interval; with 10,000 clusters that was 1,000 handshakes a second.
 func TestProbesKeepTheirConnection(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: 50 * time.Millisecond})
 	a := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected", a.Connected)
-	eventually(t, 5*time.Second, "ten probes", func() bool { return fc.count("/readyz") >= 10 })
-	conns := fc.connsFor("/readyz")
+	eventually(t, 5*time.Second, "ten probes", func() bool { return fc.Count("/readyz") >= 10 })
+	conns := fc.ConnsFor("/readyz")
 	if len(conns) != 1 {
 		t.Errorf("ten probes came on %d connections (%v), want 1", len(conns), conns)
 	}
@@ -162,7 +100,7 @@ func TestProbesKeepTheirConnection(t *testing.T) {
 // another and leave that one to expire, with the buffer crypto/tls grew
 // for the answer's records.
 func TestProbesLeaveALargeAnswersConnection(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "", func(c *Config) {
 		c.ProbeInterval = 50 * time.Millisecond
 		c.IdleTimeout = 500 * time.Millisecond
@@ -172,17 +110,16 @@ func TestProbesLeaveALargeAnswersConnection(t *testing.T) {
 		t.Fatalf("GET /large: %d, %d bytes", code, len(body))
 	}
 	var large string // the address the large answer's connection came from
-	for k := range fc.connsFor("/large") {
+	for k := range fc.ConnsFor("/large") {
 		large = strings.TrimPrefix(k, "/large from ")
 	}
-	probesOnIt := func() int { return fc.connsFor("/readyz")["/readyz from "+large] }
-	before, probes := probesOnIt(), fc.count("/readyz")
-	eventually(t, 5*time.Second, "ten more probes", func() bool { return fc.count("/readyz") >= probes+10 })
+	probesOnIt := func() int { return fc.ConnsFor("/readyz")["/readyz from "+large] }
+	before, probes := probesOnIt(), fc.Count("/readyz")
+	eventually(t, 5*time.Second, "ten more probes", func() bool { return fc.Count("/readyz") >= probes+10 })
 	if got := probesOnIt(); got != before {
 		t.Errorf("%d probes came on the large answer's connection after it, want none", got-before)
 	}
-	open := h.connected("open")
-	eventually(t, 5*time.Second, "the large answer's connection expired", func() bool { return open.apiStreams() == 1 })
+	eventually(t, 5*time.Second, "the large answer's connection expired", func() bool { return h.agent("open").APIStreams == 1 })
 }
 
 // TestConnectedBeforeTheFirstProbe: between an agent's connecting and the
@@ -190,8 +127,8 @@ func TestProbesLeaveALargeAnswersConnection(t *testing.T) {
 // more yet, but not "Its agent isn't connected.": it is. Once the agent has
 // gone, the cluster still says when it was last heard from.
 func TestConnectedBeforeTheFirstProbe(t *testing.T) {
-	fc := newFakeCluster(t)
-	fc.readyzDelay.Store(int64(time.Hour)) // the first probe waits on /readyz
+	fc := fakecluster.New(t)
+	fc.ReadyzDelay.Store(int64(time.Hour)) // the first probe waits on /readyz
 	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeTimeout: time.Minute})
 	if st, _ := h.Cluster("eu-1"); st.Message != hub.MessageNotConnected {
 		t.Fatalf("before the agent: %+v", st)
@@ -199,12 +136,12 @@ func TestConnectedBeforeTheFirstProbe(t *testing.T) {
 	before := time.Now()
 	a := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected", a.Connected)
-	eventually(t, 5*time.Second, "the first probe waits on /readyz", func() bool { return fc.count("/readyz") >= 1 })
+	eventually(t, 5*time.Second, "the first probe waits on /readyz", func() bool { return fc.Count("/readyz") >= 1 })
 	if st, _ := h.Cluster("eu-1"); st.Status != hub.Unreachable || st.Message != hub.MessageChecking || st.ConnectedSince.IsZero() {
 		t.Errorf("connected, first probe waiting: %+v, want Unreachable: %s", st, hub.MessageChecking)
 	}
-	fc.readyzDelay.Store(0)
-	a.stop(t)
+	fc.ReadyzDelay.Store(0)
+	a.Stop(t)
 	eventually(t, 5*time.Second, "the agent gone", func() bool {
 		st, _ := h.Cluster("eu-1")
 		return st.Message == hub.MessageNotConnected && st.ConnectedSince.IsZero()

@@ -14,13 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/kubeproxy"
 	"github.com/tetherhq/tether/internal/listfile"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
@@ -42,7 +41,7 @@ const testUsers = `
 // proxyHub starts a hub with people, the clusters "open" (everyone), "ops"
 // (group ops only) and "far" (no agent), and an agent for "open" and "ops"
 // whose API server is fc.
-func proxyHub(t *testing.T, fc *fakeCluster, groupPrefix string, mods ...func(*Config)) (*testHub, *syncbuf.Buffer) {
+func proxyHub(t *testing.T, fc *fakecluster.Cluster, groupPrefix string, mods ...func(*Config)) (*testHub, *syncbuf.Buffer) {
 	t.Helper()
 	// The auth proxy is trusted from loopback, where the tests run, so a
 	// test can be anyone it names.
@@ -105,7 +104,7 @@ func callWithin(t *testing.T, ctx context.Context, method, url, token string, he
 }
 
 func TestProxyImpersonatesAndStripsCredentials(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, audit := proxyHub(t, fc, "tether:")
 	smuggled := http.Header{
 		"Impersonate-User":       {"admin"},
@@ -191,7 +190,7 @@ func TestProxyImpersonatesAndStripsCredentials(t *testing.T) {
 // headers in Connection, as hop-by-hop, can't strip them: the API server
 // still gets the service account's token and the person to impersonate.
 func TestProxyHeadersSurviveConnection(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	hdr := http.Header{"Connection": {"Authorization, Impersonate-User, Impersonate-Group, " + kubeproxy.RequestIDHeader}}
 	code, body, _ := call(t, "GET", h.url+"/clusters/open/api", aliceToken, hdr)
@@ -212,7 +211,7 @@ func lastLine(s string) string {
 }
 
 func TestProxyRefusals(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	code, hiddenBody, _ := call(t, "GET", h.url+"/clusters/ops/api", aliceToken, nil)
 	code2, missingBody, _ := call(t, "GET", h.url+"/clusters/nowhere/api", aliceToken, nil)
@@ -249,13 +248,13 @@ func TestProxyRefusals(t *testing.T) {
 // with the person's token (issue 33; TestProxyConfinesLocations has the
 // cases).
 func TestProxyRefusesRedirectsElsewhere(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	code, body, hdr := call(t, "GET", h.url+"/clusters/open/redirect", aliceToken, nil)
 	if code != http.StatusBadGateway || hdr.Get("Location") != "" || !strings.Contains(body, `answered with a redirect to \"https://elsewhere.example.com\"`) {
 		t.Fatalf("redirect: %d, Location %q: %s", code, hdr.Get("Location"), body)
 	}
-	if fc.count("/elsewhere") != 0 {
+	if fc.Count("/elsewhere") != 0 {
 		t.Error("the hub followed the redirect")
 	}
 }
@@ -279,12 +278,12 @@ func watchStream(ctx context.Context, t *testing.T, h *testHub) *bufio.Reader {
 }
 
 func TestProxyStreamsWithoutBuffering(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	r := watchStream(t.Context(), t, h)
 	// The fake API server holds the second event until the first has
 	// reached the client: it arrived unbuffered.
-	fc.release()
+	fc.Release()
 	line, err := r.ReadString('\n')
 	if err != nil || line != "event 2\n" {
 		t.Fatalf("second event: %q, %v", line, err)
@@ -292,25 +291,24 @@ func TestProxyStreamsWithoutBuffering(t *testing.T) {
 }
 
 func TestProxyKeepsConnectionsToTheAPIServer(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	// One probe, at connect, which keeps a connection of its own: the
 	// people's streams are counted apart (open.streams).
 	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeInterval = time.Hour })
 	waitFirstProbe(t, h)
-	open := h.connected("open")
 	for range 5 {
 		if code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/pods", aliceToken, nil); code != 200 {
 			t.Fatalf("GET: %d %s", code, body)
 		}
 	}
-	conns := fc.connsFor("/api/v1/pods")
+	conns := fc.ConnsFor("/api/v1/pods")
 	if len(conns) != 1 {
 		t.Errorf("five GETs one after another came on %d connections (%v), want 1", len(conns), conns)
 	}
-	if got := open.streams.Load(); got != 1 {
+	if got := h.agent("open").PeopleStreams; got != 1 {
 		t.Errorf("%v streams open, want 1: the kept connection", got)
 	}
-	if got := open.apiStreams(); got != 2 {
+	if got := h.agent("open").APIStreams; got != 2 {
 		t.Errorf("%v streams open in all, want 2: the GETs' kept connection and the probe's", got)
 	}
 
@@ -318,11 +316,11 @@ func TestProxyKeepsConnectionsToTheAPIServer(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	watchStream(ctx, t, h)
-	if got := open.streams.Load(); got != 1 {
+	if got := h.agent("open").PeopleStreams; got != 1 {
 		t.Errorf("%v streams open during the watch, want 1: the kept connection's", got)
 	}
 	cancel()
-	eventually(t, 5*time.Second, "the watch's connection and stream close", func() bool { return open.streams.Load() == 0 })
+	eventually(t, 5*time.Second, "the watch's connection and stream close", func() bool { return h.agent("open").PeopleStreams == 0 })
 	// Leaving is no fault: nothing to warn of.
 	if strings.Contains(h.logs.String(), "read error during body copy") {
 		t.Errorf("a watch the client left was logged as a failed read:\n%s", h.logs)
@@ -344,10 +342,9 @@ func waitFirstProbe(t *testing.T, h *testHub) {
 // a restart): the next GET goes again on a new one, and the person sees
 // nothing of it.
 func TestProxySendsAgainOnAConnectionTheAPIServerClosed(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeInterval = time.Hour }) // one probe, at connect
 	waitFirstProbe(t, h)
-	open := h.connected("open")
 	get := func() {
 		t.Helper()
 		if code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/pods", aliceToken, nil); code != 200 {
@@ -355,17 +352,17 @@ func TestProxySendsAgainOnAConnectionTheAPIServerClosed(t *testing.T) {
 		}
 	}
 	get()
-	opened := testutil.ToFloat64(h.metrics.streamsOpened)
-	fc.srv.CloseClientConnections()
-	eventually(t, 5*time.Second, "the kept connection's stream ends", func() bool { return open.apiStreams() == 0 })
+	opened := h.value("tether_streams_opened_total")
+	fc.Srv.CloseClientConnections()
+	eventually(t, 5*time.Second, "the kept connection's stream ends", func() bool { return h.agent("open").APIStreams == 0 })
 	get()
-	if got := testutil.ToFloat64(h.metrics.streamsOpened) - opened; got != 1 {
+	if got := h.value("tether_streams_opened_total") - opened; got != 1 {
 		t.Errorf("%v streams opened for the GET after the API server closed the kept connection, want 1", got)
 	}
 }
 
 func TestFailedUpgradeClosesTheConnection(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
 	if err != nil {
@@ -391,7 +388,7 @@ func TestFailedUpgradeClosesTheConnection(t *testing.T) {
 		t.Fatalf("the connection stayed open after a failed upgrade (read %d bytes)", n)
 	}
 	time.Sleep(100 * time.Millisecond)
-	if fc.count("/after") != 0 {
+	if fc.Count("/after") != 0 {
 		t.Error("bytes sent after a failed upgrade reached the API server")
 	}
 }
@@ -400,7 +397,7 @@ func TestFailedUpgradeClosesTheConnection(t *testing.T) {
 // make) is spliced after the API server's 101, and its audit line says 101
 // and counts the bytes sent to the client over it.
 func TestUpgradeIsAudited(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, audit := proxyHub(t, fc, "")
 	c, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
 	if err != nil {
@@ -433,10 +430,10 @@ func TestUpgradeIsAudited(t *testing.T) {
 // midway (here, its agent goes away) reaches the client cut short, not
 // ended as if complete, and the hub logs why through its own logger.
 func TestCutResponseIsLogged(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	r := watchStream(t.Context(), t, h)
-	h.agents["open"].stop(t)
+	h.agents["open"].Stop(t)
 	rest, err := io.ReadAll(r)
 	if err == nil {
 		t.Fatalf("the cut response ended cleanly after %q", rest)
@@ -450,7 +447,7 @@ func TestCutResponseIsLogged(t *testing.T) {
 // set, a cluster's groups are compared with the person's own groups, not
 // the prefixed ones the API server is sent (SPEC section 3).
 func TestVisibilityIgnoresTheGroupPrefix(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "tether:")
 	tests := []struct {
 		name   string
@@ -500,10 +497,10 @@ func TestVisibilityIgnoresTheGroupPrefix(t *testing.T) {
 // server is answered 503 ServiceUnavailable, as the API server's own
 // aggregator answers for a backend it can't reach, with the agent's reason.
 func TestAPIServerDownAnswers503(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "", func(c *Config) { c.ProbeInterval = time.Hour })
 	waitFirstProbe(t, h)
-	fc.srv.Close()
+	fc.Srv.Close()
 	code, body, _ := call(t, "GET", h.url+"/clusters/open/api/v1/pods", aliceToken, nil)
 	var st struct{ Code int32 }
 	json.Unmarshal([]byte(body), &st)
@@ -517,7 +514,7 @@ func TestAPIServerDownAnswers503(t *testing.T) {
 // (a restarted dev hub, say) is refused with what to do about it, which
 // kubectl prints; an unknown token learns nothing more than that.
 func TestUnauthorizedSaysWhatToDo(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	before, err := auth.New(auth.Config{Users: testUsers}) // the hub before it restarted
 	if err != nil {
@@ -552,7 +549,7 @@ func TestUnauthorizedSaysWhatToDo(t *testing.T) {
 // hub's own Origin, or none (kubectl, client-go), goes through, and so does
 // a bearer token, which no browser sends on its own.
 func TestForeignOriginWithProxyHeaders(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, _ := proxyHub(t, fc, "")
 	for _, tc := range []struct {
 		who, origin string

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/files"
 	"github.com/tetherhq/tether/internal/web"
 
@@ -24,7 +25,7 @@ import (
 // listFileHub starts a hub, with the people of testUsers, whose agents list
 // is a file it watches as TETHER_FLEET_AGENTS_FILE makes it do. write puts
 // a new list in the file the way a Secret's file changes: whole, at once.
-func listFileHub(t *testing.T, list string) (h *testHub, write func(list string)) {
+func listFileHub(t *testing.T, list string, mods ...func(*Config)) (h *testHub, write func(list string)) {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "agents.yaml")
@@ -44,7 +45,11 @@ func listFileHub(t *testing.T, list string) (h *testHub, write func(list string)
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { people.Close() })
-	h = startHub(t, Config{Agents: agents, Auth: people, PublicURL: "https://hub.example.com"})
+	cfg := Config{Agents: agents, Auth: people, PublicURL: "https://hub.example.com"}
+	for _, m := range mods {
+		m(&cfg)
+	}
+	h = startHub(t, cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- agents.Watch(ctx) }()
@@ -187,7 +192,7 @@ func TestListReloadReachesEventStreams(t *testing.T) {
 		listEntry("a", ", labels: {env: dev}")+
 			listEntry("b", "")+
 			listEntry("c", ", groups: [ops]"))
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	agentC := startAgent(t, h.url, "c", fc)
 	eventually(t, 5*time.Second, "c is Ready", func() bool { return statusOf(h, "c") == hub.Ready })
 
@@ -212,7 +217,7 @@ func TestListReloadReachesEventStreams(t *testing.T) {
 	}
 	// c's agent is sent away and refused, after c left the list; the hub
 	// then forgets c's status altogether.
-	if err := agentC.wait(t, 5*time.Second); err == nil || !strings.Contains(err.Error(), "it doesn't know this name and token.") {
+	if err := agentC.Wait(t, 5*time.Second); err == nil || !strings.Contains(err.Error(), "it doesn't know this name and token.") {
 		t.Fatalf("c's agent: Run = %v, want a refusal once the list dropped it", err)
 	}
 	eventually(t, 5*time.Second, "c's agent gone and its status forgotten", func() bool {
@@ -259,16 +264,6 @@ func TestEventStreamCatchingUpRemovesWhatIsGone(t *testing.T) {
 	// The list changes without a word to the streams, and then they are
 	// told to send everything, as when more changed than a stream keeps.
 	list.Replace([]fleet.Agent{{Name: "a", TokenHashes: hash, Groups: fleet.Groups{Names: []string{"ops"}}}, {Name: "c", TokenHashes: hash, Groups: everyone}})
-	h.events.mu.Lock()
-	for s := range h.events.subs {
-		s.mu.Lock()
-		s.all = true
-		s.mu.Unlock()
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
-	}
-	h.events.mu.Unlock()
+	h.registry.ChangedAll()
 	alice.until("alice sees c alone", func() bool { return alice.names() == "c" })
 }

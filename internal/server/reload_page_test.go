@@ -19,8 +19,8 @@ import (
 // without the page being loaded again. A card whose cluster went while the
 // page had no stream goes when the stream is back.
 func TestFleetPageFollowsTheAgentsList(t *testing.T) {
-	h, write := listFileHub(t, listEntry("a", ", labels: {env: dev}")+listEntry("b", ", labels: {env: prod}"))
-	h.cfg.PublicURL = h.url // the browser opens the hub at its test address
+	// The browser opens the hub at its test address.
+	h, write := listFileHub(t, listEntry("a", ", labels: {env: dev}")+listEntry("b", ", labels: {env: prod}"), selfPublic)
 	d := driver{t, browser.New(t)}
 	cards := func() string {
 		t.Helper()

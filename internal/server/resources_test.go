@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/inventory/store"
 	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/web"
 )
 
@@ -23,7 +23,7 @@ import (
 // cluster has answered. Here the access review for cluster ops waits until
 // the reader has seen cluster open's pod.
 func TestFleetResourcesComeClusterByCluster(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	gate := make(chan struct{})
 	answerAccessReviews(t, fc, func(_, _, namespace string) bool {
 		if namespace == "late" {
@@ -101,7 +101,7 @@ func TestFleetResourcesComeClusterByCluster(t *testing.T) {
 // fleet-wide answer stops it; the query it waited on finishes, and nothing
 // is left running (the package checks for leaked goroutines at its end).
 func TestFleetResourcesReaderLeaves(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	gate := make(chan struct{})
 	asked := make(chan struct{}, 4)
 	answerAccessReviews(t, fc, func(_, _, namespace string) bool {
@@ -139,37 +139,10 @@ func TestFleetResourcesReaderLeaves(t *testing.T) {
 	}
 }
 
-// TestParseQuerySaysWhatIsWrong: each mistake in a resources query gets an
-// error that names it; a well-formed query passes.
-func TestParseQuerySaysWhatIsWrong(t *testing.T) {
-	for _, c := range []struct{ query, want string }{
-		{"", "kind is required"},
-		{"kind=nope", `kind "nope" is not one Tether keeps`},
-		{"kind=pods&namespace=Shop_Prod", `namespace "Shop_Prod" is not a Kubernetes namespace name`},
-		{"kind=pods&namespace=" + strings.Repeat("a", 64), "is not a Kubernetes namespace name"},
-		{"kind=pods&labelSelector=%3D%3D", "is not a Kubernetes label selector"},
-		{"kind=pods&ready=yes", `ready must be true or false, not "yes"`},
-		{"kind=pods&namespace=shop-prod&labelSelector=app%3Dweb&ready=true", ""},
-		{"kind=nodes", ""},
-	} {
-		r := httptest.NewRequest("GET", "/api/resources?"+c.query, nil)
-		_, err := parseQuery(r)
-		if c.want == "" {
-			if err != nil {
-				t.Errorf("%q: %v", c.query, err)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("%q: error %v, want one saying %q", c.query, err, c.want)
-		}
-	}
-}
-
 // TestNoGatewaySaysWhy: when no gateway serves a host because the inventory
 // has no gateways to look at, the answer says why.
 func TestNoGatewaySaysWhy(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	answerAccessReviews(t, fc, func(user, resource, namespace string) bool { return true })
 	h, _ := proxyHub(t, fc, "")
 	gateways := func(state protocol.KindState) string {
@@ -213,7 +186,7 @@ func TestNoGatewaySaysWhy(t *testing.T) {
 // named, and neither is the one they may list that loses to it: the answer
 // is the one for a host no gateway serves.
 func TestGatewayHiddenFromThePerson(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	answerAccessReviews(t, fc, func(user, resource, namespace string) bool { return namespace == "team-a" })
 	h, _ := proxyHub(t, fc, "")
 	main, team := res("gateways", "istio-system", "main", true), res("gateways", "team-a", "gw", true)
@@ -231,7 +204,7 @@ func TestGatewayHiddenFromThePerson(t *testing.T) {
 // TestFleetResourcesNameWhatTheyLeaveOut: a fleet-wide answer is 200 with
 // the clusters that could answer, and its trailer names those left out.
 func TestFleetResourcesNameWhatTheyLeaveOut(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	answerAccessReviews(t, fc, func(user, resource, namespace string) bool { return true })
 	h, _ := proxyHub(t, fc, "")
 	feed(t, h, h.inventory.Receiver("open"), "open", &protocol.Update{Snapshot: true, Complete: true,

@@ -45,8 +45,7 @@ func manyGroups(t *testing.T, n int) (*auth.Authenticator, string) {
 // them, and signing out clears them all.
 func TestSessionOfManyGroupsFitsInABrowser(t *testing.T) {
 	people, token := manyGroups(t, 120)
-	h := startHub(t, Config{Agents: testAgents("eu-1"), Auth: people})
-	h.cfg.PublicURL = h.url
+	h := startHub(t, Config{Agents: testAgents("eu-1"), Auth: people, PublicURL: selfURL})
 
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	form := func(path, body string, cookies []*http.Cookie) *http.Response {
@@ -111,8 +110,7 @@ func TestSessionOfManyGroupsFitsInABrowser(t *testing.T) {
 // kubeconfig, rather than send the browser round again.
 func TestSessionOfTooManyGroups(t *testing.T) {
 	people, token := manyGroups(t, 600)
-	h := startHub(t, Config{Agents: testAgents("eu-1"), Auth: people})
-	h.cfg.PublicURL = h.url
+	h := startHub(t, Config{Agents: testAgents("eu-1"), Auth: people, PublicURL: selfURL})
 	req, _ := http.NewRequest("POST", h.url+"/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", h.url)

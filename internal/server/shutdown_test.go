@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/logging"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
@@ -52,7 +53,7 @@ func serveForShutdown(t *testing.T, more ...string) (addr string, logs *syncbuf.
 // new connection and keeps its agent; once the request is done, it sends
 // the agent away to wait its share of the spread, and stops.
 func TestShutdownLetsOpenRequestsFinish(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	addr, logs, stop, served := serveForShutdown(t, "TETHER_RECONNECT_SPREAD_SECONDS", "10")
 
 	waits := make(chan time.Duration, 10)
@@ -100,7 +101,7 @@ func TestShutdownLetsOpenRequestsFinish(t *testing.T) {
 		t.Error("the agent left with a request open")
 	}
 
-	fc.release() // the API server sends the rest, and the answer ends
+	fc.Release() // the API server sends the rest, and the answer ends
 	if rest, err := io.ReadAll(body); err != nil || string(rest) != "event 2\n" {
 		t.Errorf("the rest of the open request: %q, %v", rest, err)
 	}
@@ -112,8 +113,8 @@ func TestShutdownLetsOpenRequestsFinish(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the agent wasn't sent away after the last request:\n%s", logs)
 	}
-	if !strings.Contains(a.logs.String(), "the hub is shutting down") {
-		t.Errorf("the agent's log doesn't say why it left:\n%s", a.logs)
+	if !strings.Contains(a.Logs.String(), "the hub is shutting down") {
+		t.Errorf("the agent's log doesn't say why it left:\n%s", a.Logs)
 	}
 	select {
 	case err := <-served:
@@ -131,7 +132,7 @@ func TestShutdownLetsOpenRequestsFinish(t *testing.T) {
 // what came after it left out. Serve then stops without waiting out the
 // grace.
 func TestShutdownEndsWatches(t *testing.T) {
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	addr, logs, stop, served := serveForShutdown(t)
 	a := startAgent(t, "http://"+addr, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected", a.Connected)
@@ -170,7 +171,7 @@ func TestShutdownEndsWatches(t *testing.T) {
 			t.Errorf("%s between events: %q, %v; want its clean end at once", name, rest, err)
 		}
 	}
-	fc.release() // the rest of event 2, and event 3
+	fc.Release() // the rest of event 2, and event 3
 	if rest, err := io.ReadAll(split); err != nil || string(rest) != `{"type":"ADDED",`+`"n":2}`+"\n" {
 		t.Errorf("a watch in an event: %q, %v; want the event's rest and a clean end", rest, err)
 	}

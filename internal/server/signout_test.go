@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/web"
 )
 
@@ -16,9 +17,8 @@ import (
 // live events in another tab stop; and a kubeconfig downloaded in the
 // session still works, since kubectl is not the page.
 func TestSignOutEndsTheSession(t *testing.T) {
-	fc := newFakeCluster(t)
-	h, _ := proxyHub(t, fc, "", func(c *Config) { c.EventsKeepAlive = 50 * time.Millisecond })
-	h.cfg.PublicURL = h.url
+	fc := fakecluster.New(t)
+	h, _ := proxyHub(t, fc, "", func(c *Config) { c.EventsKeepAlive = 50 * time.Millisecond }, selfPublic)
 	cookie := func(value string) http.Header {
 		return http.Header{"Cookie": {web.SessionCookie + "=" + value}, "Origin": {h.url}}
 	}

@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
 // TestStreamsPerAgentBound: once people's requests hold MaxStreamsPerAgent
@@ -22,7 +21,7 @@ import (
 // Ready; and the streams come back as the requests end (issue 33, item 2).
 func TestStreamsPerAgentBound(t *testing.T) {
 	const limit = 4
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h, audit := proxyHub(t, fc, "tether:", func(c *Config) { c.MaxStreamsPerAgent = limit })
 	eventually(t, 5*time.Second, "open is Ready", func() bool { return statusOf(h, "open") == hub.Ready })
 
@@ -31,9 +30,9 @@ func TestStreamsPerAgentBound(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	watches := make(chan *http.Response, limit)
-	for tries := 0; fc.watching.Load() < limit; tries++ {
+	for tries := 0; fc.Watching.Load() < limit; tries++ {
 		if tries == 100 {
-			t.Fatalf("%d watches open after 100 tries, want %d", fc.watching.Load(), limit)
+			t.Fatalf("%d watches open after 100 tries, want %d", fc.Watching.Load(), limit)
 		}
 		req, _ := http.NewRequestWithContext(ctx, "GET", h.url+"/clusters/open/watch", nil)
 		req.Header.Set("Authorization", "Bearer "+aliceToken)
@@ -49,7 +48,7 @@ func TestStreamsPerAgentBound(t *testing.T) {
 		default:
 			t.Fatalf("alice's watch: %s", resp.Status)
 		}
-		eventually(t, 5*time.Second, "the watch at the API server", func() bool { return fc.watching.Load() == int32(len(watches)) })
+		eventually(t, 5*time.Second, "the watch at the API server", func() bool { return fc.Watching.Load() == int32(len(watches)) })
 	}
 	defer func() {
 		cancel()
@@ -57,7 +56,7 @@ func TestStreamsPerAgentBound(t *testing.T) {
 			(<-watches).Body.Close()
 		}
 	}()
-	probesBefore := slices.Collect(maps.Keys(fc.connsFor("/readyz")))
+	probesBefore := slices.Collect(maps.Keys(fc.ConnsFor("/readyz")))
 
 	// Bob's request finds none left.
 	code, body, header := call(t, "GET", h.url+"/clusters/open/api/v1/namespaces", bobToken, nil)
@@ -72,7 +71,7 @@ func TestStreamsPerAgentBound(t *testing.T) {
 		!strings.Contains(st.Message, "TETHER_MAX_STREAMS_PER_AGENT") || !strings.Contains(st.Message, "4 requests") {
 		t.Errorf("past the bound: %s, want a Status naming TETHER_MAX_STREAMS_PER_AGENT and its 4", body)
 	}
-	if got := testutil.ToFloat64(h.metrics.streamsRefused.WithLabelValues("open")); got < 1 {
+	if got := h.value("tether_streams_refused_total", "open"); got < 1 {
 		t.Errorf("tether_streams_refused_total{cluster=open} = %v, want at least 1", got)
 	}
 	eventually(t, 5*time.Second, "bob's 429 in the audit", func() bool {
@@ -94,9 +93,9 @@ func TestStreamsPerAgentBound(t *testing.T) {
 
 	// The probes' kept connection goes: the next probe needs a stream of
 	// its own, with the people at their bound.
-	h.connected("open").hubTransport().CloseIdleConnections()
+	h.registry.CloseIdle("open")
 	eventually(t, 10*time.Second, "a probe on a new connection", func() bool {
-		for k := range fc.connsFor("/readyz") {
+		for k := range fc.ConnsFor("/readyz") {
 			if !slices.Contains(probesBefore, k) {
 				return true
 			}
@@ -109,7 +108,7 @@ func TestStreamsPerAgentBound(t *testing.T) {
 
 	// The watches end, and their streams are given back.
 	cancel()
-	eventually(t, 5*time.Second, "the watches end at the API server", func() bool { return fc.watching.Load() == 0 })
+	eventually(t, 5*time.Second, "the watches end at the API server", func() bool { return fc.Watching.Load() == 0 })
 	eventually(t, 5*time.Second, "bob gets through", func() bool {
 		code, _, _ := call(t, "GET", h.url+"/clusters/open/api/v1/namespaces", bobToken, nil)
 		return code == http.StatusOK

@@ -15,11 +15,11 @@ import (
 	"github.com/tetherhq/tether/internal/inventory/store"
 )
 
-// web holds the fleet and cluster pages: server-rendered HTML with a little plain
+// assets holds the fleet and cluster pages: server-rendered HTML with a little plain
 // JavaScript that keeps it live. Nothing to build, nothing from a CDN.
 //
 //go:embed web
-var web embed.FS
+var assets embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"labels": func(m map[string]string) string {
@@ -46,7 +46,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"nodes":        nodesFact,
 	"podsNotReady": podsFact,
 	"apps":         appsFact,
-}).ParseFS(web, "web/*.html"))
+}).ParseFS(assets, "web/*.html"))
 
 // fact is one number of a card's summary as the page shows it: an icon, so
 // that status reads by more than colour, and a text. fleet.js renders the
@@ -100,7 +100,7 @@ func countFact(n int) fact {
 // StaticFiles serves the page's CSS and JavaScript, and nothing else of
 // web/: no listing, and not the templates.
 func StaticFiles() http.Handler {
-	sub, _ := fs.Sub(web, "web")
+	sub, _ := fs.Sub(assets, "web")
 	files := http.FileServerFS(sub)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch path.Ext(r.URL.Path) {

@@ -137,3 +137,29 @@ func (wb *Web) ClustersChanged(c fleet.Change) {
 // it as it stops taking requests, so that none holds it for the whole
 // grace. EventSource connects again, to the next hub, on its own.
 func (wb *Web) EndStreams() { wb.stop() }
+
+// ValidBasePath says whether p is a base path the hub's routes can sit
+// under: "/", or segments of URL-safe characters, each one at least one
+// long, with a trailing "/" or not. Anything else (spaces, braces, empty
+// segments) would make the router's patterns invalid, or mean another path.
+func ValidBasePath(p string) bool {
+	if p == "/" {
+		return true
+	}
+	rest, ok := strings.CutPrefix(p, "/")
+	if !ok {
+		return false
+	}
+	rest = strings.TrimSuffix(rest, "/")
+	for seg := range strings.SplitSeq(rest, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return false
+		}
+		for _, r := range seg {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-._~", r)) {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,7 +1,6 @@
-package server
+package hub
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/gather"
-	"github.com/tetherhq/tether/internal/hub"
 )
 
 // apiServer is a TLS server for the tests of the transport to API servers that counts the
@@ -70,7 +68,7 @@ func (s *apiServer) dialer() func(context.Context) (net.Conn, error) {
 
 func (s *apiServer) get(t *testing.T, c http.RoundTripper, path string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest("GET", "https://"+hub.APIServerName+path, nil)
+	req, err := http.NewRequest("GET", "https://"+APIServerName+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +108,7 @@ func TestTransportReusesAConnection(t *testing.T) {
 			t.Errorf("GET %s: %d %q, want %q", path, code, body, want)
 		}
 	}
-	req, _ := http.NewRequest("HEAD", "https://"+hub.APIServerName+"/head", nil)
+	req, _ := http.NewRequest("HEAD", "https://"+APIServerName+"/head", nil)
 	resp, err := c.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +181,7 @@ func TestTransportSendsAgainOnAClosedKeptConnection(t *testing.T) {
 		conn.Close()
 	})
 	c = fails.transport(t, time.Minute)
-	req, _ := http.NewRequest("GET", "https://"+hub.APIServerName+"/", nil)
+	req, _ := http.NewRequest("GET", "https://"+APIServerName+"/", nil)
 	if _, err := c.RoundTrip(req); err == nil {
 		t.Fatal("no error from an API server that closed the connection")
 	}
@@ -212,7 +210,7 @@ func TestTransportDoesNotReuseAConnectionCutShort(t *testing.T) {
 	// never end), so the connection can't be used again. Whether some of
 	// the rest had come or not.
 	for _, path := range []string{"/", "/half"} {
-		req, _ := http.NewRequest("GET", "https://"+hub.APIServerName+path, nil)
+		req, _ := http.NewRequest("GET", "https://"+APIServerName+path, nil)
 		resp, err := c.RoundTrip(req)
 		if err != nil {
 			t.Fatal(err)
@@ -249,7 +247,7 @@ func TestTransportRequestEndClosesTheConnection(t *testing.T) {
 	// Waiting for the answer's head.
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+hub.APIServerName+"/slow", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+APIServerName+"/slow", nil)
 	if _, err := c.RoundTrip(req); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("a request whose context ended: %v, want %v", err, context.DeadlineExceeded)
 	}
@@ -257,7 +255,7 @@ func TestTransportRequestEndClosesTheConnection(t *testing.T) {
 
 	// Reading a watch.
 	ctx, cancel = context.WithCancel(t.Context())
-	req, _ = http.NewRequestWithContext(ctx, "GET", "https://"+hub.APIServerName+"/watch", nil)
+	req, _ = http.NewRequestWithContext(ctx, "GET", "https://"+APIServerName+"/watch", nil)
 	resp, err := c.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
@@ -293,7 +291,7 @@ func TestTransportPassesInformationalAnswersOn(t *testing.T) {
 		got = append(got, h.Get("Link"))
 		return nil
 	}}
-	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "GET", "https://"+hub.APIServerName+"/", nil)
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(t.Context(), trace), "GET", "https://"+APIServerName+"/", nil)
 	resp, err := c.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
@@ -364,74 +362,5 @@ func TestTransportDropsAnAnswerNoOneAskedFor(t *testing.T) {
 	<-closed
 	if _, body := s.get(t, c, "/second"); body != "fresh" {
 		t.Errorf("the second request got %q, an answer sent for no request; want %q", body, "fresh")
-	}
-}
-
-// TestAStrayAnswerNeverReachesAnotherPerson: the API server answers
-// alice's request, then sends an answer no one asked for on the connection
-// the hub would keep for the next request. Bob's request, next, gets its
-// own answer. The stray comes once the connection is idle, and in the same
-// write (one TLS record) as alice's answer.
-func TestAStrayAnswerNeverReachesAnotherPerson(t *testing.T) {
-	fc := newFakeCluster(t)
-	const first = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst"
-	const stray = "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray"
-	sendStray := make(chan struct{})    // alice has her answer
-	strayGone := make(chan struct{}, 1) // the hub closed the connection with the stray
-	mux := fc.srv.Config.Handler.(*http.ServeMux)
-	mux.HandleFunc("/later", func(w http.ResponseWriter, r *http.Request) {
-		conn, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer conn.Close()
-		io.WriteString(conn, first)
-		<-sendStray
-		io.WriteString(conn, stray)
-		answerOnUntilClosed(brw.Reader, conn)
-		strayGone <- struct{}{}
-	})
-	mux.HandleFunc("/with", func(w http.ResponseWriter, r *http.Request) {
-		conn, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer conn.Close()
-		io.WriteString(conn, first+stray)
-		answerOnUntilClosed(brw.Reader, conn)
-	})
-	mux.HandleFunc("/next", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "fresh") })
-	h, _ := proxyHub(t, fc, "")
-
-	// Once the connection is idle: the hub closes it as the stray comes.
-	if code, body, _ := call(t, "GET", h.url+"/clusters/open/later", aliceToken, nil); code != 200 || body != "first" {
-		t.Fatalf("alice: %d %q, want 200 \"first\"", code, body)
-	}
-	close(sendStray)
-	<-strayGone
-	if code, body, _ := call(t, "GET", h.url+"/clusters/open/next", bobToken, nil); body != "fresh" {
-		t.Errorf("bob, after a stray answer on an idle connection: %d %q, want his own answer \"fresh\"", code, body)
-	}
-
-	// With alice's answer, read ahead along with it.
-	if code, body, _ := call(t, "GET", h.url+"/clusters/open/with", aliceToken, nil); code != 200 || body != "first" {
-		t.Fatalf("alice: %d %q, want 200 \"first\"", code, body)
-	}
-	if code, body, _ := call(t, "GET", h.url+"/clusters/open/next", bobToken, nil); body != "fresh" {
-		t.Errorf("bob, after a stray answer sent with alice's: %d %q, want his own answer \"fresh\"", code, body)
-	}
-}
-
-// answerOnUntilClosed answers each request that comes on a connection
-// after a stray answer with "later", until the connection closes: a
-// request that got the stray instead goes on to be answered.
-func answerOnUntilClosed(r *bufio.Reader, w io.Writer) {
-	for {
-		if _, err := http.ReadRequest(r); err != nil {
-			return
-		}
-		io.WriteString(w, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nlater")
 	}
 }

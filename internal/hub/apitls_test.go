@@ -1,4 +1,4 @@
-package server
+package hub
 
 import (
 	"crypto/ecdsa"
@@ -12,8 +12,6 @@ import (
 	"regexp"
 	"testing"
 	"time"
-
-	"github.com/tetherhq/tether/internal/hub"
 )
 
 // issuer signs test certificates from templates, as a CA or an
@@ -124,7 +122,7 @@ func TestAPIServerCertificateCheckedAsCryptoTLSWould(t *testing.T) {
 	ca := issue(t, nil, caTemplate("cluster CA"))
 	other := issue(t, nil, caTemplate("another CA"))
 	inter := issue(t, ca, caTemplate("intermediate"))
-	notCA := issue(t, ca, leafTemplate(nil, hub.APIServerName)) // a leaf, used to sign below
+	notCA := issue(t, ca, leafTemplate(nil, APIServerName)) // a leaf, used to sign below
 	leaf := func(by *issuer, change func(*x509.Certificate), hosts ...string) *issuer {
 		return issue(t, by, leafTemplate(change, hosts...))
 	}
@@ -134,24 +132,24 @@ func TestAPIServerCertificateCheckedAsCryptoTLSWould(t *testing.T) {
 		serverName string
 		ok         bool
 	}{
-		{"signed by the CA", []*issuer{leaf(ca, nil, hub.APIServerName)}, hub.APIServerName, true},
-		{"signed by another CA", []*issuer{leaf(other, nil, hub.APIServerName)}, hub.APIServerName, false},
-		{"for another name", []*issuer{leaf(ca, nil, "example.com")}, hub.APIServerName, false},
-		{"expired", []*issuer{leaf(ca, func(c *x509.Certificate) { c.NotAfter = time.Now().Add(-time.Minute) }, hub.APIServerName)}, hub.APIServerName, false},
-		{"not valid yet", []*issuer{leaf(ca, func(c *x509.Certificate) { c.NotBefore = time.Now().Add(time.Hour) }, hub.APIServerName)}, hub.APIServerName, false},
-		{"for clients only", []*issuer{leaf(ca, func(c *x509.Certificate) { c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth} }, hub.APIServerName)}, hub.APIServerName, false},
-		{"through an intermediate it sends", []*issuer{leaf(inter, nil, hub.APIServerName), inter}, hub.APIServerName, true},
-		{"through an intermediate it doesn't send", []*issuer{leaf(inter, nil, hub.APIServerName)}, hub.APIServerName, false},
-		{"signed by a certificate that is no CA", []*issuer{leaf(notCA, nil, hub.APIServerName), notCA}, hub.APIServerName, false},
-		{"the CA itself", []*issuer{ca}, hub.APIServerName, false},
+		{"signed by the CA", []*issuer{leaf(ca, nil, APIServerName)}, APIServerName, true},
+		{"signed by another CA", []*issuer{leaf(other, nil, APIServerName)}, APIServerName, false},
+		{"for another name", []*issuer{leaf(ca, nil, "example.com")}, APIServerName, false},
+		{"expired", []*issuer{leaf(ca, func(c *x509.Certificate) { c.NotAfter = time.Now().Add(-time.Minute) }, APIServerName)}, APIServerName, false},
+		{"not valid yet", []*issuer{leaf(ca, func(c *x509.Certificate) { c.NotBefore = time.Now().Add(time.Hour) }, APIServerName)}, APIServerName, false},
+		{"for clients only", []*issuer{leaf(ca, func(c *x509.Certificate) { c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth} }, APIServerName)}, APIServerName, false},
+		{"through an intermediate it sends", []*issuer{leaf(inter, nil, APIServerName), inter}, APIServerName, true},
+		{"through an intermediate it doesn't send", []*issuer{leaf(inter, nil, APIServerName)}, APIServerName, false},
+		{"signed by a certificate that is no CA", []*issuer{leaf(notCA, nil, APIServerName), notCA}, APIServerName, false},
+		{"the CA itself", []*issuer{ca}, APIServerName, false},
 		{"for an IP address", []*issuer{leaf(ca, nil, "127.0.0.1")}, "127.0.0.1", true},
-		{"for a name, reached by IP address", []*issuer{leaf(ca, nil, hub.APIServerName)}, "127.0.0.1", false},
+		{"for a name, reached by IP address", []*issuer{leaf(ca, nil, APIServerName)}, "127.0.0.1", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			roots := x509.NewCertPool()
 			roots.AddCert(ca.cert)
 			theirs := handshake(t, tc.chain, &tls.Config{RootCAs: roots, ServerName: tc.serverName})
-			c := &agentConn{name: "c", ca: [][]byte{ca.cert.Raw}, hub: &Hub{cfg: Config{Direct: map[string]hub.DirectServer{"c": {ServerName: tc.serverName}}}}}
+			c := &agentConn{name: "c", ca: [][]byte{ca.cert.Raw}, hub: &Hub{cfg: Config{Direct: map[string]DirectServer{"c": {ServerName: tc.serverName}}}}}
 			ours := handshake(t, tc.chain, c.apiTLSConfig())
 			if (theirs == nil) != tc.ok {
 				t.Fatalf("crypto/tls's own check: %v; the test expects ok=%v", theirs, tc.ok)
