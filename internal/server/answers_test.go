@@ -2,88 +2,16 @@ package server
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/internal/agent"
-	"github.com/tetherhq/tether/internal/testutil/connectproxy"
 	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
-
-// recordWaits makes the agent report each wait on a channel instead of
-// sleeping.
-func recordWaits(waits chan time.Duration) func(*agent.Config) {
-	return func(c *agent.Config) {
-		c.Sleep = func(ctx context.Context, d time.Duration) error {
-			select {
-			case waits <- d:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-	}
-}
-
-func TestAgentHonoursRetryAfterAndReportsOtherAnswers(t *testing.T) {
-	fc := fakecluster.New(t)
-	tests := []struct {
-		name     string
-		handler  http.HandlerFunc
-		wantLog  string
-		wantWait time.Duration // 0: any backoff wait
-	}{
-		{"overloaded", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Retry-After", "7")
-			http.Error(w, "busy", http.StatusServiceUnavailable)
-		}, "it answered 503 Service Unavailable", 7 * time.Second},
-		{"login page", func(w http.ResponseWriter, r *http.Request) {
-			http.Redirect(w, r, "https://login.example.com/", http.StatusFound)
-		}, "it answered 302 Found, redirecting to https://login.example.com/", 0},
-		{"broken proxy", func(w http.ResponseWriter, r *http.Request) {
-			http.Error(w, "bad gateway", http.StatusBadGateway)
-		}, "it answered 502 Bad Gateway", 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			srv := httptest.NewServer(tt.handler)
-			defer srv.Close()
-			waits := make(chan time.Duration)
-			a := startAgent(t, srv.URL, "eu-1", fc, recordWaits(waits))
-			d := <-waits
-			if tt.wantWait != 0 && d != tt.wantWait {
-				t.Errorf("waited %s, want the %s the hub asked for", d, tt.wantWait)
-			}
-			if tt.wantWait == 0 && (d < 800*time.Millisecond || d > 1200*time.Millisecond) {
-				t.Errorf("waited %s, want the first backoff step", d)
-			}
-			want := "Can't reach the hub at " + srv.URL + ": " + tt.wantLog
-			if !strings.Contains(a.Logs.String(), want) {
-				t.Errorf("the agent's log lacks %q:\n%s", want, a.Logs)
-			}
-			a.Stop(t)
-		})
-	}
-}
-
-func TestAgentConnectsThroughItsProxy(t *testing.T) {
-	fc := fakecluster.New(t)
-	h := startHub(t, Config{Agents: testAgents("eu-1")})
-	proxy := connectproxy.Start(t)
-	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.Proxy = http.ProxyURL(proxy.URL) })
-	eventually(t, 5*time.Second, "connected through the proxy", a.Connected)
-	if proxy.Tunnelled() == 0 {
-		t.Fatal("the agent connected without its proxy")
-	}
-	a.Stop(t)
-}
 
 func TestBasePath(t *testing.T) {
 	fc := fakecluster.New(t)

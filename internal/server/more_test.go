@@ -69,57 +69,6 @@ func TestRemovedAgentsAreDisconnectedTogether(t *testing.T) {
 	}
 }
 
-func TestAgentChecksTheHubCertificate(t *testing.T) {
-	fc := fakecluster.New(t)
-	hubCA, err := pki.NewCA("hub CA", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := hubCA.IssueTLS(pki.Leaf{CommonName: "hub", Hosts: []string{"127.0.0.1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := startTLSHub(t, Config{Agents: testAgents("eu-1")}, cert)
-	caFile := filepath.Join(t.TempDir(), "hub-ca.pem")
-	if err := os.WriteFile(caFile, hubCA.CertPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	trusting := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.HubCAFile = caFile })
-	eventually(t, 5*time.Second, "an agent that trusts the hub's CA connects", trusting.Connected)
-	if strings.Contains(trusting.Logs.String(), "plain http") {
-		t.Error("an https hub got the plain-http warning")
-	}
-	trusting.Stop(t)
-
-	// The system roots don't vouch for the test CA: the agent must not
-	// connect, and must keep trying (a TLS error is no refusal).
-	doubting := startAgent(t, h.url, "eu-1", fc)
-	eventually(t, 5*time.Second, "the agent reports the bad certificate", func() bool {
-		return strings.Contains(doubting.Logs.String(), "Can't reach the hub at "+h.url+": tls: failed to verify certificate")
-	})
-	if !strings.Contains(doubting.Logs.String(), "needs that CA in TETHER_HUB_CA") {
-		t.Errorf("the certificate error doesn't say what to set:\n%s", doubting.Logs)
-	}
-	// It keeps trying: a second attempt fails as the first did, and the
-	// agent still runs.
-	eventually(t, 10*time.Second, "the agent tries again", func() bool {
-		select {
-		case <-doubting.Done():
-			t.Fatalf("the agent stopped: %v", doubting.Err())
-		default:
-		}
-		return strings.Count(doubting.Logs.String(), "Can't reach the hub at "+h.url+": tls: failed to verify certificate") >= 2
-	})
-	if doubting.Connected() {
-		t.Fatal("connected to a hub whose certificate it can't check")
-	}
-	select {
-	case <-doubting.Done():
-		t.Fatalf("the agent stopped: %v", doubting.Err())
-	default:
-	}
-}
-
 func TestOptionsFromEnv(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	users := "- name: alice\n  token: 0123456789abcdef0123456789abcdef\n"
@@ -270,20 +219,5 @@ func TestCertReloader(t *testing.T) {
 	}
 	if _, err := newCertReloader(certFile, keyFile, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "TETHER_TLS_CERT_FILE and TETHER_TLS_KEY_FILE must be a PEM certificate and its key") {
 		t.Errorf("a bad pair at start: %v", err)
-	}
-}
-
-// TestAgentOnAWrongPathIsToldWhatToCheck: a TETHER_HUB_URL with a path the
-// hub doesn't serve (a base path it hasn't, /api/agent given twice) gets a
-// 404, which the agent logs with what to check, and keeps trying.
-func TestAgentOnAWrongPathIsToldWhatToCheck(t *testing.T) {
-	fc := fakecluster.New(t)
-	h := startHub(t, Config{Agents: testAgents("eu-1")})
-	a := startAgent(t, h.url+"/api/agent", "eu-1", fc)
-	eventually(t, 5*time.Second, "the agent logs the 404", func() bool {
-		return strings.Contains(a.Logs.String(), "it answered 404 Not Found (is TETHER_HUB_URL the hub's address")
-	})
-	if a.Connected() {
-		t.Fatal("connected on a path the hub doesn't serve")
 	}
 }
