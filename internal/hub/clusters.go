@@ -29,7 +29,7 @@ type Upstream interface {
 	// the cluster's CA, and follows no redirects. A request whose context
 	// is OwnRequest's goes on the hub's own streams.
 	RoundTrip(*http.Request) (*http.Response, error)
-	// Context is done when the connection has ended.
+	// Context is done once the connection is ending.
 	Context() context.Context
 }
 

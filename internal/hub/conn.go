@@ -91,8 +91,8 @@ type agentConn struct {
 	// end it brings (the agent closing, as asked) is recorded as that.
 	leaving atomic.Pointer[error]
 
-	// ctx is done once the connection has ended (finish): the probes
-	// stop, and what people's side keeps of it is dropped.
+	// ctx is done once the connection is ending (end), as done is: the
+	// probes stop, and what people's side keeps of it is dropped.
 	ctx    context.Context
 	cancel context.CancelFunc
 	// Set by serveConn before the control stream is read, used by finish.
@@ -238,6 +238,9 @@ func (c *agentConn) endClosing(err error, code int, reason string) {
 			c.why = *l
 		}
 		close(c.done)
+		if c.cancel != nil {
+			c.cancel()
+		}
 	})
 	if code == 1000 && reason == "" {
 		c.sess.Close()
