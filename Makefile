@@ -33,16 +33,16 @@ FUZZ_TARGETS = \
 	./internal/inventory/watch:FuzzSummarize \
 	./internal/inventory/watch:FuzzFollowWatch \
 	./internal/hub:FuzzAgentUpgradeHeaders \
-	./internal/hub:FuzzRewrite \
-	./internal/hub:FuzzRewritePath \
-	./internal/hub:FuzzRedirect \
-	./internal/hub:FuzzBasePath \
 	./internal/hub:FuzzCheckHello \
 	./internal/hub:FuzzParseCA \
-	./internal/hub:FuzzParseQuery \
-	./internal/hub:FuzzWatchBody \
-	./internal/hub:FuzzAuditLine \
-	./internal/hub:FuzzReturnTo \
+	./internal/kubeproxy:FuzzRewrite \
+	./internal/kubeproxy:FuzzRewritePath \
+	./internal/kubeproxy:FuzzRedirect \
+	./internal/kubeproxy:FuzzWatchBody \
+	./internal/kubeproxy:FuzzAuditLine \
+	./internal/web:FuzzParseQuery \
+	./internal/web:FuzzReturnTo \
+	./internal/server:FuzzBasePath \
 	./internal/tunnel:FuzzSession \
 	./internal/tunnel:FuzzWebSocket \
 	./internal/tunnel:FuzzHandshake

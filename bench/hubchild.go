@@ -17,7 +17,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/server"
 )
 
 // hubStats is what a hub child reports about itself, after a GC and
@@ -61,7 +61,7 @@ func hubChild(ctx context.Context, args []string) error {
 		// 512 KiB: BENCH_MEMPROFILERATE=1.
 		runtime.MemProfileRate = r
 	}
-	opts, err := hub.OptionsFromEnv(os.Getenv, true)
+	opts, err := server.OptionsFromEnv(os.Getenv, true)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func hubChild(ctx context.Context, args []string) error {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	go http.Serve(ln, mux)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	return hub.Serve(ctx, opts, log, func(a net.Addr) {
+	return server.Serve(ctx, opts, log, func(a net.Addr) {
 		fmt.Printf("READY %s %s\n", a, ln.Addr())
 	})
 }

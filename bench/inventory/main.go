@@ -31,15 +31,16 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tetherhq/tether/internal/auth"
-	"github.com/tetherhq/tether/internal/fleet"
-	"github.com/tetherhq/tether/internal/hub"
-	"github.com/tetherhq/tether/internal/listfile"
-	"github.com/tetherhq/tether/internal/localkube"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+
+	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
+	"github.com/tetherhq/tether/internal/localkube"
+	"github.com/tetherhq/tether/internal/server"
 )
 
 // Result is what one run measured; the JSON goes to -out.
@@ -198,7 +199,7 @@ func serveHub(ctx context.Context, ln net.Listener, agentToken, personToken stri
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		hub.Serve(ctx, hub.Options{
+		server.Serve(ctx, server.Options{
 			Listener: ln, Addr: ln.Addr().String(), PublicURL: pub, BasePath: "/",
 			Heartbeat: 30 * time.Second, ReconnectSpread: time.Second, ShutdownGrace: time.Second,
 			AuditFile: os.DevNull,

@@ -30,9 +30,9 @@ import (
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
-	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/pki"
+	"github.com/tetherhq/tether/internal/server"
 )
 
 const (
@@ -103,7 +103,7 @@ func run(ctx context.Context, s settings, out io.Writer) error {
 		return err
 	}
 	defer people.Close()
-	h, err := hub.New(hub.Config{Agents: fleet.New(list), Auth: people, Heartbeat: 2 * time.Second, ProbeInterval: 2 * time.Second, IdleTimeout: 5 * time.Second})
+	h, err := server.New(server.Config{Agents: fleet.New(list), Auth: people, Heartbeat: 2 * time.Second, ProbeInterval: 2 * time.Second, IdleTimeout: 5 * time.Second})
 	if err != nil {
 		return err
 	}

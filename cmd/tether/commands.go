@@ -14,10 +14,10 @@ import (
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/dev"
 	"github.com/tetherhq/tether/internal/fleet"
-	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/logging"
 	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/server"
 	"github.com/tetherhq/tether/internal/version"
 )
 
@@ -25,7 +25,7 @@ func runHub(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := noArgs("hub", args); err != nil {
 		return err
 	}
-	opts, err := hub.OptionsFromEnv(os.Getenv, true)
+	opts, err := server.OptionsFromEnv(os.Getenv, true)
 	if err != nil {
 		return err
 	}
@@ -33,7 +33,7 @@ func runHub(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return hub.Serve(ctx, opts, log, nil)
+	return server.Serve(ctx, opts, log, nil)
 }
 
 func runAgent(ctx context.Context, args []string, stderr io.Writer) error {

@@ -28,10 +28,10 @@ import (
 	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
-	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/localkube"
 	"github.com/tetherhq/tether/internal/pki"
+	"github.com/tetherhq/tether/internal/server"
 )
 
 // ClusterName is the local cluster's name in the hub.
@@ -78,7 +78,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("the hub can't listen on %s: %w (is another tether dev running? choose another with --addr)", cfg.Addr, err)
 	}
-	defer ln.Close() // hub.Serve closes it too, once it has it
+	defer ln.Close() // server.Serve closes it too, once it has it
 	// With port 0 the kernel picks one: the hub's URL, the kubeconfig and
 	// the agent need the port it picked.
 	cfg.Addr = ln.Addr().String()
@@ -125,8 +125,8 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	hubURL := &url.URL{Scheme: "https", Host: cfg.Addr}
-	opts := hub.Options{
-		Listener:        ln, // hub.Serve closes it
+	opts := server.Options{
+		Listener:        ln, // server.Serve closes it
 		Addr:            cfg.Addr,
 		PublicURL:       hubURL,
 		BasePath:        "/",
@@ -186,7 +186,7 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		errs <- hub.Serve(ctx, opts, log.With("component", "hub"), func(net.Addr) { close(listening) })
+		errs <- server.Serve(ctx, opts, log.With("component", "hub"), func(net.Addr) { close(listening) })
 	}()
 	select {
 	case <-listening:

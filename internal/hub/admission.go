@@ -24,13 +24,13 @@ type admission struct {
 	pending int        // agents admitted and neither welcomed nor refused yet
 }
 
-// minAdmitRate is the pace for a small fleet: a restart of a hub with a
+// MinAdmitRate is the pace for a small fleet: a restart of a hub with a
 // few hundred agents should not make any of them wait.
-const minAdmitRate = 100
+const MinAdmitRate = 100
 
 // admitRate is the most agents admitted in one second, for a fleet of
 // listed agents.
-func admitRate(listed int) int { return max(minAdmitRate, listed/20) }
+func admitRate(listed int) int { return max(MinAdmitRate, listed/20) }
 
 // admit reports whether one more agent may connect at now; if it may, the
 // caller must end its place with welcomed or giveBack.

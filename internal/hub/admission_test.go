@@ -9,9 +9,9 @@ func TestAdmissionPace(t *testing.T) {
 	for _, tc := range []struct {
 		listed, rate int
 	}{
-		{0, minAdmitRate},
-		{500, minAdmitRate},
-		{2000, minAdmitRate},
+		{0, MinAdmitRate},
+		{500, MinAdmitRate},
+		{2000, MinAdmitRate},
 		{10000, 500},
 		{100000, 5000},
 	} {

@@ -20,9 +20,9 @@ import (
 // serveAgent admits an agent: it checks the name and token on the upgrade
 // request, upgrades, reads the hello, and registers the connection, which
 // h.conns counts until it is finished.
-func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
+func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request, own bool) {
 	name := r.Header.Get(protocol.AgentHeader)
-	if h.cfg.Agents == nil || h.cfg.OwnAgentsOnly && !isOwnAgent(r.Context()) {
+	if h.cfg.Agents == nil || h.cfg.OwnAgentsOnly && !own {
 		h.metrics.connects.WithLabelValues("no_agents_list").Inc()
 		http.Error(w, "This hub takes no agents: it has no agents list (TETHER_FLEET_AGENTS or TETHER_FLEET_AGENTS_FILE).", http.StatusForbidden)
 		return
@@ -73,7 +73,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 		h.metrics.connects.WithLabelValues("bad_hello").Inc()
 		// Rate-limited like refusals: whoever holds a token can send
 		// garbage as fast as they like.
-		if suppressed, ok := h.refusals.allow("hello\x00" + name + "\x00" + hostOf(r.RemoteAddr)); ok {
+		if suppressed, ok := h.refusals.Allow("hello\x00" + name + "\x00" + hostOf(r.RemoteAddr)); ok {
 			h.log.Warn(fmt.Sprintf("The agent of %q failed its hello: %v", name, err), "agent", name, "remote", r.RemoteAddr, "suppressed", suppressed)
 		}
 		sess.Close()
@@ -95,6 +95,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request) {
 	handedOn = true
 	go func() {
 		if !h.serveConn(c) {
+			c.cancel()
 			sess.Close()
 			h.conns.Done()
 		}
@@ -156,6 +157,7 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent, to
 		since:        time.Now(),
 		done:         make(chan struct{}),
 	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.lastHeard.Store(time.Now().UnixNano())
 
 	h.mu.Lock()
@@ -206,7 +208,7 @@ func (h *Hub) logRefusal(name, remote, why string) {
 	if len(name) > 253 {
 		name = name[:253] + "…"
 	}
-	if suppressed, ok := h.refusals.allow(name + "\x00" + host); ok {
+	if suppressed, ok := h.refusals.Allow(name + "\x00" + host); ok {
 		h.log.Warn(fmt.Sprintf("An agent was refused: %q, %s", name, why), "agent", name, "remote", remote, "suppressed", suppressed)
 	}
 }
@@ -218,3 +220,11 @@ func hostOf(remote string) string {
 	}
 	return remote
 }
+
+// ServeAgent takes an agent's WebSocket at <base>/api/agent.
+func (h *Hub) ServeAgent(w http.ResponseWriter, r *http.Request) { h.serveAgent(w, r, false) }
+
+// ServeOwnAgent takes the WebSocket of one of the hub's own agents, for a
+// cluster it reaches itself (Config.Direct), which it admits even when
+// OwnAgentsOnly refuses every other agent.
+func (h *Hub) ServeOwnAgent(w http.ResponseWriter, r *http.Request) { h.serveAgent(w, r, true) }

@@ -91,8 +91,11 @@ type agentConn struct {
 	// end it brings (the agent closing, as asked) is recorded as that.
 	leaving atomic.Pointer[error]
 
+	// ctx is done once the connection is ending (end), as done is: the
+	// probes stop, and what people's side keeps of it is dropped.
+	ctx    context.Context
+	cancel context.CancelFunc
 	// Set by serveConn before the control stream is read, used by finish.
-	cancel            context.CancelFunc
 	heartbeat, probes *timerLoop
 
 	ctlMu   sync.Mutex // guards the following
@@ -131,9 +134,6 @@ func (h *Hub) serveConn(c *agentConn) bool {
 	}
 	prev := h.agents[c.name]
 	h.agents[c.name] = c
-	// What the connection before answered about people's access is its
-	// own: this one may be an impostor's, or the other was.
-	h.access.connected(c.name, c)
 	if prev == nil {
 		// A takeover keeps the cluster's one slot: the gauge counts
 		// clusters with an agent, never two for one.
@@ -178,11 +178,9 @@ func (h *Hub) serveConn(c *agentConn) bool {
 	// (decision 012); the inventory stream, while the agent has it open,
 	// has one of its own. Heartbeats and probes run on timers
 	// (docs/decisions/008-performance.md).
-	var ctx context.Context
-	ctx, c.cancel = context.WithCancel(context.Background())
 	c.sess.Handle(c.agentStream)
 	c.heartbeat = c.startHeartbeat()
-	c.probes = h.startProbes(ctx, c)
+	c.probes = h.startProbes(c.ctx, c)
 	if !tunnel.OnReadable(c.ctl, c.controlReadable) {
 		go h.finish(c, errors.New("the control stream is not a tunnel stream"))
 	}
@@ -205,7 +203,6 @@ func (h *Hub) finish(c *agentConn, err error) {
 	current := h.agents[c.name] == c
 	if current {
 		delete(h.agents, c.name)
-		h.access.disconnected(c.name, c)
 		h.metrics.connected.Dec()
 		if _, listed := h.cfg.Agents.Lookup(c.name); !listed {
 			// Removed from the list while connected: AgentsChanged forgot
@@ -241,6 +238,9 @@ func (c *agentConn) endClosing(err error, code int, reason string) {
 			c.why = *l
 		}
 		close(c.done)
+		if c.cancel != nil {
+			c.cancel()
+		}
 	})
 	if code == 1000 && reason == "" {
 		c.sess.Close()
@@ -415,7 +415,7 @@ func (c *agentConn) pingSent(seq uint64) time.Time {
 // first message on the stream says whether it could. Every stream opened is
 // counted, and counted again when closed, whichever way it ends. Past the
 // cluster's MaxStreamsPerAgent it opens none for a person's request
-// (*streamLimitError); the hub's own (ownRequest) have reservedStreams more.
+// (*StreamLimitError); the hub's own (OwnRequest) have reservedStreams more.
 func (c *agentConn) dial(ctx context.Context) (net.Conn, error) {
 	count, err := c.takeStream(ctx.Value(ownKey{}) != nil)
 	if err != nil {
@@ -461,7 +461,7 @@ func (c *agentConn) dial(ctx context.Context) (net.Conn, error) {
 type agentDialError string
 
 func (e agentDialError) Error() string {
-	return "the agent says: " + strconv.Quote(shownText(string(e), maxAgentWords))
+	return "the agent says: " + strconv.Quote(ShownText(string(e), maxAgentWords))
 }
 
 // countingConn counts the bytes a stream to an API server carries, and its

@@ -1,29 +1,24 @@
-// Package hub is Tether's hub: it admits agents over WebSockets, keeps one
-// tunnel per cluster, probes each cluster through its tunnel, and serves
-// people and their tools: the proxy to each cluster's API server, the fleet
-// page and its APIs, kubeconfigs and audit. This file holds the Hub and its
-// lifetime; agents.go admits agents, conn.go serves one, status.go probes.
+// Package hub keeps the clusters Tether serves: it admits agents over
+// WebSockets (agents.go), holds one tunnel per cluster and takes one over
+// when a newer agent connects (conn.go), pings them, probes each cluster's
+// API server through its tunnel (status.go), and keeps what each cluster's
+// agent reports of its state. What serves people (internal/kubeproxy,
+// internal/web) reaches the clusters through it: clusters.go.
 package hub
 
 import (
-	"context"
-	"io"
-	"net/http/httputil"
-
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/tetherhq/tether/internal/auth"
-	"github.com/tetherhq/tether/internal/inventory/store"
-
 	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/inventory/store"
+	"github.com/tetherhq/tether/internal/logging"
 	"github.com/tetherhq/tether/internal/tunnel"
 )
 
@@ -37,9 +32,6 @@ type Config struct {
 	// TETHER_FLEET_CLUSTERS: the hub has no agents list, so it refuses
 	// every other agent with 403, as with none at all.
 	OwnAgentsOnly bool
-	// BasePath is the path prefix the hub is served under, like "/tether";
-	// "" or "/" for none.
-	BasePath string
 	// Heartbeat is how often the hub pings each agent.
 	Heartbeat time.Duration
 	// ReconnectSpread is the window over which agents come back after the
@@ -52,43 +44,16 @@ type Config struct {
 	// starts every ProbeInterval (10 s), and each gives up after
 	// ProbeTimeout (5 s).
 	ProbeInterval, ProbeTimeout time.Duration
-	// AccessTTL is how long the cluster's answer to "may this person list
-	// this kind here?" is kept (SPEC section 5). Zero means 60 s.
-	AccessTTL time.Duration
-	// AccessReviewsPerQuery bounds the access reviews in namespaces that
-	// one query sends, across the clusters it covers; each cluster's
-	// review of every namespace at once is not counted. Zero means 500.
-	AccessReviewsPerQuery int
-	// AccessReviewsPerPerson bounds the access reviews one person's
-	// queries send to one cluster each AccessTTL. Zero means 1000.
-	AccessReviewsPerPerson int
 	// Tunnel tunes the multiplexer. A zero field takes the hub's default
 	// (New) or else tunnel.DefaultConfig's; MaxPeerStreams can't be
 	// unbounded here.
 	Tunnel tunnel.Config
-	// EventsKeepAlive is how often an idle event stream (/api/events) gets
-	// a comment, which proxies need to keep it open, and how often it asks
-	// again who it is for; zero means 25 s.
-	EventsKeepAlive time.Duration
 	// Registerer takes the hub's metrics. Nil means a private registry.
 	Registerer prometheus.Registerer
 	// Random returns a number in [0, 1), for the reconnect spread and the
 	// Retry-After of agents held back by the pace; it must be safe for
 	// concurrent use.
 	Random func() float64
-	// Auth says who people's requests are from. Nil means the hub serves
-	// agents only: no /clusters or /api/kubeconfig.
-	Auth *auth.Authenticator
-	// AuthConfig holds the impersonation prefixes.
-	AuthConfig auth.Config
-	// PublicURL is the hub's address as people open it, for kubeconfigs.
-	PublicURL string
-	// KubeconfigCA, when set, returns the PEM CA that kubeconfigs tell
-	// kubectl to trust for the hub, or nil: a hub with a certificate from a
-	// private CA has one, and it may change as the certificate is renewed.
-	KubeconfigCA func() []byte
-	// Audit gets one JSON line per request to a cluster; nil discards them.
-	Audit io.Writer
 	// Direct are the API servers of the clusters the hub reaches itself
 	// (TETHER_FLEET_CLUSTERS), by cluster. Every other cluster's API server
 	// is APIServerName.
@@ -96,17 +61,9 @@ type Config struct {
 	// IdleTimeout is how long a connection to an API server stays open,
 	// unused, for the next request. Zero means 90 s.
 	IdleTimeout time.Duration
-	// Limits bound what one person holds open at once on one cluster
-	// (open.go); zero fields take the defaults (DefaultMaxRequests…), and
-	// the users list may raise or lower them for its people.
-	Limits auth.Limits
 	// InventoryMaxBytes bounds every cluster's inventory together, in
 	// bytes of heap; zero means store.DefaultMaxBytes.
 	InventoryMaxBytes int
-	// FormTimeout bounds the wait for the body of a request the hub reads
-	// or leaves before it knows who sent it (the sign-in form, a refused
-	// request): closeUnreadBodies. Zero means 10 s.
-	FormTimeout time.Duration
 	// MaxStreamsPerAgent bounds the streams to a cluster's API server open
 	// at once through its agent for people's requests
 	// (TETHER_MAX_STREAMS_PER_AGENT); past it a request is answered 429.
@@ -129,34 +86,20 @@ const DefaultMaxStreamsPerAgent = 512
 // Unreachable, nor the fleet page blind.
 const reservedStreams = 16
 
-// Hub admits agents and keeps the state of every cluster.
+// Hub admits agents and keeps the state of every cluster: who is
+// connected, their status, their inventory. What serves people reaches the
+// clusters through it (Reach, Visible, Subscribe).
 type Hub struct {
 	cfg       Config
 	log       *slog.Logger
 	metrics   *metrics
-	refusals  *limiter
+	refusals  *logging.Limiter
 	admission admission // paces agents' connections
 
-	proxy *httputil.ReverseProxy
-
-	conns    sync.WaitGroup // one per served agent connection
-	requests *inflight      // requests to clusters in progress, upgraded sessions included
-	sessions sessionSet     // the clients' connections of upgraded sessions in progress
-	open     openSet        // requests in progress, and event streams, by person (open.go)
-	// stopUsers stops the users list's reloads from calling recheckOpen.
-	stopUsers func()
-
-	watchMu       sync.Mutex              // guards the following
-	watches       map[*watchBody]struct{} // watch answers in flight (watchend.go)
-	endingWatches bool                    // EndWatches was called
-	stopping      chan struct{}           // closed by EndWatches: the fleet pages' event streams end
-
-	auditMu   sync.Mutex // serializes audit lines, and guards auditLine
-	auditLine []byte     // the last line written, its buffer reused
-	events    broker     // tells /api/events streams what changed
+	conns  sync.WaitGroup // one per served agent connection
+	events broker         // tells subscribers what changed
 
 	inventory *store.Store // every cluster's inventory
-	access    *accessCache // what people may list, per cluster (SPEC section 5)
 
 	mu     sync.Mutex // guards the following
 	closed bool
@@ -220,18 +163,6 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.ProbeTimeout == 0 {
 		cfg.ProbeTimeout = 5 * time.Second
 	}
-	if cfg.AccessTTL == 0 {
-		cfg.AccessTTL = 60 * time.Second
-	}
-	if cfg.AccessReviewsPerQuery == 0 {
-		cfg.AccessReviewsPerQuery = defaultReviewsPerQuery
-	}
-	if cfg.AccessReviewsPerPerson == 0 {
-		cfg.AccessReviewsPerPerson = defaultReviewsPerPerson
-	}
-	if cfg.EventsKeepAlive == 0 {
-		cfg.EventsKeepAlive = 25 * time.Second
-	}
 	// The hub's own defaults for the tunnel, each for a field left zero;
 	// tunnel.Config fills the rest.
 	if cfg.Tunnel.StreamCloseTimeout == 0 {
@@ -266,10 +197,6 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = 90 * time.Second
 	}
-	if cfg.FormTimeout == 0 {
-		cfg.FormTimeout = 10 * time.Second
-	}
-	cfg.BasePath = "/" + strings.Trim(cfg.BasePath, "/")
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -278,21 +205,12 @@ func New(cfg Config) (*Hub, error) {
 		cfg:      cfg,
 		log:      cfg.Logger,
 		metrics:  m,
-		refusals: newLimiter(10 * time.Second),
+		refusals: logging.NewLimiter(10 * time.Second),
 		agents:   map[string]*agentConn{},
 		status:   map[string]*clusterStatus{},
 		lastCA:   map[string]string{},
-		requests: newInflight(),
-		watches:  map[*watchBody]struct{}{},
-		stopping: make(chan struct{}),
-		access:   newAccessCache(cfg.AccessTTL, cfg.AccessReviewsPerPerson),
 	}
 	h.inventory = store.New(store.Config{MaxBytes: cfg.InventoryMaxBytes, Dropped: h.inventoryDropped})
-	h.proxy = h.newProxy()
-	if cfg.Auth != nil {
-		// A reload ends what the people it drops hold open (open.go).
-		h.stopUsers = cfg.Auth.OnUsersChanged(func() { h.recheckOpen(nil) })
-	}
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tether_streams_open", Help: "Streams to API servers open now across every agent's tunnel (control and inventory streams not counted).",
 	}, h.streamsOpen)
@@ -303,118 +221,6 @@ func New(cfg Config) (*Hub, error) {
 		return nil, err
 	}
 	return h, nil
-}
-
-// Handler serves the hub's public endpoints below its base path, and
-// /healthz and /readyz at the root too, where Kubernetes probes them.
-func (h *Hub) Handler() http.Handler {
-	mux := http.NewServeMux()
-	base := strings.TrimSuffix(h.cfg.BasePath, "/")
-	mux.HandleFunc(base+"/api/agent", h.serveAgent)
-	if h.cfg.Auth != nil {
-		mux.HandleFunc(base+"/clusters/{cluster}/{path...}", h.serveCluster)
-		mux.HandleFunc(base+"/clusters/{cluster}", h.serveCluster)
-		mux.HandleFunc("GET "+base+"/api/kubeconfig", h.serveKubeconfig)
-		mux.HandleFunc("GET "+base+"/api/clusters", h.serveClusters)
-		mux.HandleFunc("GET "+base+"/api/clusters/{cluster}", h.serveClusterJSON)
-		mux.HandleFunc("GET "+base+"/api/clusters/{cluster}/resources", h.serveResources)
-		mux.HandleFunc("GET "+base+"/api/clusters/{cluster}/gateways", h.serveGateways)
-		mux.HandleFunc("GET "+base+"/api/resources", h.serveFleetResources)
-		mux.HandleFunc("GET "+base+"/api/events", h.serveEvents)
-		mux.HandleFunc("GET "+base+"/{$}", h.servePage)
-		mux.HandleFunc("GET "+base+"/cluster/{cluster}", h.serveClusterPage)
-		mux.HandleFunc("POST "+base+"/login", h.serveLogin)
-		// The address a failed sign-in leaves in the address bar, loaded
-		// again: the sign-in form is on the fleet page.
-		mux.Handle("GET "+base+"/login", http.RedirectHandler(h.pageBase(), http.StatusSeeOther))
-		mux.HandleFunc("POST "+base+"/logout", h.serveLogout)
-		if h.cfg.Auth.OIDCEnabled() {
-			mux.HandleFunc("GET "+base+"/login/oidc", h.serveOIDCLogin)
-			mux.HandleFunc("GET "+base+"/login/oidc/callback", h.serveOIDCCallback)
-		}
-		mux.Handle("GET "+base+"/static/", http.StripPrefix(base+"/static/", staticFiles()))
-		mux.HandleFunc(base+"/api/", h.serveNoAPI)
-		// kubectl 1.33 and older drop the whole path of the server, base
-		// path included, from --raw requests.
-		for _, p := range []string{"/api", "/api/v1", "/api/v1/", "/apis", "/apis/", "/version", "/openapi/"} {
-			mux.HandleFunc(base+p, h.serveNoCluster)
-			if base != "" {
-				mux.HandleFunc(p, h.serveNoCluster)
-			}
-		}
-	}
-	ok := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) }
-	mux.HandleFunc("GET /healthz", ok)
-	mux.HandleFunc("GET /readyz", h.serveReady)
-	if base != "" {
-		mux.HandleFunc("GET "+base+"/healthz", ok)
-		mux.HandleFunc("GET "+base+"/readyz", h.serveReady)
-	}
-	return h.closeUnreadBodies(mux)
-}
-
-// closeUnreadBodies bounds the wait for the body of an HTTP/1 request,
-// and has its connection closed after the answer. net/http reads what a
-// handler left of a body (up to 256 KiB), before it sends the answer and
-// again once the handler is done, with no deadline: the hub's server has
-// none, as watches and exec sessions last for hours. So a client that
-// declared a body and never sent it held its connection and goroutine for
-// as long as it liked, no sign-in needed. serveCluster takes both off when
-// it forwards the body of a request whose person it knows. HTTP/2 has no
-// such wait, and its Connection: close would end the client's other
-// streams.
-func (h *Hub) closeUnreadBodies(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if bodyBounded(r) {
-			w.Header().Set("Connection", "close")
-			http.NewResponseController(w).SetReadDeadline(time.Now().Add(h.cfg.FormTimeout))
-		}
-		next.ServeHTTP(w, r)
-	})
-}
-
-// bodyBounded says whether closeUnreadBodies bounds r's body: an HTTP/1
-// request that has one.
-func bodyBounded(r *http.Request) bool { return r.ProtoMajor == 1 && r.ContentLength != 0 }
-
-// serveNoCluster answers a Kubernetes API path that names no cluster.
-// kubectl 1.33 and older send `get --raw` paths from the server's root,
-// leaving out the kubeconfig's /clusters/<name>
-// (kubernetes/kubernetes#131165): the answer says so, as a Status kubectl
-// shows, instead of net/http's bare 404.
-func (h *Hub) serveNoCluster(w http.ResponseWriter, r *http.Request) {
-	base := strings.TrimSuffix(h.cfg.BasePath, "/")
-	writeStatus(w, http.StatusNotFound, "NotFound", fmt.Sprintf(
-		"Tether serves each cluster's Kubernetes API under %s/clusters/<name>, and %s names no cluster. "+
-			"kubectl 1.33 and older leave the kubeconfig's /clusters/<name> out of --raw paths: "+
-			"use kubectl 1.34 or later, or give the whole path, like --raw %s/clusters/<name>%s",
-		base, r.URL.Path, base, strings.TrimPrefix(r.URL.Path, base)))
-}
-
-// serveNoAPI answers a request under /api/ that none of the hub's
-// endpoints takes: a mistyped path, a cluster's name left out
-// (/api/clusters/), or a method other than GET, the only one they take.
-func (h *Hub) serveNoAPI(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, fmt.Sprintf("Tether's API answers GET only, not %s.", r.Method), http.StatusMethodNotAllowed)
-		return
-	}
-	base := strings.TrimSuffix(h.cfg.BasePath, "/")
-	http.Error(w, fmt.Sprintf("Tether has no API at %s. Its API: %s/api/clusters, %s/api/clusters/<name>, "+
-		"%s/api/clusters/<name>/resources?kind=…, %s/api/clusters/<name>/gateways?host=…, %s/api/resources?kind=…, "+
-		"%s/api/events and %s/api/kubeconfig.", r.URL.Path, base, base, base, base, base, base, base), http.StatusNotFound)
-}
-
-func (h *Hub) serveReady(w http.ResponseWriter, r *http.Request) {
-	h.mu.Lock()
-	closed := h.closed
-	h.mu.Unlock()
-	if closed {
-		http.Error(w, "shutting down", http.StatusServiceUnavailable)
-		return
-	}
-	w.Write([]byte("ok\n"))
 }
 
 // spreadDelay is how long an agent the hub sends away at shutdown waits
@@ -434,9 +240,6 @@ func (h *Hub) spreadDelay() time.Duration {
 // after the HTTP server's Shutdown has let open requests finish. Close may be
 // called more than once.
 func (h *Hub) Close() error {
-	if h.stopUsers != nil {
-		h.stopUsers()
-	}
 	h.mu.Lock()
 	h.closed = true
 	conns := make([]*agentConn, 0, len(h.agents))
@@ -450,18 +253,7 @@ func (h *Hub) Close() error {
 	}
 	sayGoodbye(gs)
 	h.conns.Wait()
-	// The tunnels' end ends the upgraded sessions through them, but for
-	// those whose client has stopped reading: their copy to the client
-	// waits on its socket. Their clients' connections are closed too.
-	h.sessions.close()
 	return nil
-}
-
-// WaitRequests waits until no request to a cluster is in flight, upgraded
-// sessions (exec, port-forward) included, or ctx is done. A stopping hub
-// calls it after the HTTP server stopped taking requests, before Close.
-func (h *Hub) WaitRequests(ctx context.Context) error {
-	return h.requests.wait(ctx)
 }
 
 // streamsOpen counts the streams open in every tunnel but the control
@@ -506,7 +298,6 @@ func (h *Hub) connected(name string) *agentConn {
 func (h *Hub) AgentsChanged(c fleet.Change) {
 	for _, name := range c.Removed {
 		h.inventory.Forget(name)
-		h.access.forget(name)
 		h.metrics.forgetCluster(name)
 		h.mu.Lock()
 		if h.agents[name] == nil { // else once its agent has gone (setStatus)
@@ -520,10 +311,6 @@ func (h *Hub) AgentsChanged(c fleet.Change) {
 			h.events.changed(name)
 		}
 	}
-	// Requests open on a cluster whose groups no longer include their
-	// person end now, not when they would have.
-	changed := slices.Concat(c.Removed, c.Updated)
-	h.recheckOpen(func(r *openRequest) bool { return r.cluster != "" && slices.Contains(changed, r.cluster) })
 	var gs []goodbye
 	drop := slices.Concat(c.Removed, c.TokensRevoked, h.caUnpinned(c.Updated))
 	slices.Sort(drop)
@@ -544,4 +331,12 @@ func (h *Hub) AgentsChanged(c fleet.Change) {
 func (c *agentConn) admitted() bool {
 	cur, ok := c.hub.cfg.Agents.Lookup(c.name)
 	return ok && cur.AcceptsHash(c.tokenHash) && cur.AcceptsCA(c.caHash)
+}
+
+// Closing reports whether Close has been called: the hub takes no more
+// agents, and its /readyz says so.
+func (h *Hub) Closing() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.closed
 }

@@ -11,9 +11,6 @@ type metrics struct {
 	caChanges    prometheus.Counter
 	heartbeatRTT prometheus.Histogram
 
-	requests        *prometheus.CounterVec
-	requestDuration *prometheus.HistogramVec
-
 	toCluster, fromCluster prometheus.Counter
 
 	// streamsOpened and streamsClosed count the streams to API servers the
@@ -22,12 +19,6 @@ type metrics struct {
 	// streamsRefused counts people's requests refused at a cluster's
 	// MaxStreamsPerAgent.
 	streamsRefused *prometheus.CounterVec
-
-	auditErrors prometheus.Counter // audit lines that couldn't be written
-
-	// limitRefusals counts requests refused as past their person's bound
-	// (open.go), by cluster and bound.
-	limitRefusals *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -49,13 +40,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
 	}
-	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "tether_requests_total", Help: "People's requests to clusters, by cluster and answer.",
-	}, []string{"cluster", "code"})
-	m.requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "tether_request_duration_seconds", Help: "How long people's requests to clusters took, to the end of the answer.",
-		Buckets: prometheus.ExponentialBuckets(0.001, 2, 18),
-	}, []string{"cluster"})
 	relayed := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tether_relayed_bytes_total", Help: "Bytes relayed through agents' tunnels to and from API servers (TLS included).",
 	}, []string{"direction"})
@@ -69,13 +53,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m.streamsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tether_streams_refused_total", Help: "People's requests to a cluster answered 429 because the streams open through its agent were at TETHER_MAX_STREAMS_PER_AGENT.",
 	}, []string{"cluster"})
-	m.auditErrors = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "tether_audit_write_errors_total", Help: "Audit lines the hub couldn't write to TETHER_AUDIT_FILE, and so lost.",
-	})
-	m.limitRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "tether_person_limit_refusals_total", Help: "Requests refused with 429 because their person already held as many open on the cluster as their bound allows (TETHER_MAX_REQUESTS_PER_PERSON, TETHER_MAX_WATCHES_PER_PERSON, TETHER_MAX_SESSIONS_PER_PERSON), by cluster and limit (requests, watches, sessions).",
-	}, []string{"cluster", "limit"})
-	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, m.requests, m.requestDuration, relayed, m.streamsOpened, m.streamsClosed, m.streamsRefused, m.auditErrors, m.limitRefusals} {
+	for _, c := range []prometheus.Collector{m.connected, m.connects, m.takeovers, m.caChanges, m.heartbeatRTT, relayed, m.streamsOpened, m.streamsClosed, m.streamsRefused} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -83,16 +61,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// forgetCluster drops the request series of a cluster the agents list no
-// longer names. A fleet that adds and removes clusters (short-lived ones for
-// tests, say) would otherwise export every name it ever listed until the
-// hub restarts: 21 series of its duration histogram each, and a count per
-// answer code. A request to it still in flight is counted as "unknown" when
-// it ends: audit labels it by the list in force then.
+// forgetCluster drops the series of a cluster the agents list no longer
+// names (kubeproxy forgets its own).
 func (m *metrics) forgetCluster(name string) {
-	m.requests.DeletePartialMatch(prometheus.Labels{"cluster": name})
-	m.requestDuration.DeleteLabelValues(name)
-	m.limitRefusals.DeletePartialMatch(prometheus.Labels{"cluster": name})
 	m.streamsRefused.DeleteLabelValues(name)
 }
 

@@ -152,15 +152,15 @@ func (h *Hub) clusterLocked(name string) ClusterStatus {
 // the event stream and kubectl's 503. They are cut to these bounds
 // (issue 33: an agent's dial error of a megabyte was shown whole).
 const (
-	maxStatusMessage     = 500
+	MaxStatusMessage     = 500
 	maxAgentWords        = 300 // of an agent's own account, within the message
 	maxKubernetesVersion = 128
 )
 
-// shownText makes text that came from a cluster fit to show to people: cut
+// ShownText makes text that came from a cluster fit to show to people: cut
 // to n bytes (marked "…"), with control and format characters (escape
 // sequences, line breaks, zero-width and bidi characters) made spaces.
-func shownText(s string, n int) string {
+func ShownText(s string, n int) string {
 	return strings.Map(func(r rune) rune {
 		if unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029' {
 			return ' '
@@ -171,9 +171,9 @@ func shownText(s string, n int) string {
 
 // setStatus records a probe's result and logs a change.
 func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
-	next := ClusterStatus{Name: name, Status: Unreachable, Message: shownText(r.message, maxStatusMessage), AgentVersion: agentVersion}
+	next := ClusterStatus{Name: name, Status: Unreachable, Message: ShownText(r.message, MaxStatusMessage), AgentVersion: agentVersion}
 	if r.ready {
-		next = ClusterStatus{Name: name, Status: Ready, KubernetesVersion: shownText(r.version, maxKubernetesVersion), AgentVersion: agentVersion}
+		next = ClusterStatus{Name: name, Status: Ready, KubernetesVersion: ShownText(r.version, maxKubernetesVersion), AgentVersion: agentVersion}
 	}
 	_, listed := h.cfg.Agents.Lookup(name)
 	h.mu.Lock()
@@ -263,7 +263,7 @@ func (h *Hub) probeAndRecord(ctx context.Context, c *agentConn) bool {
 // a pool of their own, so the probes' connection never carries a large
 // answer, which would leave crypto/tls's input buffer large.
 func (h *Hub) probe(ctx context.Context, c *agentConn) probeResult {
-	ctx, cancel := context.WithTimeout(ownRequest(ctx), h.cfg.ProbeTimeout)
+	ctx, cancel := context.WithTimeout(OwnRequest(ctx), h.cfg.ProbeTimeout)
 	defer cancel()
 	client := c.hubTransport()
 	if _, err := h.get(ctx, client, c, "/readyz"); err != nil {

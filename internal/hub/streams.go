@@ -35,26 +35,27 @@ func (c *agentConn) takeStream(own bool) (*atomic.Int64, error) {
 		return nil, fmt.Errorf("the hub has %d requests of its own open to cluster %q, the most it sends", reservedStreams, c.name)
 	}
 	c.hub.metrics.streamsRefused.WithLabelValues(c.name).Inc()
-	return nil, &streamLimitError{cluster: c.name, limit: c.hub.cfg.MaxStreamsPerAgent}
+	return nil, &StreamLimitError{cluster: c.name, limit: c.hub.cfg.MaxStreamsPerAgent}
 }
 
 // ownKey marks the context of a request the hub sends for itself: a probe
 // or an access review.
 type ownKey struct{}
 
-// ownRequest marks ctx as the hub's own, for dial.
-func ownRequest(ctx context.Context) context.Context {
+// OwnRequest marks ctx as the hub's own, for dial: a request made with
+// it goes on the streams kept for the hub's probes and access reviews.
+func OwnRequest(ctx context.Context) context.Context {
 	return context.WithValue(ctx, ownKey{}, true)
 }
 
-// streamLimitError is a request refused because the cluster's streams were
+// StreamLimitError is a request refused because the cluster's streams were
 // at MaxStreamsPerAgent.
-type streamLimitError struct {
+type StreamLimitError struct {
 	cluster string
 	limit   int
 }
 
-func (e *streamLimitError) Error() string {
+func (e *StreamLimitError) Error() string {
 	return fmt.Sprintf("cluster %q has %d requests open through its agent, the most Tether sends to one cluster at once (TETHER_MAX_STREAMS_PER_AGENT); try again once some have ended", e.cluster, e.limit)
 }
 
@@ -67,7 +68,7 @@ func (c *agentConn) hubTransport() *http.Transport {
 		t := c.newTransport()
 		dial := t.DialTLSContext
 		t.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return dial(ownRequest(ctx), network, addr)
+			return dial(OwnRequest(ctx), network, addr)
 		}
 		t.MaxIdleConnsPerHost = reservedStreams / 2
 		// Small buffers: every agent whose API server answers keeps a

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/testutil/agenttest"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/faultproxy"
 	"github.com/tetherhq/tether/internal/tunnel"
 )
@@ -115,14 +117,14 @@ func tunnelWith(t *testing.T, addr string, tc tunnel.Config, mods ...func(*agent
 // its silence.
 func tunnelDelayed(t *testing.T, addr string, tc tunnel.Config, delay time.Duration, mods ...func(*agent.Config)) (*testHub, *agentConn) {
 	t.Helper()
-	fc := newFakeCluster(t)
+	fc := fakecluster.New(t)
 	h := startHub(t, Config{Agents: testAgents("eu-1"), Heartbeat: time.Second, ProbeInterval: time.Hour, Tunnel: tc})
 	if delay > 0 {
 		p := hubProxy(t, h)
 		for _, d := range []faultproxy.Direction{faultproxy.Up, faultproxy.Down} {
 			p.SetFaults(d, faultproxy.Faults{Delay: delay})
 		}
-		mods = append(mods, viaProxy(t, p))
+		mods = append(mods, agenttest.Via(t, p.Addr()))
 	}
 	mods = append(mods, func(c *agent.Config) { c.Tunnel = tc })
 	mods = append([]func(*agent.Config){func(c *agent.Config) { c.APIServer = addr }}, mods...)

@@ -1,6 +1,6 @@
 // Package e2e runs the real tether binary, as people run it, against a real
 // kube-apiserver: the hub and the agent as separate processes, talking over
-// loopback. Slower than the in-process tests of internal/hub; kept to what
+// loopback. Slower than the in-process tests of internal/server; kept to what
 // only real processes and a real API server can show.
 package e2e
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -34,7 +35,7 @@ func TestTheHubTakesItForAnAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h.Handler())
+	srv := httptest.NewServer(http.HandlerFunc(h.ServeAgent))
 	defer func() { srv.Config.Shutdown(context.Background()); h.Close(); srv.Close() }()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

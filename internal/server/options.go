@@ -1,0 +1,228 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/inventory/store"
+	"github.com/tetherhq/tether/internal/kubeproxy"
+	"github.com/tetherhq/tether/internal/logging"
+	"github.com/tetherhq/tether/internal/web"
+)
+
+// Options are the hub's settings, as SPEC section 2 names them.
+type Options struct {
+	Addr            string
+	PublicURL       *url.URL
+	TLSCertFile     string
+	TLSKeyFile      string
+	BasePath        string
+	Heartbeat       time.Duration
+	ReconnectSpread time.Duration
+	ShutdownGrace   time.Duration
+	MetricsAddr     string // "" when turned off
+	LogFormat       string
+	AuditFile       string // "-" is standard output
+	Fleet           fleet.Config
+	// Clusters are the clusters the hub reaches itself
+	// (TETHER_FLEET_CLUSTERS).
+	Clusters []fleet.Cluster
+	Auth     auth.Config
+	// AccessReviewsPerQuery and AccessReviewsPerPerson bound the access
+	// reviews of inventory queries (TETHER_ACCESS_REVIEWS_PER_QUERY,
+	// TETHER_ACCESS_REVIEWS_PER_PERSON): Config's fields of those names.
+	AccessReviewsPerQuery, AccessReviewsPerPerson int
+	// Limits bound what one person holds open at once on one cluster
+	// (TETHER_MAX_REQUESTS_PER_PERSON and its like).
+	Limits auth.Limits
+	// InventoryMaxBytes bounds every cluster's inventory together, in bytes
+	// of the hub's heap (TETHER_INVENTORY_MAX_BYTES).
+	InventoryMaxBytes int
+	// MaxStreamsPerAgent bounds the streams open through one agent for
+	// people's requests (TETHER_MAX_STREAMS_PER_AGENT).
+	MaxStreamsPerAgent int
+	// Listener, when set, is used instead of listening on Addr: for tests
+	// and `tether dev`, which pick their address first.
+	Listener net.Listener
+}
+
+// OptionsFromEnv reads and checks the hub's settings. Each error is one line
+// that names the setting and says what it must be. publicURLRequired is
+// false for `tether dev`, which knows its own address.
+func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options, error) {
+	o := Options{
+		Addr:        orDefault(getenv("TETHER_ADDR"), ":8080"),
+		TLSCertFile: getenv("TETHER_TLS_CERT_FILE"),
+		TLSKeyFile:  getenv("TETHER_TLS_KEY_FILE"),
+		BasePath:    orDefault(getenv("TETHER_BASE_PATH"), "/"),
+		MetricsAddr: orDefault(getenv("TETHER_METRICS_ADDR"), ":9090"),
+		LogFormat:   orDefault(getenv("TETHER_LOG_FORMAT"), "text"),
+		AuditFile:   orDefault(getenv("TETHER_AUDIT_FILE"), "-"),
+		Fleet: fleet.Config{
+			Agents:     getenv("TETHER_FLEET_AGENTS"),
+			AgentsFile: getenv("TETHER_FLEET_AGENTS_FILE"),
+		},
+	}
+	if _, _, err := net.SplitHostPort(o.Addr); err != nil {
+		return Options{}, fmt.Errorf("TETHER_ADDR must be an address like :8080, not %q", o.Addr)
+	}
+	if raw := getenv(fleet.SettingClusters); strings.TrimSpace(raw) != "" {
+		clusters, err := fleet.ParseClusters([]byte(raw))
+		if err != nil {
+			return Options{}, err
+		}
+		o.Clusters = clusters
+	}
+	if raw := strings.TrimSpace(getenv("TETHER_PUBLIC_URL")); raw != "" {
+		u, err := url.Parse(raw)
+		raw = logging.RedactURL(raw) // the errors quote it, without its password
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return Options{}, fmt.Errorf("TETHER_PUBLIC_URL must be the hub's address as people open it, like https://tether.example.com, not %q", raw)
+		}
+		if p := u.Port(); p != "" {
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+				return Options{}, fmt.Errorf("TETHER_PUBLIC_URL must be the hub's address, with a port from 1 to 65535 if any, like https://tether.example.com:8443, not %q", raw)
+			}
+		}
+		if u.User != nil || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+			// Kubeconfigs append paths to it, and sign-in compares origins.
+			return Options{}, fmt.Errorf("TETHER_PUBLIC_URL must be the hub's address without a user, query or fragment, like https://tether.example.com/tether, not %q", raw)
+		}
+		u.Path = strings.TrimRight(u.Path, "/")
+		o.PublicURL = u
+	} else if publicURLRequired {
+		return Options{}, errors.New("TETHER_PUBLIC_URL must be set to the hub's address as people open it, like https://tether.example.com: kubeconfigs and links use it")
+	}
+	if (o.TLSCertFile == "") != (o.TLSKeyFile == "") {
+		return Options{}, errors.New("TETHER_TLS_CERT_FILE and TETHER_TLS_KEY_FILE must be set together, or neither for plain HTTP behind an ingress")
+	}
+	if !web.ValidBasePath(o.BasePath) {
+		return Options{}, fmt.Errorf("TETHER_BASE_PATH must be a path starting with /, like /tether or /k8s/hub: segments of letters, digits, '-', '.', '_' and '~', not %q", o.BasePath)
+	}
+	var err error
+	if o.Heartbeat, err = seconds(getenv, "TETHER_HEARTBEAT_SECONDS", 30, 1); err != nil {
+		return Options{}, err
+	}
+	if o.ReconnectSpread, err = seconds(getenv, "TETHER_RECONNECT_SPREAD_SECONDS", 10, 0); err != nil {
+		return Options{}, err
+	}
+	if o.ShutdownGrace, err = seconds(getenv, "TETHER_SHUTDOWN_GRACE_SECONDS", 30, 0); err != nil {
+		return Options{}, err
+	}
+	if o.AccessReviewsPerQuery, err = count(getenv, "TETHER_ACCESS_REVIEWS_PER_QUERY", web.DefaultReviewsPerQuery); err != nil {
+		return Options{}, err
+	}
+	if o.AccessReviewsPerPerson, err = count(getenv, "TETHER_ACCESS_REVIEWS_PER_PERSON", web.DefaultReviewsPerPerson); err != nil {
+		return Options{}, err
+	}
+	if o.InventoryMaxBytes, err = byteSize(getenv, "TETHER_INVENTORY_MAX_BYTES", store.DefaultMaxBytes, 16<<20); err != nil {
+		return Options{}, err
+	}
+	if o.MaxStreamsPerAgent, err = count(getenv, "TETHER_MAX_STREAMS_PER_AGENT", hub.DefaultMaxStreamsPerAgent); err != nil {
+		return Options{}, err
+	}
+	if o.MetricsAddr == "0" {
+		o.MetricsAddr = ""
+	} else if _, _, err := net.SplitHostPort(o.MetricsAddr); err != nil {
+		return Options{}, fmt.Errorf("TETHER_METRICS_ADDR must be an address like :9090, or 0 to turn it off, not %q", o.MetricsAddr)
+	}
+	if o.LogFormat != "text" && o.LogFormat != "json" {
+		return Options{}, fmt.Errorf("TETHER_LOG_FORMAT must be text or json, not %q", o.LogFormat)
+	}
+	for _, l := range []struct {
+		v       *int
+		setting string
+		def     int
+	}{
+		{&o.Limits.Requests, kubeproxy.SettingMaxRequests, kubeproxy.DefaultMaxRequests},
+		{&o.Limits.Watches, kubeproxy.SettingMaxWatches, kubeproxy.DefaultMaxWatches},
+		{&o.Limits.Sessions, kubeproxy.SettingMaxSessions, kubeproxy.DefaultMaxSessions},
+	} {
+		if *l.v, err = count(getenv, l.setting, l.def); err != nil {
+			return Options{}, err
+		}
+	}
+	if o.Auth, err = auth.OptionsFromEnv(getenv); err != nil {
+		return Options{}, err
+	}
+	if publicURLRequired && !o.Auth.Configured() {
+		// Only `tether dev` may start without a way for people to sign in.
+		return Options{}, auth.ErrNothingConfigured
+	}
+	if o.PublicURL != nil {
+		o.Auth.HubURL = o.PublicURL.String()
+	}
+	return o, nil
+}
+
+// maxSeconds bounds a setting in seconds: a year.
+const maxSeconds = 365 * 24 * 60 * 60
+
+func seconds(getenv func(string) string, name string, def, least int) (time.Duration, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return time.Duration(def) * time.Second, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < least {
+		return 0, fmt.Errorf("%s must be a whole number of seconds, at least %d, not %q", name, least, v)
+	}
+	if n > maxSeconds {
+		// More would overflow a time.Duration into a negative one.
+		return 0, fmt.Errorf("%s must be at most %d seconds (a year), not %q", name, maxSeconds, v)
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+// count reads a setting that is a whole number from 1 to a million.
+func count(getenv func(string) string, name string, def int) (int, error) {
+	return whole(getenv, name, def, 1, 1_000_000)
+}
+
+// whole reads a whole-number setting from least to most, def when unset.
+func whole(getenv func(string) string, name string, def, least, most int) (int, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < least || n > most {
+		return 0, fmt.Errorf("%s must be a whole number from %d to %d, not %q", name, least, most, v)
+	}
+	return n, nil
+}
+
+// byteSize reads a setting in bytes: a whole number, or one with Ki, Mi or
+// Gi after it, as Kubernetes writes memory (256Mi).
+func byteSize(getenv func(string) string, name string, def, least int) (int, error) {
+	v := strings.TrimSpace(getenv(name))
+	if v == "" {
+		return def, nil
+	}
+	digits, unit := v, 1
+	for suffix, u := range map[string]int{"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30} {
+		if d, ok := strings.CutSuffix(v, suffix); ok {
+			digits, unit = d, u
+		}
+	}
+	n, err := strconv.Atoi(digits)
+	if err != nil || n < 0 || n > (1<<50)/unit || n*unit < least {
+		return 0, fmt.Errorf("%s must be a number of bytes, like 512Mi or 536870912, of at least %dMi, not %q", name, least>>20, v)
+	}
+	return n * unit, nil
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}

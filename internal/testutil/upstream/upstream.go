@@ -1,0 +1,48 @@
+// Package upstream is a hub.Upstream for tests of what reaches clusters
+// through the hub (internal/kubeproxy, internal/web) without an agent.
+package upstream
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/tetherhq/tether/internal/hub"
+)
+
+// Fake is a cluster's API server as a hub.Upstream: Transport, if not nil,
+// answers its requests; without one every request fails.
+type Fake struct {
+	Name      string
+	APIHost   string // Host; "" means hub.APIServerName
+	Auth      string // ServiceAccountAuth
+	Transport http.RoundTripper
+	Ctx       context.Context // Context; nil means one never done
+}
+
+var _ hub.Upstream = (*Fake)(nil)
+
+func (f *Fake) Cluster() string { return f.Name }
+
+func (f *Fake) Host() string {
+	if f.APIHost == "" {
+		return hub.APIServerName
+	}
+	return f.APIHost
+}
+
+func (f *Fake) ServiceAccountAuth() string { return f.Auth }
+
+func (f *Fake) RoundTrip(r *http.Request) (*http.Response, error) {
+	if f.Transport == nil {
+		return nil, errors.New("upstream.Fake: no Transport")
+	}
+	return f.Transport.RoundTrip(r)
+}
+
+func (f *Fake) Context() context.Context {
+	if f.Ctx == nil {
+		return context.Background()
+	}
+	return f.Ctx
+}

@@ -1,0 +1,197 @@
+package web
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/inventory/store"
+)
+
+// assets holds the fleet and cluster pages: server-rendered HTML with a little plain
+// JavaScript that keeps it live. Nothing to build, nothing from a CDN.
+//
+//go:embed web
+var assets embed.FS
+
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"labels": func(m map[string]string) string {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			parts[i] = k + "=" + m[k]
+		}
+		return strings.Join(parts, " ")
+	},
+	// labelsJSON is a card's labels for fleet.js's filter: a value may
+	// hold spaces, which the text above can't tell from the next label's.
+	"labelsJSON": func(m map[string]string) (string, error) {
+		if m == nil {
+			m = map[string]string{}
+		}
+		b, err := json.Marshal(m)
+		return string(b), err
+	},
+	"nodes":        nodesFact,
+	"podsNotReady": podsFact,
+	"apps":         appsFact,
+}).ParseFS(assets, "web/*.html"))
+
+// fact is one number of a card's summary as the page shows it: an icon, so
+// that status reads by more than colour, and a text. fleet.js renders the
+// same for live updates.
+type fact struct {
+	Icon, Text string
+	Absent     bool // the agent doesn't watch the kind, or sent no inventory
+}
+
+// absent is how a card shows a number it doesn't have.
+var absent = fact{Text: "—", Absent: true}
+
+func nodesFact(s *store.Summary) fact {
+	if s == nil || s.NodesTotal == nil || s.NodesReady == nil {
+		return absent
+	}
+	if *s.NodesTotal == 0 {
+		return fact{Icon: "⚠", Text: "no nodes"} // nothing can run
+	}
+	f := fact{Icon: "✔", Text: fmt.Sprintf("%d / %d ready", *s.NodesReady, *s.NodesTotal)}
+	if *s.NodesReady < *s.NodesTotal {
+		f.Icon = "⚠"
+	}
+	return f
+}
+
+func podsFact(s *store.Summary) fact {
+	if s == nil || s.PodsNotReady == nil {
+		return absent
+	}
+	return countFact(*s.PodsNotReady)
+}
+
+func appsFact(s *store.Summary) fact {
+	if s == nil || s.AppsOutOfSync == nil {
+		return absent
+	}
+	f := countFact(*s.AppsOutOfSync)
+	f.Text += " out of sync or unhealthy"
+	return f
+}
+
+// countFact shows a count of things that are wrong.
+func countFact(n int) fact {
+	if n == 0 {
+		return fact{Icon: "✔", Text: "0"}
+	}
+	return fact{Icon: "⚠", Text: fmt.Sprint(n)}
+}
+
+// StaticFiles serves the page's CSS and JavaScript, and nothing else of
+// web/: no listing, and not the templates.
+func StaticFiles() http.Handler {
+	sub, _ := fs.Sub(assets, "web")
+	files := http.FileServerFS(sub)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch path.Ext(r.URL.Path) {
+		case ".css", ".js":
+			files.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// ServePage serves the fleet page to a signed-in person, the sign-in form
+// to anyone else.
+func (wb *Web) ServePage(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
+	if wb.refuseOtherSites(w, r) {
+		return
+	}
+	p, ok, err := wb.cookiePerson(r)
+	if refusedIdentity(err) {
+		wb.renderLogin(w, r, err.Error(), http.StatusForbidden)
+		return
+	}
+	if err != nil || !ok {
+		wb.renderLogin(w, r, "", http.StatusOK)
+		return
+	}
+	data := struct {
+		Base     string
+		Person   string
+		Clusters []ClusterJSON
+		Empty    ClusterJSON
+	}{Base: wb.pageBase(), Person: p.Name, Clusters: wb.visibleClusters(p)}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	pages.ExecuteTemplate(w, "fleet.html", data)
+}
+
+func (wb *Web) renderLogin(w http.ResponseWriter, r *http.Request, message string, code int) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	// Never in another site's frame, where the form could be overlaid.
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="tether"`) // as every 401 must
+	}
+	w.WriteHeader(code)
+	// The page asked for, to return to once signed in.
+	next := r.URL.Path
+	if r.Method != http.MethodGet {
+		next = r.PostFormValue("next")
+	}
+	pages.ExecuteTemplate(w, "login.html", struct {
+		Base, Error, Next string
+		OIDC              bool
+	}{wb.pageBase(), message, wb.returnTo(next), wb.cfg.Auth.OIDCEnabled()})
+}
+
+// pageBase is the base path with one trailing slash, as links need it.
+func (wb *Web) pageBase() string { return strings.TrimSuffix(wb.cfg.BasePath, "/") + "/" }
+
+// ServeClusterPage shows one cluster: its status, labels and status
+// history, and its inventory, which cluster.js fetches from the resources
+// API (so the person's RBAC applies) and keeps live.
+func (wb *Web) ServeClusterPage(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
+	if wb.refuseOtherSites(w, r) {
+		return
+	}
+	p, ok, err := wb.cookiePerson(r)
+	if refusedIdentity(err) {
+		wb.renderLogin(w, r, err.Error(), http.StatusForbidden)
+		return
+	}
+	if err != nil || !ok {
+		wb.renderLogin(w, r, "", http.StatusOK)
+		return
+	}
+	name := r.PathValue("cluster")
+	st, known := wb.cfg.Clusters.Cluster(name)
+	if _, visible := wb.visible(name, p); !known || !visible {
+		http.Error(w, "Tether has no cluster \""+name+"\".", http.StatusNotFound)
+		return
+	}
+	data := struct {
+		Base    string
+		Person  string
+		Cluster ClusterJSON
+		History []hub.StatusChange
+	}{wb.pageBase(), p.Name, wb.clusterJSON(st), wb.cfg.Clusters.History(name)}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	pages.ExecuteTemplate(w, "cluster.html", data)
+}
