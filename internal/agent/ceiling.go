@@ -66,6 +66,15 @@ func (a *Agent) checkCeiling(ctx context.Context, sa ServiceAccount) ceiling {
 	var refused *apiError
 	switch {
 	case err == nil:
+		// It passed, but it would with the plain verb too: no ceiling
+		// holds while the account has it.
+		plain, err := a.mayImpersonateAnyone(ctx, client, sa.Token)
+		if err != nil {
+			return unavailable(fmt.Sprintf("strictMode: the agent can't check that the API server enforces the ceiling (%v); it tries again every %d s", err, int(a.cfg.TokenReread.Seconds())))
+		}
+		if plain {
+			return unavailable("strictMode: the agent's ServiceAccount may impersonate anyone for anything (the plain impersonate verb on users), so no ceiling holds: remove that grant, and keep only what the chart's strictMode grants")
+		}
 		return ceiling{state: protocol.CeilingEnforced}
 	case errors.As(err, &refused) && refused.status == http.StatusForbidden:
 		if running.older(1, 36) {
@@ -124,6 +133,30 @@ func (e *apiError) Error() string {
 	return fmt.Sprintf("the API server answered %d: %s", e.status, e.message)
 }
 
+// mayImpersonateAnyone asks the API server, with a SelfSubjectAccessReview,
+// whether the agent's account has the plain impersonate verb on users.
+func (a *Agent) mayImpersonateAnyone(ctx context.Context, client *http.Client, token string) (bool, error) {
+	review := `{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview","spec":{"resourceAttributes":{"verb":"impersonate","resource":"users"}}}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+a.cfg.APIServer+"/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", strings.NewReader(review))
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	body, err := a.do(client, req, token)
+	if err != nil {
+		return false, err
+	}
+	var answer struct {
+		Status struct {
+			Allowed bool `json:"allowed"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(body, &answer); err != nil {
+		return false, fmt.Errorf("read the access review: %w", err)
+	}
+	return answer.Status.Allowed, nil
+}
+
 // getVersion GETs /version as the agent's account, impersonating as when
 // it is set.
 func (a *Agent) getVersion(ctx context.Context, client *http.Client, token, as string) (kubeVersion, error) {
@@ -131,22 +164,36 @@ func (a *Agent) getVersion(ctx context.Context, client *http.Client, token, as s
 	if err != nil {
 		return kubeVersion{}, err
 	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("User-Agent", "tether-agent/"+version.Version)
-	req.Header.Set("Accept", "application/json")
 	if as != "" {
 		req.Header.Set("Impersonate-User", as)
 	}
+	body, err := a.do(client, req, token)
+	if err != nil {
+		return kubeVersion{}, err
+	}
+	var v kubeVersion
+	if err := json.Unmarshal(body, &v); err != nil {
+		return kubeVersion{}, fmt.Errorf("read /version: %w", err)
+	}
+	return v, nil
+}
+
+// do sends req as the agent's account and returns the body of a 200
+// answer; any other is an *apiError.
+func (a *Agent) do(client *http.Client, req *http.Request, token string) ([]byte, error) {
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("User-Agent", "tether-agent/"+version.Version)
+	req.Header.Set("Accept", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return kubeVersion{}, plainDialError(err)
+		return nil, plainDialError(err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if err != nil {
-		return kubeVersion{}, fmt.Errorf("read /version: %w", err)
+		return nil, fmt.Errorf("read %s: %w", req.URL.Path, err)
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
 		var status struct {
 			Message string `json:"message"`
 		}
@@ -157,13 +204,9 @@ func (a *Agent) getVersion(ctx context.Context, client *http.Client, token, as s
 		if len(msg) > 512 {
 			msg = strings.ToValidUTF8(msg[:512], "") + "..."
 		}
-		return kubeVersion{}, &apiError{status: resp.StatusCode, message: msg}
+		return nil, &apiError{status: resp.StatusCode, message: msg}
 	}
-	var v kubeVersion
-	if err := json.Unmarshal(body, &v); err != nil {
-		return kubeVersion{}, fmt.Errorf("read /version: %w", err)
-	}
-	return v, nil
+	return body, nil
 }
 
 // logCeiling logs the ceiling when it differs from the last one logged, so

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"net/http"
@@ -17,12 +18,31 @@ import (
 // fakeAPIServer answers GET /version as an API server of release minor
 // would: 200 to the agent's account, and to it impersonating CeilingUser
 // when impersonated says so, else the 403 a server without constrained
-// impersonation gives.
-func fakeAPIServer(t *testing.T, minor string, impersonated int) (*httptest.Server, *atomic.Int32) {
+// impersonation gives. Its access reviews say whether the account has the
+// plain impersonate verb: plain.
+func fakeAPIServer(t *testing.T, minor string, impersonated int, plain bool) (*httptest.Server, *atomic.Int32) {
 	var asked atomic.Int32
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		asked.Add(1)
-		if r.URL.Path != "/version" || r.Header.Get("Authorization") != "Bearer sa-token" {
+		if r.Header.Get("Authorization") != "Bearer sa-token" {
+			http.Error(w, "unexpected", http.StatusTeapot)
+			return
+		}
+		if r.Method == http.MethodPost && r.URL.Path == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" && r.Header.Get("Impersonate-User") == "" {
+			var review struct {
+				Spec struct {
+					ResourceAttributes struct{ Verb, Group, Resource string }
+				}
+			}
+			if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Spec.ResourceAttributes.Verb != "impersonate" ||
+				review.Spec.ResourceAttributes.Resource != "users" || review.Spec.ResourceAttributes.Group != "" {
+				t.Errorf("the access review asks %+v, %v", review, err)
+			}
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"kind":"SelfSubjectAccessReview","status":{"allowed":%v}}`, plain)
+			return
+		}
+		if r.URL.Path != "/version" {
 			http.Error(w, "unexpected", http.StatusTeapot)
 			return
 		}
@@ -51,22 +71,26 @@ func TestCeilingCheck(t *testing.T) {
 		strict       bool
 		minor        string
 		impersonated int
+		plain        bool
 		state, why   string
 	}{
-		{"no strict mode", false, "36", http.StatusOK, protocol.CeilingOff, ""},
-		{"1.36 enforces it", true, "36", http.StatusOK, protocol.CeilingEnforced, ""},
-		{"a later release", true, "40", http.StatusOK, protocol.CeilingEnforced, ""},
-		{"1.33", true, "33", http.StatusForbidden, protocol.CeilingUnavailable,
+		{"no strict mode", false, "36", http.StatusOK, false, protocol.CeilingOff, ""},
+		{"1.36 enforces it", true, "36", http.StatusOK, false, protocol.CeilingEnforced, ""},
+		{"a later release", true, "40", http.StatusOK, false, protocol.CeilingEnforced, ""},
+		// The impersonated request passes with the plain verb too.
+		{"the plain verb as well", true, "36", http.StatusOK, true, protocol.CeilingUnavailable,
+			"strictMode: the agent's ServiceAccount may impersonate anyone for anything (the plain impersonate verb on users), so no ceiling holds"},
+		{"1.33", true, "33", http.StatusForbidden, false, protocol.CeilingUnavailable,
 			"strictMode needs constrained impersonation, Kubernetes 1.36 or later; this cluster runs 1.33"},
-		{"a provider's 1.35", true, "35+", http.StatusForbidden, protocol.CeilingUnavailable,
+		{"a provider's 1.35", true, "35+", http.StatusForbidden, false, protocol.CeilingUnavailable,
 			"strictMode needs constrained impersonation, Kubernetes 1.36 or later; this cluster runs 1.35"},
-		{"1.36, gate off", true, "36", http.StatusForbidden, protocol.CeilingUnavailable,
+		{"1.36, gate off", true, "36", http.StatusForbidden, false, protocol.CeilingUnavailable,
 			`strictMode: this cluster (Kubernetes 1.36) refuses constrained impersonation, so it would refuse every request through Tether: turn its ConstrainedImpersonation feature gate on, or grant the agent's ServiceAccount what the chart's strictMode grants. The API server said: users "tether:ceiling-check" is forbidden: User "system:serviceaccount:tether:tether-agent" cannot impersonate resource "users" in API group "" at the cluster scope`},
-		{"an answer other than 403", true, "36", http.StatusInternalServerError, protocol.CeilingUnavailable,
+		{"an answer other than 403", true, "36", http.StatusInternalServerError, false, protocol.CeilingUnavailable,
 			"strictMode: the agent can't check that the API server enforces the ceiling (the API server answered 500: "},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			srv, asked := fakeAPIServer(t, tt.minor, tt.impersonated)
+			srv, asked := fakeAPIServer(t, tt.minor, tt.impersonated, tt.plain)
 			a := ceilingAgent(t, srv, tt.strict)
 			got := a.checkCeiling(t.Context(), ServiceAccount{Token: "sa-token", CACert: serverCA(srv)})
 			if got.state != tt.state || !strings.HasPrefix(got.why, tt.why) || (tt.why == "") != (got.why == "") {
@@ -86,7 +110,7 @@ func TestCeilingCheck(t *testing.T) {
 // TestCeilingCheckUnreachable: an API server the agent can't reach makes
 // the ceiling unavailable, saying why, within the check's bound.
 func TestCeilingCheckUnreachable(t *testing.T) {
-	srv, _ := fakeAPIServer(t, "36", http.StatusOK)
+	srv, _ := fakeAPIServer(t, "36", http.StatusOK, false)
 	ca := serverCA(srv)
 	srv.Close()
 	a := ceilingAgent(t, srv, true)
