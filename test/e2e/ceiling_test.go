@@ -319,3 +319,36 @@ func TestStrictModeWithThePlainVerb(t *testing.T) {
 	a.waitFor(t, 10*time.Second, "strictMode: the agent's ServiceAccount may impersonate anyone for anything (the plain impersonate verb on users), so no ceiling holds")
 	a.waitFor(t, 10*time.Second, `Connected to `+hubURL+` as "`+name+`"`)
 }
+
+// TestStrictModeRechecks: an agent whose account lacks strictMode's RBAC
+// says why, and once the RBAC is there connects again saying the ceiling
+// is enforced, so the hub learns it without a restart.
+func TestStrictModeRechecks(t *testing.T) {
+	ns := unique("ceiling-recheck")
+	admin(t, "create", "namespace", ns)
+	const release, name = "ceiling-recheck", "recheck"
+	values := "mode: agent\nagent: {hubUrl: https://tether.example.com, tokenSecret: agent-token}\nstrictMode: true\nallowedNamespaces: [" + ns + "]\n"
+	saDir := applyAgentRBAC(t, cluster.AdminKubeconfig, release, ns, values)
+	if err := os.WriteFile(filepath.Join(saDir, "ca.crt"), cluster.CAPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	admin(t, "delete", "clusterrolebinding", release+"-impersonate")
+
+	_, hubURL := hub(t, nil, name)
+	env := agentEnv(t, name, hubURL, agentToken, saDir)
+	env["TETHER_STRICT_MODE"], env["TETHER_ALLOWED_NAMESPACES"], env["TETHER_TOKEN_REREAD_SECONDS"] = "true", ns, "1"
+	a := start(t, "agent "+name, env, "agent")
+	a.waitFor(t, 10*time.Second, "strictMode: this cluster (Kubernetes 1.36) refuses constrained impersonation")
+	a.waitFor(t, 10*time.Second, `Connected to `+hubURL+` as "`+name+`"`)
+
+	applyAgentRBAC(t, cluster.AdminKubeconfig, release, ns, values)
+	a.waitFor(t, 10*time.Second, "strictMode: the API server enforces the ceiling (constrained impersonation)")
+	a.waitFor(t, 10*time.Second, "the ceiling is now enforced, and the hub must know")
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Count(a.out.String(), `Connected to `+hubURL) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent didn't connect again:\n%s", a.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
