@@ -40,7 +40,9 @@ type ceiling struct {
 // tell: RBAC matches any verb by its text, so an older server says the
 // account may "impersonate:user-info" all the same. A request does: GET
 // /version impersonating CeilingUser passes only where the server
-// understands the constrained verbs (decision 027).
+// understands the constrained verbs; then a review checks that the account
+// lacks the plain verb, through which the request would pass as well
+// (decision 027).
 func (a *Agent) checkCeiling(ctx context.Context, sa ServiceAccount) ceiling {
 	if !a.cfg.StrictMode {
 		return ceiling{state: protocol.CeilingOff}
@@ -60,7 +62,7 @@ func (a *Agent) checkCeiling(ctx context.Context, sa ServiceAccount) ceiling {
 
 	running, err := a.getVersion(ctx, client, sa.Token, "")
 	if err != nil {
-		return unavailable(fmt.Sprintf("strictMode: the agent can't check that the API server enforces the ceiling (%v); it tries again every %d s", err, int(a.cfg.TokenReread.Seconds())))
+		return a.cantCheck(err)
 	}
 	_, err = a.getVersion(ctx, client, sa.Token, CeilingUser)
 	var refused *apiError
@@ -70,7 +72,7 @@ func (a *Agent) checkCeiling(ctx context.Context, sa ServiceAccount) ceiling {
 		// holds while the account has it.
 		plain, err := a.mayImpersonateAnyone(ctx, client, sa.Token)
 		if err != nil {
-			return unavailable(fmt.Sprintf("strictMode: the agent can't check that the API server enforces the ceiling (%v); it tries again every %d s", err, int(a.cfg.TokenReread.Seconds())))
+			return a.cantCheck(err)
 		}
 		if plain {
 			return unavailable("strictMode: the agent's ServiceAccount may impersonate anyone for anything (the plain impersonate verb on users), so no ceiling holds: remove that grant, and keep only what the chart's strictMode grants")
@@ -82,8 +84,13 @@ func (a *Agent) checkCeiling(ctx context.Context, sa ServiceAccount) ceiling {
 		}
 		return unavailable(fmt.Sprintf("strictMode: this cluster (Kubernetes %s) refuses constrained impersonation, so it would refuse every request through Tether: turn its ConstrainedImpersonation feature gate on, or grant the agent's ServiceAccount what the chart's strictMode grants. The API server said: %s", running, refused.message))
 	default:
-		return unavailable(fmt.Sprintf("strictMode: the agent can't check that the API server enforces the ceiling (%v); it tries again every %d s", err, int(a.cfg.TokenReread.Seconds())))
+		return a.cantCheck(err)
 	}
+}
+
+// cantCheck is the ceiling when the check itself failed.
+func (a *Agent) cantCheck(err error) ceiling {
+	return unavailable(fmt.Sprintf("strictMode: the agent can't check that the API server enforces the ceiling (%v); it tries again every %d s", err, int(a.cfg.TokenReread.Seconds())))
 }
 
 func unavailable(why string) ceiling {
