@@ -72,6 +72,9 @@ type Agent struct {
 	log       *slog.Logger
 	hub       string // the hub's address as people write it, for log lines
 	connected atomic.Bool
+
+	ceilingMu   sync.Mutex // guards the following
+	lastCeiling ceiling    // the last one logged
 }
 
 // New checks cfg and fills in defaults.

@@ -37,6 +37,8 @@ func (a *Agent) connect(ctx context.Context) result {
 	}
 	hctx, cancel := context.WithTimeout(ctx, a.cfg.HandshakeTimeout)
 	defer cancel()
+	ceil := a.checkCeiling(hctx, sa)
+	a.logCeiling(ceil)
 	sess, resp, err := tunnel.Dial(hctx, a.agentURL(), tunnel.DialOptions{Header: a.header(), TLSConfig: a.cfg.TLSConfig, Proxy: a.cfg.Proxy, DialContext: a.cfg.DialHub}, a.cfg.Tunnel)
 	if err != nil {
 		return a.dialFailed(resp, err)
@@ -55,6 +57,8 @@ func (a *Agent) connect(ctx context.Context) result {
 		CACert:              string(sa.CACert),
 		ServiceAccountToken: sa.Token,
 		APIServer:           a.cfg.APIServer,
+		Ceiling:             ceil.state,
+		CeilingError:        ceil.why,
 	}
 	if err := protocol.Write(ctl, hello); err != nil {
 		return failed(err)
@@ -82,6 +86,7 @@ func (a *Agent) connect(ctx context.Context) result {
 		heartbeat: time.Duration(answer.HeartbeatMillis) * time.Millisecond,
 		token:     sa.Token,
 		ca:        sa.CACert,
+		ceiling:   ceil,
 	}
 	res := c.serve(ctx)
 	res.connected = true
@@ -200,7 +205,8 @@ type conn struct {
 
 	writeMu sync.Mutex // guards writes to ctl
 
-	ca []byte // the ca.crt the hello carried
+	ca      []byte  // the ca.crt the hello carried
+	ceiling ceiling // what the hello said of the ceiling
 
 	mu        sync.Mutex // guards the following
 	lastHeard time.Time
@@ -246,6 +252,10 @@ func (c *conn) serve(parent context.Context) result {
 	if c.a.cfg.Inventory != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.streamInventory(ctx) }()
+	}
+	if c.a.cfg.StrictMode {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.recheckCeiling(ctx, end) }()
 	}
 
 	select {

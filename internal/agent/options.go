@@ -44,6 +44,11 @@ type Options struct {
 	// GatewayTieBreaker is the Istio Gateway ("namespace/name") that wins
 	// when several serve a host (TETHER_ISTIO_GATEWAY_TIE_BREAKER).
 	GatewayTieBreaker string
+	// StrictMode says the cluster owner's ceiling is on (TETHER_STRICT_MODE,
+	// the chart's strictMode): the agent's account has constrained
+	// impersonation only, and the agent checks at start that the API
+	// server enforces it (SPEC section 9).
+	StrictMode bool
 	// Proxy picks a proxy for the WebSocket to the hub (HTTPS_PROXY,
 	// NO_PROXY; see ProxyFromEnv). Nil means none.
 	Proxy func(*http.Request) (*url.URL, error)
@@ -112,6 +117,13 @@ func OptionsFromEnv(getenv Getenv) (Options, error) {
 	}
 	if o.GatewayTieBreaker, err = parseTieBreaker(getenv("TETHER_ISTIO_GATEWAY_TIE_BREAKER")); err != nil {
 		return Options{}, err
+	}
+	switch v := strings.TrimSpace(getenv("TETHER_STRICT_MODE")); v {
+	case "", "false":
+	case "true":
+		o.StrictMode = true
+	default:
+		return Options{}, fmt.Errorf("TETHER_STRICT_MODE must be true or false, not %q", v)
 	}
 	o.Proxy = ProxyFromEnv(getenv)
 	// Read the pod's credentials now, so a pod without them fails at once

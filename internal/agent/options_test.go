@@ -50,16 +50,17 @@ func TestOptionsFromEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.HubURL.String() != "https://tether.example.com/base" || o.Name != "in-cluster" || o.Token != "secret-agent-token" ||
-		o.HealthAddr != ":8081" || o.TokenReread != time.Minute || o.APIServer != "10.0.0.1:443" {
+		o.HealthAddr != ":8081" || o.TokenReread != time.Minute || o.APIServer != "10.0.0.1:443" || o.StrictMode {
 		t.Errorf("defaults: %+v", o)
 	}
 	o, err = OptionsFromEnv(env(map[string]string{"TETHER_HEALTH_ADDR": "0", "KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443", "TETHER_HUB_CA": hubCA, "TETHER_TOKEN_REREAD_SECONDS": "5",
-		"TETHER_ALLOWED_NAMESPACES": " team-a, team-b,team-a,", "TETHER_ISTIO_GATEWAY_TIE_BREAKER": "istio-system/public"}))
+		"TETHER_ALLOWED_NAMESPACES": " team-a, team-b,team-a,", "TETHER_ISTIO_GATEWAY_TIE_BREAKER": "istio-system/public",
+		"TETHER_STRICT_MODE": "true"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.HealthAddr != "" || o.APIServer != "[fd00::1]:6443" || o.TokenReread != 5*time.Second ||
-		!slices.Equal(o.AllowedNamespaces, []string{"team-a", "team-b"}) || o.GatewayTieBreaker != "istio-system/public" {
+		!slices.Equal(o.AllowedNamespaces, []string{"team-a", "team-b"}) || o.GatewayTieBreaker != "istio-system/public" || !o.StrictMode {
 		t.Errorf("overrides: %+v", o)
 	}
 
@@ -107,6 +108,7 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"garbage ca.crt", map[string]string{"TETHER_SERVICEACCOUNT_DIR": saDir(t, map[string]string{"token": "t", "ca.crt": "not a cert"})}, "holds no PEM certificate"},
 		{"bad namespace", map[string]string{"TETHER_ALLOWED_NAMESPACES": "team-a,Team_B"}, `TETHER_ALLOWED_NAMESPACES must be namespace names separated by commas, like team-a,team-b; "Team_B" is not a namespace name`},
 		{"bad tie breaker", map[string]string{"TETHER_ISTIO_GATEWAY_TIE_BREAKER": "public"}, `TETHER_ISTIO_GATEWAY_TIE_BREAKER must name an Istio Gateway as namespace/name, like istio-system/public, not "public"`},
+		{"strict mode not a boolean", map[string]string{"TETHER_STRICT_MODE": "yes"}, `TETHER_STRICT_MODE must be true or false, not "yes"`},
 		{"missing hub CA", map[string]string{"TETHER_HUB_CA": "/nonexistent/ca.pem"}, "TETHER_HUB_CA must be a PEM file of CA certificates"},
 		{"bad hub CA", map[string]string{"TETHER_HUB_CA": filepath.Join(goodSA, "token")}, "TETHER_HUB_CA must be a PEM file of CA certificates"},
 	}

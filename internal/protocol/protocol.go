@@ -45,6 +45,24 @@ const (
 	TypeDial    = "dial"    // agent → hub, first message on a hub-opened stream: the dial's result
 )
 
+// Ceilings in a hello.
+const (
+	// CeilingOff: no strictMode; the agent's account may impersonate
+	// anyone for anything, and people's own RBAC alone decides.
+	CeilingOff = "off"
+	// CeilingEnforced: strictMode, and the API server enforces it with
+	// constrained impersonation.
+	CeilingEnforced = "enforced"
+	// CeilingUnavailable: strictMode, but the API server can't enforce it
+	// (older than Kubernetes 1.36, the ConstrainedImpersonation feature
+	// gate off, or the account's RBAC missing): it refuses every request
+	// the hub makes as a person. CeilingError says why.
+	CeilingUnavailable = "unavailable"
+)
+
+// MaxCeilingError bounds a hello's ceilingError: a line or two for people.
+const MaxCeilingError = 1024
+
 // Reasons in a goaway.
 const (
 	ReasonShutdown = "shutdown" // the hub is stopping: reconnect after ReconnectAfterMillis
@@ -63,6 +81,13 @@ type Message struct {
 	CACert              string `json:"caCert,omitempty"` // PEM, the cluster's ca.crt as read
 	ServiceAccountToken string `json:"serviceAccountToken,omitempty"`
 	APIServer           string `json:"apiServer,omitempty"` // host:port the agent relays to
+	// Ceiling says whether the cluster owner's ceiling holds (SPEC
+	// section 9): CeilingOff, CeilingEnforced or CeilingUnavailable. An
+	// agent from before it sends none, which means CeilingOff.
+	Ceiling string `json:"ceiling,omitempty"`
+	// CeilingError, with CeilingUnavailable, says why, in words for
+	// people: every request through this agent would be refused.
+	CeilingError string `json:"ceilingError,omitempty"`
 
 	// welcome
 	HubVersion      string `json:"hubVersion,omitempty"`
@@ -116,6 +141,18 @@ func (m *Message) Validate() error {
 		}
 		if m.APIServer == "" || m.CACert == "" || m.ServiceAccountToken == "" {
 			return fmt.Errorf("protocol: hello needs caCert, serviceAccountToken and apiServer")
+		}
+		switch m.Ceiling {
+		case "", CeilingOff, CeilingEnforced:
+			if m.CeilingError != "" {
+				return fmt.Errorf("protocol: hello has a ceilingError with ceiling %q", m.Ceiling)
+			}
+		case CeilingUnavailable:
+			if m.CeilingError == "" || len(m.CeilingError) > MaxCeilingError {
+				return fmt.Errorf("protocol: hello with ceiling %q needs a ceilingError of 1 to %d bytes, not %d", m.Ceiling, MaxCeilingError, len(m.CeilingError))
+			}
+		default:
+			return fmt.Errorf("protocol: hello with an unknown ceiling %q", m.Ceiling)
 		}
 	case TypeWelcome:
 		if m.HeartbeatMillis <= 0 || m.HeartbeatMillis > MaxMillis {

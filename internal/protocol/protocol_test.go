@@ -18,6 +18,9 @@ import (
 func TestRoundTrip(t *testing.T) {
 	msgs := []Message{
 		{Type: TypeHello, Protocol: Version, AgentVersion: "v1", CACert: "pem", ServiceAccountToken: "sa", APIServer: "10.0.0.1:443"},
+		{Type: TypeHello, Protocol: Version, CACert: "pem", ServiceAccountToken: "sa", APIServer: "10.0.0.1:443", Ceiling: CeilingEnforced},
+		{Type: TypeHello, Protocol: Version, CACert: "pem", ServiceAccountToken: "sa", APIServer: "10.0.0.1:443", Ceiling: CeilingUnavailable,
+			CeilingError: "strictMode needs constrained impersonation, Kubernetes 1.36 or later; this cluster runs 1.33"},
 		{Type: TypeWelcome, HubVersion: "v1", HeartbeatMillis: 30000},
 		{Type: TypeRefused, Status: 401, Error: "no"},
 		{Type: TypePing, Seq: 7},
@@ -66,6 +69,10 @@ func TestReadRejects(t *testing.T) {
 		{"unknown type", frame(`{"type":"launch"}`), `unknown message type "launch"`},
 		{"hello without version", frame(`{"type":"hello","caCert":"x","serviceAccountToken":"y","apiServer":"z"}`), "protocol version"},
 		{"hello without token", frame(`{"type":"hello","protocol":1,"caCert":"x","apiServer":"z"}`), "needs caCert"},
+		{"hello with an unknown ceiling", frame(`{"type":"hello","protocol":1,"caCert":"x","serviceAccountToken":"y","apiServer":"z:1","ceiling":"partial"}`), `unknown ceiling "partial"`},
+		{"unavailable ceiling without why", frame(`{"type":"hello","protocol":1,"caCert":"x","serviceAccountToken":"y","apiServer":"z:1","ceiling":"unavailable"}`), "needs a ceilingError of 1 to 1024 bytes, not 0"},
+		{"unavailable ceiling, why too long", frame(`{"type":"hello","protocol":1,"caCert":"x","serviceAccountToken":"y","apiServer":"z:1","ceiling":"unavailable","ceilingError":"` + strings.Repeat("x", 1025) + `"}`), "not 1025"},
+		{"a ceilingError with the ceiling enforced", frame(`{"type":"hello","protocol":1,"caCert":"x","serviceAccountToken":"y","apiServer":"z:1","ceiling":"enforced","ceilingError":"no"}`), "ceilingError with ceiling"},
 		{"welcome without heartbeat", frame(`{"type":"welcome"}`), "heartbeatMillis"},
 		{"negative goaway delay", frame(`{"type":"goaway","reconnectAfterMillis":-1}`), "not -1"},
 		// A time.Duration in nanoseconds holds 292 years: a heartbeat that
@@ -108,6 +115,9 @@ func TestStringHidesSecrets(t *testing.T) {
 func FuzzRead(f *testing.F) {
 	var seed bytes.Buffer
 	_ = Write(&seed, Message{Type: TypeHello, Protocol: 1, CACert: "c", ServiceAccountToken: "t", APIServer: "a:1"})
+	f.Add(seed.Bytes())
+	seed.Reset()
+	_ = Write(&seed, Message{Type: TypeHello, Protocol: 1, CACert: "c", ServiceAccountToken: "t", APIServer: "a:1", Ceiling: CeilingUnavailable, CeilingError: "1.33"})
 	f.Add(seed.Bytes())
 	f.Add([]byte{0, 0, 0, 2, '{', '}'})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})

@@ -110,7 +110,10 @@ func checkAgentRBAC(t *testing.T, k kube, c chartCase, ns string) {
 	saName := c.serviceAccount()
 	sa := "system:serviceaccount:" + ns + ":" + saName
 	k.must("get", "serviceaccount", saName, "-n", ns)
-	impersonates := c.name != "agent-no-rbac"
+	strict := strings.HasPrefix(c.name, "agent-strict")
+	// Under strictMode, never the plain impersonate verb (checkStrict asks
+	// for the constrained ones).
+	impersonates := c.name != "agent-no-rbac" && !strict
 
 	if got := k.canI(sa, "impersonate", "users"); got != impersonates && c.name != "agent-pinned" {
 		t.Errorf("can %s impersonate users? %v, want %v", sa, got, impersonates)
@@ -154,6 +157,9 @@ func checkAgentRBAC(t *testing.T, k kube, c chartCase, ns string) {
 		}
 	}
 
+	if strict {
+		checkStrict(t, k, c, ns, saName)
+	}
 	switch c.name {
 	case "agent-no-rbac":
 		if out := k.must("get", "clusterroles,clusterrolebindings,roles,rolebindings", "-A", "-l", "app.kubernetes.io/instance="+c.name, "-o", "name"); strings.TrimSpace(out) != "" {
@@ -162,7 +168,7 @@ func checkAgentRBAC(t *testing.T, k kube, c chartCase, ns string) {
 		if k.canI(sa, "list", "pods", "-A") {
 			t.Errorf("rbac.create false, and %s may list pods", sa)
 		}
-	case "agent-namespaces", "no":
+	case "agent-namespaces", "no", "agent-strict":
 		// Only Roles, and only in the allowed namespaces.
 		roles := k.must("get", "roles,rolebindings,clusterroles,clusterrolebindings", "-A", "-l", "app.kubernetes.io/instance="+c.name,
 			"-o", "jsonpath={range .items[*]}{.kind} {.metadata.namespace} {.metadata.name}{\"\\n\"}{end}")
@@ -171,6 +177,14 @@ func checkAgentRBAC(t *testing.T, k kube, c chartCase, ns string) {
 		for _, n := range c.namespaces {
 			want += "Role " + n + " " + c.name + "-inventory\n" +
 				"RoleBinding " + n + " " + c.name + "-inventory\n"
+			if strict {
+				want += "Role " + n + " " + c.name + "-ceiling\n" +
+					"RoleBinding " + n + " " + c.name + "-ceiling\n" +
+					"RoleBinding " + n + " " + c.name + "-access-1\n"
+			}
+		}
+		if strict {
+			want += "RoleBinding strict-a " + c.name + "-access-0\n"
 		}
 		if sorted(roles) != sorted(want) {
 			t.Errorf("RBAC objects of the release:\n%s\nwant:\n%s", roles, want)
@@ -255,12 +269,17 @@ func sorted(s string) string {
 	return strings.Join(lines, "\n")
 }
 
-// access is a question for a SubjectAccessReview.
+// access is a question for a SubjectAccessReview: about a resource, or
+// with path about a non-resource URL.
 type access struct {
-	verb, group, resource, subresource, namespace string
+	verb, group, resource, subresource, namespace, name string
+	path                                                string
 }
 
 func (a access) String() string {
+	if a.path != "" {
+		return a.verb + " " + a.path
+	}
 	s := a.verb + " " + a.resource
 	if a.subresource != "" {
 		s += "/" + a.subresource
@@ -291,17 +310,29 @@ var specKinds = []access{
 // may do a.
 func (k kube) allowed(user string, a access) bool {
 	k.t.Helper()
+	return k.allowedAs(user, groups(user), a)
+}
+
+// allowedAs is allowed for a user in groups (besides
+// system:authenticated, which it adds).
+func (k kube) allowedAs(user string, groups []string, a access) bool {
+	k.t.Helper()
+	spec := map[string]any{
+		"user":   user,
+		"groups": append([]string{"system:authenticated"}, groups...),
+		"resourceAttributes": map[string]any{
+			"verb": a.verb, "group": a.group, "resource": a.resource,
+			"subresource": a.subresource, "namespace": a.namespace, "name": a.name,
+		},
+	}
+	if a.path != "" {
+		delete(spec, "resourceAttributes")
+		spec["nonResourceAttributes"] = map[string]any{"verb": a.verb, "path": a.path}
+	}
 	sar := map[string]any{
 		"apiVersion": "authorization.k8s.io/v1",
 		"kind":       "SubjectAccessReview",
-		"spec": map[string]any{
-			"user":   user,
-			"groups": groups(user),
-			"resourceAttributes": map[string]any{
-				"verb": a.verb, "group": a.group, "resource": a.resource,
-				"subresource": a.subresource, "namespace": a.namespace,
-			},
-		},
+		"spec":       spec,
 	}
 	var out struct {
 		Status struct{ Allowed bool }
@@ -314,9 +345,10 @@ func (k kube) allowed(user string, a access) bool {
 	return out.Status.Allowed
 }
 
-// groups are the groups the API server gives a service account's user.
+// groups are the groups the API server gives a service account's user,
+// besides system:authenticated.
 func groups(user string) []string {
-	g := []string{"system:authenticated"}
+	var g []string
 	if rest, ok := strings.CutPrefix(user, "system:serviceaccount:"); ok {
 		ns, _, _ := strings.Cut(rest, ":")
 		g = append(g, "system:serviceaccounts", "system:serviceaccounts:"+ns)

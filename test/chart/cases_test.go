@@ -96,6 +96,35 @@ rbac:
 	{name: "agent-namespaces", namespaces: []string{"team-a", "team-b"}, values: agentValues + `
 allowedNamespaces: [team-a, team-b]
 `},
+	// strictMode with allowedNamespaces: the ceiling's Roles in each, and
+	// access bindings (cluster-admin and system:aggregate-to-view have
+	// rules without a controller manager to aggregate them).
+	{name: "agent-strict", namespaces: []string{"strict-a", "strict-b"}, values: agentValues + `
+strictMode: true
+allowedNamespaces: [strict-a, strict-b]
+access:
+  - {group: platform, clusterRole: cluster-admin, namespaces: [strict-a]}
+  - {group: sre, user: bob, clusterRole: "system:aggregate-to-view"}
+`},
+	// strictMode cluster-wide, people pinned, a narrower ceiling.
+	{name: "agent-strict-cluster", values: agentValues + `
+strictMode: true
+rbac:
+  impersonate:
+    groups: [dev]
+    users: [alice]
+ceiling:
+  rules:
+    - apiGroups: [""]
+      resources: [configmaps, pods, pods/log]
+      verbs: [get, list, watch]
+  clusterRules:
+    - apiGroups: [""]
+      resources: [nodes]
+      verbs: [get, list]
+access:
+  - {user: alice, clusterRole: "system:aggregate-to-view"}
+`},
 	// Names YAML 1.1 reads as booleans (as Kubernetes' YAML does) stay
 	// text: the chart quotes every name it is given.
 	{name: "no", ns: "on", sa: "yes", namespaces: []string{"y", "off"}, values: `

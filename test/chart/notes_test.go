@@ -131,3 +131,27 @@ func TestHubNotes(t *testing.T) {
 		t.Errorf("the hub's notes warn with TLS and an ingress:\n%s", n)
 	}
 }
+
+// Under strictMode the agent's notes say what the ceiling is, not that the
+// agent may impersonate anyone.
+func TestAgentNotesUnderStrictMode(t *testing.T) {
+	h := helmtest.New(t)
+	h.Kubeconfig = apiServer(t).AdminKubeconfig
+	n := notes(t, h, "strict", "notes-strict", agentValues+"strictMode: true\nallowedNamespaces: [team-a]\naccess: [{group: dev, clusterRole: view}]\n")
+	for _, want := range []string{
+		"may act as any user in any group\nonly through constrained impersonation, and only within ceiling.rules in team-a (Roles strict-ceiling)",
+		"It needs Kubernetes 1.36 or later",
+		"access bound 1 entry of people to roles",
+	} {
+		if !strings.Contains(n, want) {
+			t.Errorf("the notes lack %q:\n%s", want, n)
+		}
+	}
+	if strings.Contains(n, "may impersonate") {
+		t.Errorf("under strictMode the notes say the agent may impersonate:\n%s", n)
+	}
+	n = notes(t, h, "strict-own", "notes-strict", agentValues+"strictMode: true\nrbac:\n  create: false\n")
+	if !strings.Contains(n, "`impersonate:user-info` on users, groups and userextras/tetherhq.github.io/request-id") {
+		t.Errorf("with rbac.create false, the notes don't say what strictMode needs:\n%s", n)
+	}
+}

@@ -53,6 +53,12 @@ func TestSchemaRefuses(t *testing.T) {
 		{"a number for a user id", agentValues + "podSecurityContext:\n  runAsUser: root\n", `at '/podSecurityContext/runAsUser': got string, want integer`},
 		{"unknown mode", "mode: relay\n", `at '/mode'`},
 		{"cluster name not a DNS label", agentValues + "clusterName: Private_EU\n", `at '/clusterName'`},
+		{"a wildcard verb in the ceiling", agentValues + "strictMode: true\nceiling:\n  rules:\n    - {apiGroups: [\"\"], resources: [pods], verbs: [\"*\"]}\n", `at '/ceiling/rules/0/verbs/0'`},
+		{"a ceiling rule without resources", agentValues + "ceiling:\n  rules:\n    - {apiGroups: [\"\"], verbs: [get]}\n", `at '/ceiling/rules/0'`},
+		{"access without a subject", agentValues + "access:\n  - {clusterRole: view}\n", `at '/access/0'`},
+		{"access without a role", agentValues + "access:\n  - {group: dev}\n", `at '/access/0'`},
+		{"access with a misspelled key", agentValues + "access:\n  - {group: dev, clusterRole: view, namespace: [a]}\n", `additional properties 'namespace' not allowed`},
+		{"a string for strictMode", agentValues + "strictMode: \"yes\"\n", `at '/strictMode': got string, want boolean`},
 		{"hub URL without a scheme", "mode: agent\nagent:\n  hubUrl: tether.example.com\n  tokenSecret: t\n", `at '/agent/hubUrl'`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,6 +90,8 @@ func TestRequiredValues(t *testing.T) {
 		{"hub without sign-in", "mode: hub\nhub:\n  publicUrl: https://tether.example.com\n", "hub mode needs a way for people to sign in"},
 		{"OIDC without a client", hubValues + "  oidc:\n    issuer: https://login.example.com\n", "hub.oidc.clientId must be set with hub.oidc.issuer"},
 		{"auth proxy trusted from nowhere", "mode: hub\nhub:\n  publicUrl: https://tether.example.com\n  authProxy:\n    userHeader: X-User\n", "hub.authProxy.trustedCIDRs must list"},
+		{"access outside allowedNamespaces", agentValues + "allowedNamespaces: [team-a, team-b]\naccess:\n  - {group: dev, clusterRole: view, namespaces: [team-a]}\n  - {group: ops, clusterRole: edit, namespaces: [team-b, kube-system]}\n",
+			`access[1] names namespace "kube-system", which allowedNamespaces (team-a, team-b) doesn't list`},
 		{"no ServiceAccount", agentValues + "serviceAccount:\n  create: false\n", "serviceAccount.name must name an existing ServiceAccount"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,12 +171,16 @@ func TestAgentDeployment(t *testing.T) {
 			if ctr.Image != "ghcr.io/tetherhq/tether:"+appVersion(t, h) {
 				t.Errorf("image %q, want ghcr.io/tetherhq/tether at the chart's appVersion", ctr.Image)
 			}
-			want := ""
-			if c.name == "agent-namespaces" {
-				want = "team-a,team-b"
-			}
+			want := strings.Join(c.namespaces, ",")
 			if got := env(ctr, "TETHER_ALLOWED_NAMESPACES"); got != want {
 				t.Errorf("TETHER_ALLOWED_NAMESPACES %q, want %q", got, want)
+			}
+			strict := ""
+			if strings.HasPrefix(c.name, "agent-strict") {
+				strict = "true"
+			}
+			if got := env(ctr, "TETHER_STRICT_MODE"); got != strict {
+				t.Errorf("TETHER_STRICT_MODE %q, want %q", got, strict)
 			}
 		})
 	}
