@@ -152,10 +152,14 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent, to
 		caHash:       sum,
 		agentVersion: m.AgentVersion,
 		apiServer:    m.APIServer,
+		ceiling:      ceilingOf(m),
 		ca:           ca,
 		saAuth:       authorization(m.ServiceAccountToken),
 		since:        time.Now(),
 		done:         make(chan struct{}),
+	}
+	if c.ceiling == protocol.CeilingUnavailable {
+		c.ceilingError = ShownText(m.CeilingError, MaxStatusMessage)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.lastHeard.Store(time.Now().UnixNano())
@@ -228,3 +232,12 @@ func (h *Hub) ServeAgent(w http.ResponseWriter, r *http.Request) { h.serveAgent(
 // cluster it reaches itself (Config.Direct), which it admits even when
 // OwnAgentsOnly refuses every other agent.
 func (h *Hub) ServeOwnAgent(w http.ResponseWriter, r *http.Request) { h.serveAgent(w, r, true) }
+
+// ceilingOf is the ceiling a hello says holds: none said (an agent from
+// before strictMode) is CeilingOff.
+func ceilingOf(m protocol.Message) string {
+	if m.Ceiling == "" {
+		return protocol.CeilingOff
+	}
+	return m.Ceiling
+}

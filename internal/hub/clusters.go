@@ -31,6 +31,10 @@ type Upstream interface {
 	RoundTrip(*http.Request) (*http.Response, error)
 	// Context is done once the connection is ending.
 	Context() context.Context
+	// Ceiling is what the agent said of the cluster owner's ceiling
+	// (protocol.CeilingOff, …Enforced or …Unavailable), and why it is
+	// unavailable, fit to show.
+	Ceiling() (ceiling, why string)
 }
 
 // Reach returns the way to cluster name's API server, or nil when no agent
@@ -63,7 +67,8 @@ func (c *agentConn) ServiceAccountAuth() string { return c.serviceAccountAuth() 
 func (c *agentConn) RoundTrip(r *http.Request) (*http.Response, error) {
 	return c.roundTrip(r)
 }
-func (c *agentConn) Context() context.Context { return c.ctx }
+func (c *agentConn) Context() context.Context  { return c.ctx }
+func (c *agentConn) Ceiling() (string, string) { return c.ceiling, c.ceilingError }
 
 // broker tells subscribers which clusters changed. A slow stream never
 // holds up the hub: changes pile up as a set of names, collapsed per

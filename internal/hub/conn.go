@@ -44,6 +44,10 @@ type agentConn struct {
 	caHash       listfile.Hash // the list in force when it is registered, and at reloads
 	agentVersion string
 	apiServer    string
+	// ceiling is what its hello said of the cluster owner's ceiling (SPEC
+	// section 9): protocol.CeilingOff, …Enforced or …Unavailable, and
+	// ceilingError why it is unavailable, fit to show.
+	ceiling, ceilingError string
 	// ca is the DER of the certificates the agent sent for its API
 	// server. Not a CertPool: a pool with its index and the parsed
 	// certificate cost the hub 0.8 KiB more per idle agent, so a pool is

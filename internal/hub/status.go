@@ -39,6 +39,10 @@ type ClusterStatus struct {
 	AgentVersion      string
 	ConnectedSince    time.Time // zero when no agent is connected
 	LastSeen          time.Time // the last time the agent was heard from
+	// Ceiling is protocol.CeilingEnforced when the connected agent says
+	// the cluster's API server caps what comes through Tether (strictMode),
+	// else protocol.CeilingOff.
+	Ceiling string
 }
 
 // String is the status as people see it: "Ready" or "Unreachable: <why>".
@@ -133,7 +137,11 @@ func (h *Hub) clusterLocked(name string) ClusterStatus {
 	if s, ok := h.status[name]; ok {
 		st = s.ClusterStatus
 	}
+	st.Ceiling = protocol.CeilingOff
 	if c, ok := h.agents[name]; ok {
+		if c.ceiling == protocol.CeilingEnforced {
+			st.Ceiling = protocol.CeilingEnforced
+		}
 		if st.Message == MessageNotConnected {
 			st.Message = MessageChecking
 		}
@@ -263,6 +271,11 @@ func (h *Hub) probeAndRecord(ctx context.Context, c *agentConn) bool {
 // a pool of their own, so the probes' connection never carries a large
 // answer, which would leave crypto/tls's input buffer large.
 func (h *Hub) probe(ctx context.Context, c *agentConn) probeResult {
+	if c.ceiling == protocol.CeilingUnavailable {
+		// Its API server would refuse every request as a person: the
+		// cluster is Unreachable, for people, whatever /readyz says.
+		return probeResult{message: c.ceilingError}
+	}
 	ctx, cancel := context.WithTimeout(OwnRequest(ctx), h.cfg.ProbeTimeout)
 	defer cancel()
 	client := c.hubTransport()

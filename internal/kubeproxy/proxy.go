@@ -19,12 +19,19 @@ import (
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/protocol"
 )
 
 // RequestIDHeader carries each request's id to the API server, as a user
 // extra, so the cluster's own audit log names it (SPEC section 3). The
 // agent's impersonation role allows exactly this one extra.
 const RequestIDHeader = "Impersonate-Extra-Tether-Request-Id"
+
+// StrictRequestIDHeader carries the request id to a cluster whose owner's
+// ceiling holds (strictMode), as the user extra tetherhq.github.io/request-id:
+// constrained impersonation takes only extras whose keys are
+// domain-prefixed, and refuses the whole request otherwise (decision 027).
+const StrictRequestIDHeader = "Impersonate-Extra-Tetherhq.github.io%2frequest-id"
 
 // clusterKey is the context key under which a proxied request carries its
 // route: which agent connection, and as whom.
@@ -122,6 +129,12 @@ func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.conn = px.cfg.Clusters.Reach(name)
 	if rt.conn == nil {
 		WriteStatus(rw, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Cluster %q is Unreachable: %s", name, hub.MessageNotConnected))
+		return
+	}
+	if ceiling, why := rt.conn.Ceiling(); ceiling == protocol.CeilingUnavailable && !entry.ForwardToken {
+		// Its API server would refuse the request, in words about
+		// impersonation: say what the cluster's owner must fix instead.
+		WriteStatus(rw, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Cluster %q is Unreachable: %s", name, why))
 		return
 	}
 	ctx, cancel := context.WithCancelCause(r.Context())
@@ -307,7 +320,11 @@ func (px *Proxy) rewrite(pr *httputil.ProxyRequest) {
 	for _, g := range rt.groups {
 		out.Header.Add("Impersonate-Group", g)
 	}
-	out.Header.Set(RequestIDHeader, rt.id)
+	if ceiling, _ := rt.conn.Ceiling(); ceiling == protocol.CeilingEnforced {
+		out.Header.Set(StrictRequestIDHeader, rt.id)
+	} else {
+		out.Header.Set(RequestIDHeader, rt.id)
+	}
 }
 
 // isRemoved reports whether lk, a lower-cased header name, never reaches

@@ -27,6 +27,9 @@ type ClusterJSON struct {
 	AgentVersion      string            `json:"agentVersion,omitempty"`
 	ConnectedSince    *time.Time        `json:"connectedSince,omitempty"`
 	LastSeen          *time.Time        `json:"lastSeen,omitempty"`
+	// Ceiling is "enforced" when the cluster's API server caps what comes
+	// through Tether (the agent's strictMode, SPEC section 9), else "off".
+	Ceiling string `json:"ceiling"`
 	// Summary and Inventory are absent until the agent's first inventory
 	// snapshot arrives.
 	Summary   *store.Summary `json:"summary,omitempty"`
@@ -43,6 +46,7 @@ func (wb *Web) clusterJSON(st hub.ClusterStatus) ClusterJSON {
 		Message:           st.Message,
 		KubernetesVersion: st.KubernetesVersion,
 		AgentVersion:      st.AgentVersion,
+		Ceiling:           st.Ceiling,
 	}
 	if entry, ok := wb.cfg.Clusters.Entry(st.Name); ok && len(entry.Labels) > 0 {
 		c.Labels = entry.Labels

@@ -240,10 +240,11 @@ access:
 		t.Errorf("the API server's audit log has no access review from %s as admin", sa)
 	}
 	t.Run("people's kubectl through the hub", func(t *testing.T) {
-		if _, body := hubGet(t, hubURL+"/clusters/"+name+"/api", adminToken); strings.Contains(body, "must be a domain-prefixed path") {
-			// The hub still sends Impersonate-Extra-Tether-Request-Id,
-			// which constrained impersonation refuses (decision 027).
-			t.Skip("the hub doesn't yet send strict agents the request id as " + requestIDExtra)
+		// The hub sends strict agents the request id as a domain-prefixed
+		// extra: constrained impersonation refuses tether-request-id
+		// (decision 027).
+		if code, body := hubGet(t, hubURL+"/clusters/"+name+"/api", adminToken); code != 200 {
+			t.Fatalf("discovery through the hub: %d %s", code, body)
 		}
 		kc := kubeconfigFor(t, hubURL, adminToken)
 		out, err := kubectl(t, kc, "get", "configmap", "hello", "-n", inside, "-o", "jsonpath={.data.hello}")
@@ -293,8 +294,27 @@ strictMode: true
 	a := start(t, "agent "+name, env, "agent")
 	a.waitFor(t, 10*time.Second, `strictMode: this cluster (Kubernetes 1.36) refuses constrained impersonation, so it would refuse every request through Tether`)
 	a.waitFor(t, time.Second, `cannot impersonate resource "users" in API group ""`)
-	// It still connects, so the hub can show why.
+	// It still connects, so the hub can show why: the cluster is
+	// Unreachable, with the agent's words, and kubectl gets them in a 503.
 	a.waitFor(t, 10*time.Second, `Connected to `+hubURL+` as "`+name+`"`)
+	var c struct{ Status, Message, Ceiling string }
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, body := hubGet(t, hubURL+"/api/clusters/"+name, adminToken)
+		if json.Unmarshal([]byte(body), &c) == nil && strings.Contains(c.Message, "refuses constrained impersonation") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/api/clusters/%s never said why: %s", name, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if c.Status != "Unreachable" || c.Ceiling != "off" {
+		t.Errorf("/api/clusters/%s: %s, ceiling %q; want Unreachable, off", name, c.Status, c.Ceiling)
+	}
+	if code, body := hubGet(t, hubURL+"/clusters/"+name+"/api", adminToken); code != 503 || !strings.Contains(body, "refuses constrained impersonation") {
+		t.Errorf("a request through the hub: %d %s; want 503 saying why", code, body)
+	}
 
 	token, err := os.ReadFile(filepath.Join(saDir, "token"))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/protocol"
 )
 
 // Fake is a cluster's API server as a hub.Upstream: Transport, if not nil,
@@ -18,6 +19,8 @@ type Fake struct {
 	Auth      string // ServiceAccountAuth
 	Transport http.RoundTripper
 	Ctx       context.Context // Context; nil means one never done
+	// CeilingIs and CeilingWhy are Ceiling's; "" means protocol.CeilingOff.
+	CeilingIs, CeilingWhy string
 }
 
 var _ hub.Upstream = (*Fake)(nil)
@@ -45,4 +48,11 @@ func (f *Fake) Context() context.Context {
 		return context.Background()
 	}
 	return f.Ctx
+}
+
+func (f *Fake) Ceiling() (string, string) {
+	if f.CeilingIs == "" {
+		return protocol.CeilingOff, ""
+	}
+	return f.CeilingIs, f.CeilingWhy
 }
