@@ -35,7 +35,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request, own bool) {
 		http.Error(w, "This hub doesn't know this agent's name and token.", http.StatusUnauthorized)
 		return
 	}
-	if !h.admission.admit(time.Now(), admitRate(h.cfg.Agents.Len())) {
+	if !h.admission.admit(h.clock.Now(), admitRate(h.cfg.Agents.Len())) {
 		h.metrics.connects.WithLabelValues("paced").Inc()
 		// Come back within the reconnect spread, at a random second, so
 		// the ones held back now don't all return in the same second.
@@ -155,14 +155,14 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent, to
 		ceiling:      ceilingOf(m),
 		ca:           ca,
 		saAuth:       authorization(m.ServiceAccountToken),
-		since:        time.Now(),
+		since:        h.clock.Now(),
 		done:         make(chan struct{}),
 	}
 	if c.ceiling == protocol.CeilingUnavailable {
 		c.ceilingError = ShownText(m.CeilingError, MaxStatusMessage)
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.lastHeard.Store(time.Now().UnixNano())
+	c.lastHeard.Store(h.clock.Now().UnixNano())
 
 	h.mu.Lock()
 	if prev, ok := h.lastCA[entry.Name]; ok && prev != caSHA {

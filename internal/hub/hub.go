@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tetherhq/tether/internal/clock"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/inventory/store"
 	"github.com/tetherhq/tether/internal/logging"
@@ -50,6 +51,9 @@ type Config struct {
 	Tunnel tunnel.Config
 	// Registerer takes the hub's metrics. Nil means a private registry.
 	Registerer prometheus.Registerer
+	// Clock paces heartbeats, probes and the admission of agents, and
+	// dates what the hub records. Nil means the machine's.
+	Clock clock.Clock
 	// Random returns a number in [0, 1), for the reconnect spread and the
 	// Retry-After of agents held back by the pace; it must be safe for
 	// concurrent use.
@@ -92,6 +96,7 @@ const reservedStreams = 16
 type Hub struct {
 	cfg       Config
 	log       *slog.Logger
+	clock     clock.Clock
 	metrics   *metrics
 	refusals  *logging.Limiter
 	admission admission // paces agents' connections
@@ -191,6 +196,9 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
 	if cfg.Random == nil {
 		cfg.Random = rand.Float64
 	}
@@ -204,6 +212,7 @@ func New(cfg Config) (*Hub, error) {
 	h := &Hub{
 		cfg:      cfg,
 		log:      cfg.Logger,
+		clock:    cfg.Clock,
 		metrics:  m,
 		refusals: logging.NewLimiter(10 * time.Second),
 		agents:   map[string]*agentConn{},

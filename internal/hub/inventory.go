@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"time"
 
 	"github.com/tetherhq/tether/internal/protocol"
 )
@@ -33,7 +32,7 @@ func (h *Hub) receiveInventory(c *agentConn, st net.Conn) {
 		if h.connected(c.name) != c {
 			return
 		}
-		if rcv.Apply(u, time.Now()) {
+		if rcv.Apply(u, h.clock.Now()) {
 			h.events.changed(c.name)
 		}
 	}

@@ -3,6 +3,7 @@ package hub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/clock"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/protocol"
@@ -213,5 +215,37 @@ func TestWelcomedOnceRegistered(t *testing.T) {
 			t.Fatalf("connection %d: welcomed before the hub routes to it", i)
 		}
 		sess.Close()
+	}
+}
+
+// TestProbesStartEveryInterval: SPEC section 2 probes every 10 s, so a slow
+// API server is probed as often as a quick one: a probe starts every
+// ProbeInterval, not ProbeInterval after the last one ended, and never
+// sooner. The hub's clock is the test's: each probe's /readyz is held while
+// the clock moves on, then let go.
+func TestProbesStartEveryInterval(t *testing.T) {
+	const interval = 10 * time.Second
+	fc := fakecluster.New(t)
+	gate := make(chan struct{})
+	fc.ReadyzGate.Store(&gate)
+	clk := clock.NewFake(time.Now())
+	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: interval, Heartbeat: time.Hour, Clock: clk})
+	a := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "connected", a.Connected)
+	// Its heartbeat's timer and its probes' (due now).
+	eventually(t, 5*time.Second, "the first probe planned", func() bool { d, ok := clk.Next(); return ok && d == 0 && clk.Timers() == 2 })
+	clk.Step(0)
+	for i, took := range []time.Duration{interval * 4 / 5, 0, interval / 2, interval * 4 / 5} {
+		eventually(t, 5*time.Second, fmt.Sprintf("probe %d at /readyz", i+1), func() bool { return fc.Count("/readyz") == i+1 })
+		clk.Step(took)
+		gate <- struct{}{}
+		eventually(t, 5*time.Second, fmt.Sprintf("probe %d done and the next planned", i+1), func() bool { return clk.Timers() == 2 })
+		if next, _ := clk.Next(); next != interval-took {
+			t.Fatalf("probe %d took %s; the next is planned %s after its end, want %s: one per interval from its start", i+1, took, next, interval-took)
+		}
+		if i == 0 && statusOf(h, "eu-1") != Ready {
+			t.Fatalf("after the first probe: %q", statusOf(h, "eu-1"))
+		}
+		clk.Step(interval - took)
 	}
 }

@@ -209,7 +209,7 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 	}
 	changed := !had || prev.String() != next.String() || prev.KubernetesVersion != next.KubernetesVersion
 	if changed {
-		cur.history = append(cur.history, StatusChange{Time: time.Now().UTC().Truncate(time.Second), Status: next.String()})
+		cur.history = append(cur.history, StatusChange{Time: h.clock.Now().UTC().Truncate(time.Second), Status: next.String()})
 		if len(cur.history) > maxHistory {
 			cur.history = cur.history[len(cur.history)-maxHistory:]
 		}
@@ -234,12 +234,12 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 // longer than ProbeInterval is followed by the next at once; probes never
 // overlap.
 func (h *Hub) startProbes(ctx context.Context, c *agentConn) *timerLoop {
-	return startTimerLoop(0, func() (time.Duration, bool) {
-		start := time.Now()
+	return startTimerLoop(h.clock, 0, func() (time.Duration, bool) {
+		start := h.clock.Now()
 		if !h.probeAndRecord(ctx, c) {
 			return 0, false
 		}
-		return max(h.cfg.ProbeInterval-time.Since(start), 0), true
+		return max(h.cfg.ProbeInterval-h.clock.Now().Sub(start), 0), true
 	})
 }
 

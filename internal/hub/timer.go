@@ -3,11 +3,13 @@ package hub
 import (
 	"sync"
 	"time"
+
+	"github.com/tetherhq/tether/internal/clock"
 )
 
 // timerLoop runs f after a first delay, then again after each delay f
 // returns, until f says stop or Stop is called. Between runs no goroutine
-// waits: each run gets one of its own from time.AfterFunc, for as long as f
+// waits: each run gets one of its own from the clock's AfterFunc, for as long as f
 // takes. An idle agent's heartbeat and probes cost the hub two timers, not
 // two parked goroutines and their stacks (docs/decisions/008-performance.md).
 type timerLoop struct {
@@ -16,14 +18,14 @@ type timerLoop struct {
 	running sync.WaitGroup // the run in progress, if any
 
 	mu      sync.Mutex // guards the following
-	t       *time.Timer
+	t       clock.Timer
 	stopped bool
 }
 
-func startTimerLoop(first time.Duration, f func() (time.Duration, bool)) *timerLoop {
+func startTimerLoop(clk clock.Clock, first time.Duration, f func() (time.Duration, bool)) *timerLoop {
 	l := &timerLoop{f: f}
 	l.mu.Lock()
-	l.t = time.AfterFunc(first, l.run)
+	l.t = clk.AfterFunc(first, l.run)
 	l.mu.Unlock()
 	return l
 }

@@ -268,7 +268,11 @@ func TestTakeover(t *testing.T) {
 		t.Errorf("the takeover wasn't logged as a warning with both addresses:\n%s", h.logs)
 	}
 	eventually(t, 5*time.Second, "the cluster is Ready through the second agent", func() bool { return statusOf(h, "eu-1") == "Ready" })
-	time.Sleep(300 * time.Millisecond) // the first agent's disconnect must not mark the cluster Unreachable
+	// The first agent's connection is finished (its end is logged last),
+	// and must not have marked the cluster Unreachable.
+	eventually(t, 5*time.Second, "the first agent's disconnect", func() bool {
+		return strings.Contains(h.logs.String(), `The agent of "eu-1" disconnected`)
+	})
 	if got := statusOf(h, "eu-1"); got != "Ready" {
 		t.Errorf("after the takeover: %q", got)
 	}

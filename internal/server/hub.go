@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/clock"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/kubeproxy"
@@ -68,6 +69,8 @@ type Config struct {
 	EventsKeepAlive time.Duration
 	// Registerer takes the hub's metrics. Nil means a private registry.
 	Registerer prometheus.Registerer
+	// Clock paces the hub's heartbeats and probes; nil means the machine's.
+	Clock clock.Clock
 	// Random returns a number in [0, 1), for the reconnect spread and the
 	// Retry-After of agents held back by the pace; it must be safe for
 	// concurrent use.
@@ -146,6 +149,7 @@ func New(cfg Config) (*Hub, error) {
 		ProbeTimeout:       cfg.ProbeTimeout,
 		Tunnel:             cfg.Tunnel,
 		Registerer:         cfg.Registerer,
+		Clock:              cfg.Clock,
 		Random:             cfg.Random,
 		Direct:             cfg.Direct,
 		IdleTimeout:        cfg.IdleTimeout,

@@ -47,6 +47,9 @@ type Cluster struct {
 	// answers with.
 	ReadyzDelay  atomic.Int64 // a time.Duration
 	ReadyzStatus atomic.Int32
+	// ReadyzGate, when set, holds each /readyz until it can receive from
+	// the channel (or its request is gone).
+	ReadyzGate atomic.Pointer[chan struct{}]
 	// ReviewsFail makes the access reviews the tests answer fail.
 	ReviewsFail atomic.Bool
 	// BigSent counts the bytes /big has written; Watching, the /watch and
@@ -228,6 +231,13 @@ func New(t *testing.T) *Cluster {
 		if d := time.Duration(fc.ReadyzDelay.Load()); d > 0 {
 			select {
 			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if gate := fc.ReadyzGate.Load(); gate != nil {
+			select {
+			case <-*gate:
 			case <-r.Context().Done():
 				return
 			}
