@@ -78,8 +78,23 @@ type Resource struct {
 	// Sync and Health are an Argo CD application's status.
 	Sync   string `json:"sync,omitempty"`
 	Health string `json:"health,omitempty"`
-	// Hosts are an Istio gateway's or an ingress's hosts.
+	// Hosts are an Istio gateway's or virtual service's, or an ingress's,
+	// hosts.
 	Hosts []string `json:"hosts,omitempty"`
+	// Gateways are the Istio gateways a virtual service is bound to.
+	Gateways []string `json:"gateways,omitempty"`
+	// Quota is a resource quota's use, "resource used/hard" each, sorted.
+	Quota []string `json:"quota,omitempty"`
+	// Message says why, in the object's words: an Argo Workflow's or a
+	// SparkApplication's status message, an event's.
+	Message string `json:"message,omitempty"`
+	// Object is the "Kind/name" an event is about (in the event's
+	// namespace), Reason its reason, Count how often it happened, and
+	// LastSeen when last (RFC 3339).
+	Object   string `json:"object,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Count    int32  `json:"count,omitempty"`
+	LastSeen string `json:"lastSeen,omitempty"`
 }
 
 // Condition is one status condition, without its timestamps.

@@ -9,7 +9,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/protocol"
 )
 
@@ -146,7 +145,7 @@ func (w *Watcher) shows(ref protocol.ResourceRef) bool {
 
 // lookup returns the current summary of ref, if it exists.
 func (w *Watcher) lookup(ref protocol.ResourceRef) (protocol.Resource, bool) {
-	k, ok := inventory.LookupKind(ref.Kind)
+	k, ok := w.kind(ref.Kind)
 	if !ok {
 		return protocol.Resource{}, false
 	}
@@ -293,7 +292,8 @@ func shrinkKinds(kinds []protocol.KindState) []protocol.KindState {
 	return out
 }
 
-// shrink halves r's longest list (hosts, images, conditions or labels),
+// shrink halves r's longest list (hosts, gateways, quota, images,
+// conditions or labels),
 // keeping the first, and reports whether it had one to cut. With no list
 // left, it cuts r's free texts (phase, sync, health, version, owner) to
 // maxKindError: only a broken or hostile writer of an object's status
@@ -301,10 +301,10 @@ func shrinkKinds(kinds []protocol.KindState) []protocol.KindState {
 // lists are shared with the watcher's copy: they are sliced or copied,
 // never changed.
 func shrink(r *protocol.Resource) bool {
-	switch longest := max(len(r.Hosts), len(r.Images), len(r.Conditions), len(r.Labels)); {
+	switch longest := max(len(r.Hosts), len(r.Images), len(r.Conditions), len(r.Labels), len(r.Gateways), len(r.Quota)); {
 	case longest == 0:
 		cut := false
-		for _, s := range []*string{&r.Phase, &r.Sync, &r.Health, &r.Version, &r.Owner, &r.Replicas} {
+		for _, s := range []*string{&r.Phase, &r.Sync, &r.Health, &r.Version, &r.Owner, &r.Replicas, &r.Message, &r.Object, &r.Reason, &r.LastSeen} {
 			if len(*s) > maxKindError {
 				*s, cut = protocol.Clip(*s, maxKindError), true
 			}
@@ -312,6 +312,10 @@ func shrink(r *protocol.Resource) bool {
 		return cut
 	case len(r.Hosts) == longest:
 		r.Hosts = r.Hosts[:longest/2]
+	case len(r.Gateways) == longest:
+		r.Gateways = r.Gateways[:longest/2]
+	case len(r.Quota) == longest:
+		r.Quota = r.Quota[:longest/2]
 	case len(r.Images) == longest:
 		r.Images = r.Images[:longest/2]
 	case len(r.Conditions) == longest:
