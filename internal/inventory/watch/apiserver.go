@@ -133,6 +133,9 @@ type discovered map[string][]servedVersion
 type servedVersion struct {
 	version   string
 	resources []string // top-level resources; no subresources
+	// clusterScoped are those of resources that are not namespaced: an
+	// extra kind's scope is known only from discovery.
+	clusterScoped []string
 }
 
 // aggregatedDiscovery is the part of an apidiscovery.k8s.io/v2
@@ -147,6 +150,7 @@ type aggregatedDiscovery struct {
 			Version   string `json:"version"`
 			Resources []struct {
 				Resource string `json:"resource"`
+				Scope    string `json:"scope"`
 			} `json:"resources"`
 		} `json:"versions"`
 	} `json:"items"`
@@ -175,6 +179,9 @@ func parseAggregated(b []byte, d discovered) error {
 			for _, r := range v.Resources {
 				if r.Resource != "" && !strings.Contains(r.Resource, "/") {
 					sv.resources = append(sv.resources, r.Resource)
+					if r.Scope == "Cluster" {
+						sv.clusterScoped = append(sv.clusterScoped, r.Resource)
+					}
 				}
 			}
 			d[g.Metadata.Name] = append(d[g.Metadata.Name], sv)
@@ -189,7 +196,8 @@ func parseResourceList(b []byte) (servedVersion, error) {
 	var list struct {
 		GroupVersion string `json:"groupVersion"`
 		Resources    []struct {
-			Name string `json:"name"`
+			Name       string `json:"name"`
+			Namespaced bool   `json:"namespaced"`
 		} `json:"resources"`
 	}
 	if err := json.Unmarshal(b, &list); err != nil {
@@ -206,6 +214,9 @@ func parseResourceList(b []byte) (servedVersion, error) {
 	for _, r := range list.Resources {
 		if r.Name != "" && !strings.Contains(r.Name, "/") {
 			sv.resources = append(sv.resources, r.Name)
+			if !r.Namespaced {
+				sv.clusterScoped = append(sv.clusterScoped, r.Name)
+			}
 		}
 	}
 	return sv, nil
@@ -221,7 +232,7 @@ func versionsFor(kinds []inventory.Kind, d discovered) map[schema.GroupResource]
 		// The preferred version of a resource is the first of its
 		// group's versions, in the server's order, that serves it.
 		for _, v := range vs {
-			if slices.Contains(v.resources, k.Name) {
+			if slices.Contains(v.resources, k.Plural()) {
 				if slices.Contains(k.Versions, v.version) {
 					out[k.Resource()] = v.version
 				}
@@ -232,13 +243,24 @@ func versionsFor(kinds []inventory.Kind, d discovered) map[schema.GroupResource]
 			continue
 		}
 		for _, want := range k.Versions {
-			if slices.ContainsFunc(vs, func(v servedVersion) bool { return v.version == want && slices.Contains(v.resources, k.Name) }) {
+			if slices.ContainsFunc(vs, func(v servedVersion) bool { return v.version == want && slices.Contains(v.resources, k.Plural()) }) {
 				out[k.Resource()] = want
 				break
 			}
 		}
 	}
 	return out
+}
+
+// namespaced says whether the cluster serves resource of group at version
+// in namespaces, and whether it serves it at all.
+func (d discovered) namespaced(group, version, resource string) (namespaced, served bool) {
+	for _, v := range d[group] {
+		if v.version == version && slices.Contains(v.resources, resource) {
+			return !slices.Contains(v.clusterScoped, resource), true
+		}
+	}
+	return false, false
 }
 
 // discover asks the API server which groups, versions and resources it

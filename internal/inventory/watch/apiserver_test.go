@@ -45,7 +45,7 @@ func TestParseAggregated(t *testing.T) {
 		}
 	}
 	want := discovered{
-		"":                    {{version: "v1", resources: []string{"pods", "nodes", "namespaces", "services"}}},
+		"":                    {{version: "v1", resources: []string{"pods", "nodes", "namespaces", "services"}, clusterScoped: []string{"nodes", "namespaces"}}},
 		"apps":                {{version: "v1", resources: []string{"deployments", "statefulsets", "daemonsets"}}},
 		"networking.istio.io": {{version: "v1beta1", resources: []string{"gateways"}}, {version: "v1", resources: []string{"gateways"}}, {version: "v1alpha3", resources: []string{"gateways"}}},
 		"argoproj.io":         {{version: "v1beta9", resources: []string{"applications"}}},
@@ -80,8 +80,8 @@ func TestParseResourceList(t *testing.T) {
 		err      bool
 	}{
 		{"core", `{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"pods","namespaced":true},{"name":"pods/log"},{"name":"nodes"}]}`,
-			servedVersion{version: "v1", resources: []string{"pods", "nodes"}}, false},
-		{"group", `{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"networking.istio.io/v1beta1","resources":[{"name":"gateways"}]}`,
+			servedVersion{version: "v1", resources: []string{"pods", "nodes"}, clusterScoped: []string{"nodes"}}, false},
+		{"group", `{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"networking.istio.io/v1beta1","resources":[{"name":"gateways","namespaced":true}]}`,
 			servedVersion{version: "v1beta1", resources: []string{"gateways"}}, false},
 		{"no resources", `{"groupVersion":"apps/v1"}`, servedVersion{version: "v1"}, false},
 		{"no group version", `{"resources":[{"name":"pods"}]}`, servedVersion{}, true},
@@ -109,22 +109,22 @@ func TestVersionsFor(t *testing.T) {
 		want map[schema.GroupResource]string
 	}{
 		{"the server's preferred version, when the summary knows it",
-			discovered{"networking.istio.io": {{"v1beta1", []string{"gateways"}}, {"v1", []string{"gateways"}}}},
+			discovered{"networking.istio.io": {{"v1beta1", []string{"gateways"}, nil}, {"v1", []string{"gateways"}, nil}}},
 			map[schema.GroupResource]string{gateways.Resource(): "v1beta1"}},
 		{"otherwise the summary's first that is served",
-			discovered{"networking.istio.io": {{"v2", []string{"gateways"}}, {"v1alpha3", []string{"gateways"}}, {"v1", []string{"gateways"}}}},
+			discovered{"networking.istio.io": {{"v2", []string{"gateways"}, nil}, {"v1alpha3", []string{"gateways"}, nil}, {"v1", []string{"gateways"}, nil}}},
 			map[schema.GroupResource]string{gateways.Resource(): "v1"}},
 		{"a version without the resource doesn't count",
-			discovered{"networking.istio.io": {{"v1", []string{"virtualservices"}}, {"v1alpha3", []string{"gateways"}}}},
+			discovered{"networking.istio.io": {{"v1", []string{"virtualservices"}, nil}, {"v1alpha3", []string{"gateways"}, nil}}},
 			map[schema.GroupResource]string{gateways.Resource(): "v1alpha3"}},
 		{"no version the summary knows",
-			discovered{"argoproj.io": {{"v1beta9", []string{"applications"}}}},
+			discovered{"argoproj.io": {{"v1beta9", []string{"applications"}, nil}}},
 			map[schema.GroupResource]string{}},
 		{"the resource in another group",
-			discovered{"example.com": {{"v1", []string{"pods"}}}},
+			discovered{"example.com": {{"v1", []string{"pods"}, nil}}},
 			map[schema.GroupResource]string{}},
 		{"core",
-			discovered{"": {{"v1", []string{"pods", "nodes"}}}},
+			discovered{"": {{"v1", []string{"pods", "nodes"}, nil}}},
 			map[schema.GroupResource]string{pods.Resource(): "v1"}},
 		{"nothing", discovered{}, map[schema.GroupResource]string{}},
 	} {

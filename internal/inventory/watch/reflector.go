@@ -74,7 +74,7 @@ func newReflector(api apiServer, k inventory.Kind, version, namespace string, no
 	if namespace != "" {
 		path += "/namespaces/" + url.PathEscape(namespace)
 	}
-	path += "/" + k.Name
+	path += "/" + k.Plural()
 	return &reflector{api: api, kind: k, path: path, noteErr: noteErr, changed: changed,
 		watchTimeout: watchMinTimeout, page: listPage, pageBytes: maxPageBytes, pageTimeout: listPageTimeout, sleep: sleepTimer, tried: make(chan struct{}), items: map[string]protocol.Resource{}}
 }
@@ -208,6 +208,9 @@ func (r *reflector) list(ctx context.Context) (string, error) {
 	restarts := 0
 	for {
 		q := url.Values{"limit": {strconv.Itoa(r.page)}}
+		if r.kind.FieldSelector != "" {
+			q.Set("fieldSelector", r.kind.FieldSelector)
+		}
 		if cont != "" {
 			q.Set("continue", cont)
 		}
@@ -281,6 +284,9 @@ func (r *reflector) watch(ctx context.Context, rv string) (last string, gone boo
 	timeout := r.watchTimeout + rand.N(r.watchTimeout)
 	q := url.Values{"watch": {"1"}, "resourceVersion": {rv}, "allowWatchBookmarks": {"true"},
 		"timeoutSeconds": {strconv.Itoa(int(timeout / time.Second))}}
+	if r.kind.FieldSelector != "" {
+		q.Set("fieldSelector", r.kind.FieldSelector)
+	}
 	// The API server ends the watch; a connection gone quiet without
 	// closing ends a minute after it should have.
 	parent := ctx
