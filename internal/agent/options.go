@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/net/http/httpproxy"
 
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/logging"
 	"github.com/tetherhq/tether/internal/protocol"
 )
@@ -44,6 +45,13 @@ type Options struct {
 	// GatewayTieBreaker is the Istio Gateway ("namespace/name") that wins
 	// when several serve a host (TETHER_ISTIO_GATEWAY_TIE_BREAKER).
 	GatewayTieBreaker string
+	// InventoryOff is TETHER_INVENTORY=false: the agent watches nothing
+	// and streams no inventory. Off rather than on, so that Options
+	// built in code keep the inventory, as they always did.
+	InventoryOff bool
+	// ExtraKinds are TETHER_INVENTORY_KINDS_EXTRA: kinds watched besides
+	// the default ones, summarized generically.
+	ExtraKinds []inventory.Kind
 	// Proxy picks a proxy for the WebSocket to the hub (HTTPS_PROXY,
 	// NO_PROXY; see ProxyFromEnv). Nil means none.
 	Proxy func(*http.Request) (*url.URL, error)
@@ -112,6 +120,18 @@ func OptionsFromEnv(getenv Getenv) (Options, error) {
 	}
 	if o.GatewayTieBreaker, err = parseTieBreaker(getenv("TETHER_ISTIO_GATEWAY_TIE_BREAKER")); err != nil {
 		return Options{}, err
+	}
+	switch v := strings.TrimSpace(getenv("TETHER_INVENTORY")); v {
+	case "", "true":
+	case "false":
+		o.InventoryOff = true
+	default:
+		return Options{}, fmt.Errorf("TETHER_INVENTORY must be true or false, not %q", v)
+	}
+	if o.ExtraKinds, err = inventory.ParseExtraKinds(getenv("TETHER_INVENTORY_KINDS_EXTRA")); errors.Is(err, inventory.ErrSecrets) {
+		return Options{}, fmt.Errorf("TETHER_INVENTORY_KINDS_EXTRA (chart: inventory.extraKinds) names Secrets: %w; take them out of the list", err)
+	} else if err != nil {
+		return Options{}, fmt.Errorf("TETHER_INVENTORY_KINDS_EXTRA (chart: inventory.extraKinds) must be group/version/resource, separated by commas: %w", err)
 	}
 	o.Proxy = ProxyFromEnv(getenv)
 	// Read the pod's credentials now, so a pod without them fails at once
