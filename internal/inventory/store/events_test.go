@@ -75,3 +75,20 @@ func TestExtraKindsAreKeptWhenTheAgentWatchesThem(t *testing.T) {
 		}
 	}
 }
+
+// TestAnnouncedKindsAreBounded: an agent that says it watches 100 made-up
+// kinds, and sends an object of each, has MaxExtraKinds of them kept.
+func TestAnnouncedKindsAreBounded(t *testing.T) {
+	var kinds []protocol.KindState
+	var ups []protocol.Resource
+	for i := range 2 * MaxExtraKinds {
+		made := fmt.Sprintf("made-up-%d.example.com", i)
+		kinds = append(kinds, protocol.KindState{Kind: made})
+		ups = append(ups, res(made, "a", "x", true, nil))
+	}
+	st := &state{objects: map[string]map[string]*protocol.Resource{}}
+	st.apply(&protocol.Update{Kinds: kinds, Upserts: append(ups, res("pods", "a", "web", true, nil))})
+	if len(st.objects) != MaxExtraKinds+1 || st.count != MaxExtraKinds+1 {
+		t.Errorf("%d kinds, %d objects kept; want %d made-up kinds and pods", len(st.objects), st.count, MaxExtraKinds)
+	}
+}

@@ -233,9 +233,15 @@ func (st *state) apply(u *protocol.Update) {
 	}
 }
 
-// holds says whether st keeps objects of kind: one of inventory.Kinds, or
-// one the agent says it watches (TETHER_INVENTORY_KINDS_EXTRA), but never
-// Secrets, whatever an agent sends.
+// MaxExtraKinds bounds the kinds besides inventory.Kinds that the hub
+// keeps of one cluster: each costs a map the byte count doesn't see, and
+// an agent could otherwise name one per object.
+const MaxExtraKinds = 50
+
+// holds says whether st, which holds no objects of kind yet, may keep
+// some: one of inventory.Kinds, or one the agent says it watches
+// (TETHER_INVENTORY_KINDS_EXTRA) while it holds fewer than MaxExtraKinds
+// others, but never Secrets, whatever an agent sends.
 func (st *state) holds(kind string) bool {
 	if kind == "secrets" {
 		return false
@@ -243,7 +249,16 @@ func (st *state) holds(kind string) bool {
 	if _, known := inventory.LookupKind(kind); known {
 		return true
 	}
-	return slices.ContainsFunc(st.kinds, func(k protocol.KindState) bool { return k.Kind == kind })
+	if !slices.ContainsFunc(st.kinds, func(k protocol.KindState) bool { return k.Kind == kind }) {
+		return false
+	}
+	extra := 0
+	for k := range st.objects {
+		if _, known := inventory.LookupKind(k); !known {
+			extra++
+		}
+	}
+	return extra < MaxExtraKinds
 }
 
 // charge counts grows more bytes (fewer, when negative) to st, and reports
