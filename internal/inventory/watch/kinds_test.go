@@ -263,3 +263,51 @@ func newTestWatcherWith(t *testing.T, saDir string, extra []inventory.Kind) *wat
 	}
 	return w
 }
+
+// TestAllowedNamespacesWithClusterScopedRights: with allowedNamespaces and
+// the chart's inventory.clusterScoped (Roles in the allowed namespaces, a
+// ClusterRole for nodes and namespaces only), nodes are streamed, so the
+// fleet card counts them, and of the namespaces only the allowed ones.
+func TestAllowedNamespacesWithClusterScopedRights(t *testing.T) {
+	ctx := t.Context()
+	kube := apiServer(t)
+	saDir, err := kube.NewServiceAccountDir(ctx, "inv-scoped", "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scopedA, other := unique("scoped-a"), unique("scoped-other")
+	if err := kube.GrantInventory(ctx, "inv-scoped", "agent", scopedA); err != nil {
+		t.Fatal(err)
+	}
+	mustNamespace(t, other)
+	mustCreate(t, "/apis/rbac.authorization.k8s.io/v1/clusterroles", `{apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole,
+metadata: {name: inv-scoped-cluster}, rules: [{apiGroups: [""], resources: [nodes, namespaces], verbs: [get, list, watch]}]}`)
+	mustCreate(t, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", `{apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRoleBinding,
+metadata: {name: inv-scoped-cluster}, roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: inv-scoped-cluster},
+subjects: [{kind: ServiceAccount, name: agent, namespace: inv-scoped}]}`)
+	mustNode(t, "scoped-node")
+
+	w := newTestWatcher(t, saDir, scopedA)
+	runWatcher(t, w)
+	store := hubstore.New(hubstore.Config{})
+	stream(t, w, store, "scoped", "")
+	eventually(t, 15*time.Second, "nodes counted, and only the allowed namespace", func() bool {
+		info, _ := store.Info("scoped")
+		return info.Summary.NodesTotal != nil && *info.Summary.NodesTotal >= 1 &&
+			slices.Equal(names(store, "scoped", "namespaces"), []string{"/" + scopedA})
+	})
+	if got := names(store, "scoped", "pods"); len(got) != 0 {
+		t.Errorf("pods streamed: %v", got)
+	}
+}
+
+// mustNode registers a node object, if missing: the test API server runs
+// no kubelet unless asked.
+func mustNode(t *testing.T, name string) {
+	t.Helper()
+	err := apiServer(t).Do(t.Context(), "POST", "/api/v1/nodes", map[string]any{"apiVersion": "v1", "kind": "Node", "metadata": map[string]any{"name": name}}, nil)
+	var apiErr *localkube.APIError
+	if err != nil && !(errors.As(err, &apiErr) && apiErr.StatusCode == http.StatusConflict) {
+		t.Fatal(err)
+	}
+}
