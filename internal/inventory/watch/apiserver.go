@@ -101,6 +101,126 @@ func (a apiServer) doAtMost(ctx context.Context, method, path, accept string, bo
 	return nil
 }
 
+// getEach sends a GET for a list, and hands each of its items to each as it
+// is decoded, then returns the list's metadata: only one object is ever
+// decoded at a time, however large the page (a page of Argo Workflows,
+// whose statuses can be a megabyte each, decodes into maps several times
+// its size). An answer over limit bytes fails with errAnswerTooLarge.
+func (a apiServer) getEach(ctx context.Context, path string, limit int, each func(map[string]any)) (listMeta, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", a.host+path, nil)
+	if err != nil {
+		return listMeta{}, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return listMeta{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return listMeta{}, readStatusError(resp, "GET "+path)
+	}
+	body := &atMost{r: resp.Body, left: int64(limit)}
+	meta, err := decodeList(body, each)
+	if errors.Is(err, errAnswerTooLarge) {
+		return listMeta{}, fmt.Errorf("GET %s: %w: more than %d bytes", path, errAnswerTooLarge, limit)
+	}
+	if err != nil {
+		return listMeta{}, fmt.Errorf("GET %s: %w", path, err)
+	}
+	return meta, nil
+}
+
+// listMeta is a list's metadata.
+type listMeta struct {
+	ResourceVersion string `json:"resourceVersion"`
+	Continue        string `json:"continue"`
+}
+
+// decodeList reads a list's JSON from r, handing each item to each, and
+// returns its metadata. Other fields are skipped.
+func decodeList(r io.Reader, each func(map[string]any)) (listMeta, error) {
+	var meta listMeta
+	dec := json.NewDecoder(r)
+	if err := expectDelim(dec, '{'); err != nil {
+		return meta, err
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return meta, err
+		}
+		switch tok {
+		case "metadata":
+			if err := dec.Decode(&meta); err != nil {
+				return meta, err
+			}
+		case "items":
+			tok, err := dec.Token()
+			if err != nil {
+				return meta, err
+			}
+			if tok == nil {
+				continue // "items": null
+			}
+			if d, ok := tok.(json.Delim); !ok || d != '[' {
+				return meta, fmt.Errorf("items is %v, not a list", tok)
+			}
+			for dec.More() {
+				var o map[string]any
+				if err := dec.Decode(&o); err != nil {
+					return meta, err
+				}
+				if o != nil {
+					each(o)
+				}
+			}
+			if _, err := dec.Token(); err != nil { // ]
+				return meta, err
+			}
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return meta, err
+			}
+		}
+	}
+	_, err := dec.Token() // }
+	return meta, err
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != want {
+		return fmt.Errorf("want %v, got %v", want, tok)
+	}
+	return nil
+}
+
+// atMost reads from r and fails with errAnswerTooLarge past left bytes.
+type atMost struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *atMost) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return 0, errAnswerTooLarge
+	}
+	if int64(len(p)) > l.left+1 {
+		p = p[:l.left+1]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	if l.left < 0 {
+		return n, errAnswerTooLarge
+	}
+	return n, err
+}
+
 // statusError is an API server's refusal.
 type statusError struct {
 	code int

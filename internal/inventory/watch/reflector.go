@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -191,15 +192,6 @@ func (r *reflector) forget() {
 	}
 }
 
-// listPageJSON is one page of a list.
-type listPageJSON struct {
-	Metadata struct {
-		ResourceVersion string `json:"resourceVersion"`
-		Continue        string `json:"continue"`
-	} `json:"metadata"`
-	Items []map[string]any `json:"items"`
-}
-
 // list reads the whole collection, page by page, replaces the summaries
 // with it, and returns its resourceVersion.
 func (r *reflector) list(ctx context.Context) (string, error) {
@@ -214,12 +206,20 @@ func (r *reflector) list(ctx context.Context) (string, error) {
 		if cont != "" {
 			q.Set("continue", cont)
 		}
-		var page listPageJSON
+		// Each object is summarized as it is decoded, and the page's
+		// summaries join the list's only once the page is whole.
+		page := map[string]protocol.Resource{}
 		// A page is bounded, so a page that takes this long is an API
 		// server that stopped answering: give up, and list again later,
 		// rather than wait on it for ever.
 		pctx, cancel := context.WithTimeout(ctx, r.pageTimeout)
-		err := r.api.doAtMost(pctx, "GET", r.path+"?"+q.Encode(), "application/json", nil, &page, r.pageBytes)
+		meta, err := r.api.getEach(pctx, r.path+"?"+q.Encode(), r.pageBytes, func(o map[string]any) {
+			key, res := r.summarize(o)
+			if res.Name == "" {
+				return // unnamed: see summarize
+			}
+			page[key] = res
+		})
 		cancel()
 		if errors.Is(err, errAnswerTooLarge) && r.page > 1 {
 			r.page /= 2 // and kept so for this kind's later lists
@@ -239,14 +239,8 @@ func (r *reflector) list(ctx context.Context) (string, error) {
 			}
 			return "", err
 		}
-		for _, o := range page.Items {
-			key, res := r.summarize(o)
-			if res.Name == "" {
-				continue // unnamed: see summarize
-			}
-			fresh[key] = res
-		}
-		rv, cont = page.Metadata.ResourceVersion, page.Metadata.Continue
+		maps.Copy(fresh, page)
+		rv, cont = meta.ResourceVersion, meta.Continue
 		if cont == "" {
 			break
 		}
