@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -417,6 +418,13 @@ func (r *reflector) lookup(key string) (protocol.Resource, bool) {
 	defer r.mu.Unlock()
 	res, ok := r.items[key]
 	return res, ok
+}
+
+// keys returns the store keys of every summary.
+func (r *reflector) keys() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Collect(maps.Keys(r.items))
 }
 
 // all returns every summary.

@@ -67,20 +67,33 @@ func (w *Watcher) Stream(ctx context.Context, out io.Writer, opts StreamOptions)
 	running := w.runningLocked()
 	w.mu.Unlock()
 
-	var all []protocol.Resource
+	// A chunk at a time, never the whole inventory copied at once: with
+	// 30,000 objects that copy alone was a third of the agent's live heap.
+	u := &protocol.Update{Snapshot: true, Kinds: kinds, GatewayTieBreaker: opts.GatewayTieBreaker}
+	chunk := make([]protocol.Resource, 0, snapshotChunk)
+	sent := 0
 	for _, r := range running {
-		for _, res := range r.refl.all() {
-			if w.shows(res.ResourceRef) {
-				all = append(all, res)
+		for _, key := range r.refl.keys() {
+			res, ok := r.refl.lookup(key)
+			if !ok || !w.shows(res.ResourceRef) {
+				continue // gone meanwhile: its change follows
 			}
+			if chunk = append(chunk, res); len(chunk) < snapshotChunk {
+				continue
+			}
+			if err := sendChunks(out, u, chunk, nil, false); err != nil {
+				return err
+			}
+			sent += len(chunk)
+			chunk, u = chunk[:0], &protocol.Update{}
 		}
 	}
-	first := &protocol.Update{Snapshot: true, Kinds: kinds, GatewayTieBreaker: opts.GatewayTieBreaker}
-	if err := sendChunks(out, first, all, nil, true); err != nil {
+	if err := sendChunks(out, u, chunk, nil, true); err != nil {
 		return err
 	}
-	w.log.Info(fmt.Sprintf("Sent the hub the inventory: %d objects", len(all)), "waitedForLists", listed.Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond))
-	all = nil
+	sent += len(chunk)
+	chunk = nil
+	w.log.Info(fmt.Sprintf("Sent the hub the inventory: %d objects", sent), "waitedForLists", listed.Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond))
 
 	for {
 		select {
