@@ -49,6 +49,13 @@ type KindState struct {
 	Error     string `json:"error,omitempty"`
 	// Missing is true when the API doesn't exist in the cluster.
 	Missing bool `json:"missing,omitempty"`
+	// Group, Resource and Namespaced describe a kind of the agent's
+	// TETHER_INVENTORY_KINDS_EXTRA, which the hub doesn't know: what to
+	// ask the cluster when it checks whether a person may list it.
+	// Namespaced is as discovery last said. Unset for the default kinds.
+	Group      string `json:"group,omitempty"`
+	Resource   string `json:"resource,omitempty"`
+	Namespaced bool   `json:"namespaced,omitempty"`
 }
 
 // ResourceRef names one object.
@@ -134,7 +141,7 @@ func (u *Update) Validate() error {
 	}
 	for i := range u.Kinds {
 		k := &u.Kinds[i]
-		if k.Kind == "" || len(k.Kind) > maxField || len(k.Namespace) > maxField {
+		if k.Kind == "" || len(k.Kind) > maxField || len(k.Namespace) > maxField || len(k.Group) > maxField || len(k.Resource) > maxField {
 			return fmt.Errorf("protocol: inventory kind state %q is malformed", k.Kind)
 		}
 		k.Error = Clip(k.Error, maxField)

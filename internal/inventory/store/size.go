@@ -53,7 +53,7 @@ func resourceSize(r *protocol.Resource) int {
 func kindsSize(ks []protocol.KindState) int {
 	n := sliceSize(len(ks), kindStateBytes)
 	for _, k := range ks {
-		n += stringsSize(k.Kind, k.Namespace, k.Error)
+		n += stringsSize(k.Kind, k.Namespace, k.Error, k.Group, k.Resource)
 	}
 	return n
 }

@@ -2,6 +2,8 @@ package watch_test
 
 import (
 	"errors"
+	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -241,6 +243,21 @@ status: {conditions: [{type: Ready, status: "True"}]}}`)
 		items, _ := store.Select("kinds", hubstore.Query{Kind: "clusterissuers.cert-manager.io"}, allow)
 		return slices.ContainsFunc(items, func(it hubstore.Item) bool { return it.Name == ns && it.Namespace == "" && it.Ready })
 	})
+	// The extra kinds say what they are, for the hub's access reviews.
+	info, _ := store.Info("kinds")
+	described := map[string]string{}
+	for _, k := range info.Kinds {
+		if k.Resource != "" {
+			described[k.Kind] = fmt.Sprintf("%s %s %v", k.Group, k.Resource, k.Namespaced)
+		}
+	}
+	if want := map[string]string{
+		"certificates.cert-manager.io":   "cert-manager.io certificates true",
+		"clusterissuers.cert-manager.io": "cert-manager.io clusterissuers false",
+		"configmaps":                     " configmaps true",
+	}; !maps.Equal(described, want) {
+		t.Errorf("extra kinds described as %q, want %q", described, want)
+	}
 	// The object's events, one per reason, the newest first.
 	var evs []string
 	for _, it := range store.Events("kinds", ns, "Pod/web-1", allow) {

@@ -444,6 +444,13 @@ func (w *Watcher) kindStatesLocked() []protocol.KindState {
 			out = append(out, protocol.KindState{Kind: sc.kind, Namespace: sc.namespace})
 		}
 	}
+	for i := range out {
+		for _, k := range w.kinds {
+			if k.Extra && k.Name == out[i].Kind {
+				out[i].Group, out[i].Resource, out[i].Namespaced = k.Group, k.Plural(), k.Namespaced
+			}
+		}
+	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Kind != out[j].Kind {
 			return out[i].Kind < out[j].Kind
