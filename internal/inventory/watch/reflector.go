@@ -57,10 +57,11 @@ type reflector struct {
 // has them.
 const (
 	listPage = 500
-	// maxPageBytes bounds one page of a list, read whole and then decoded
-	// into maps several times its size: the agent runs in 128 MiB. A page
-	// over it is asked for again with half as many objects (Argo CD
-	// Applications can be hundreds of KB each).
+	// maxPageBytes bounds one page of a list, and so one object: a page
+	// is decoded one object at a time, into maps several times its size,
+	// and the agent runs in 128 MiB. A page over it is asked for again
+	// with half as many objects (Argo CD Applications can be hundreds of
+	// KB each, Argo Workflows a megabyte).
 	maxPageBytes    = 8 << 20
 	listPageTimeout = time.Minute     // an API server that stops answering a list
 	watchMinTimeout = 5 * time.Minute // a watch ends after 5 to 10 minutes

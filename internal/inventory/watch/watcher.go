@@ -1,5 +1,6 @@
 // Package watch is the agent's side of the inventory (SPEC section 5): it
-// lists and watches the kinds of inventory.Kinds in its cluster, as the
+// lists and watches the kinds of inventory.Kinds, and the operator's extra
+// kinds (TETHER_INVENTORY_KINDS_EXTRA), in its cluster, as the
 // agent's service account, summarizes each object, and streams a snapshot
 // and then batched changes to the hub (Watcher.Stream).
 //
