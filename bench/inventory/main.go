@@ -1,5 +1,6 @@
 // Command inventory measures the inventory at scale (issue budgets): with
-// N pods in a real API server, the real agent's resident memory, the memory
+// N pods, and by default 20,000 ReplicaSets and 1,000 Argo Workflows (issue
+// 36), in a real API server, the real agent's resident memory, the memory
 // the hub's state of the cluster takes, and how long the first snapshot
 // takes to reach the hub.
 //
@@ -45,10 +46,15 @@ import (
 
 // Result is what one run measured; the JSON goes to -out.
 type Result struct {
-	Date              string  `json:"date"`
-	GoVersion         string  `json:"goVersion"`
-	Pods              int     `json:"pods"`
-	PodBytes          int     `json:"podBytes"` // JSON size of one pod as created
+	Date        string `json:"date"`
+	GoVersion   string `json:"goVersion"`
+	Pods        int    `json:"pods"`
+	PodBytes    int    `json:"podBytes"` // JSON size of one pod as created
+	ReplicaSets int    `json:"replicaSets,omitempty"`
+	Workflows   int    `json:"workflows,omitempty"`
+	// WorkflowBytes is the JSON size of the Workflows together: most are
+	// small, one in 50 holds a status of a megabyte, as a long run's does.
+	WorkflowBytes     int     `json:"workflowBytes,omitempty"`
 	SnapshotSeconds   float64 `json:"snapshotSeconds"`
 	DirectListSeconds float64 `json:"directListSeconds"` // one client-go List of the same pods, for scale
 	// ReconnectSnapshotSeconds is the snapshot after a hub restart: the
@@ -64,11 +70,14 @@ type Result struct {
 }
 
 func main() {
-	pods := flag.Int("pods", 10000, "pods to create in the test API server")
+	var sc scale
+	flag.IntVar(&sc.pods, "pods", 10000, "pods to create in the test API server")
+	flag.IntVar(&sc.replicaSets, "replicasets", 20000, "ReplicaSets to create")
+	flag.IntVar(&sc.workflows, "workflows", 1000, "Argo Workflows to create (their CRD too)")
 	out := flag.String("out", "bench/inventory-results.json", "where the JSON results go")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	res, err := run(context.Background(), log, *pods)
+	res, err := run(context.Background(), log, sc)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench inventory:", err)
 		os.Exit(1)
@@ -84,8 +93,12 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, n int) (*Result, error) {
-	res := &Result{Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), Pods: n}
+// scale is how many objects of each kind the bench makes.
+type scale struct{ pods, replicaSets, workflows int }
+
+func run(ctx context.Context, log *slog.Logger, sc scale) (*Result, error) {
+	n := sc.pods
+	res := &Result{Date: time.Now().UTC().Format(time.RFC3339), GoVersion: runtime.Version(), Pods: n, ReplicaSets: sc.replicaSets, Workflows: sc.workflows}
 	res.Budgets.SnapshotSeconds, res.Budgets.AgentRSSMiB, res.Budgets.HubClusterHeapMiB = 10, 100, 40
 
 	dir, err := os.MkdirTemp("", "tether-bench-inventory-")
@@ -115,6 +128,20 @@ func run(ctx context.Context, log *slog.Logger, n int) (*Result, error) {
 		return nil, err
 	}
 	log.Info("created pods", "pods", n, "in", time.Since(start).Round(time.Second))
+	start = time.Now()
+	if err := createAll(ctx, cluster, sc.replicaSets, func(ns string, i int) (string, map[string]any) {
+		return "/apis/apps/v1/namespaces/" + ns + "/replicasets", replicaSet(ns, i)
+	}); err != nil {
+		return nil, err
+	}
+	log.Info("created ReplicaSets", "replicaSets", sc.replicaSets, "in", time.Since(start).Round(time.Second))
+	if sc.workflows > 0 {
+		start = time.Now()
+		if res.WorkflowBytes, err = createWorkflows(ctx, cluster, sc.workflows); err != nil {
+			return nil, err
+		}
+		log.Info("created Workflows", "workflows", sc.workflows, "bytes", res.WorkflowBytes, "in", time.Since(start).Round(time.Second))
+	}
 
 	// The baseline: the same pods listed straight, by one client-go List.
 	if res.DirectListSeconds, err = directList(ctx, cluster); err != nil {
@@ -142,6 +169,11 @@ func run(ctx context.Context, log *slog.Logger, n int) (*Result, error) {
 		"TETHER_HUB_URL=" + hubURL, "TETHER_AGENT_NAME=bench", "TETHER_AGENT_TOKEN=" + token,
 		"TETHER_HEALTH_ADDR=0", "TETHER_SERVICEACCOUNT_DIR=" + cluster.ServiceAccountDir,
 		"KUBERNETES_SERVICE_HOST=" + cluster.Host, "KUBERNETES_SERVICE_PORT=" + cluster.Port,
+	}
+	// BENCH_AGENT_GODEBUG reaches the agent as GODEBUG: gctrace=1 says
+	// what its heap holds at each collection.
+	if v := os.Getenv("BENCH_AGENT_GODEBUG"); v != "" {
+		agent.Env = append(agent.Env, "GODEBUG="+v)
 	}
 	agentLog := &lineWatcher{}
 	agent.Stdout, agent.Stderr = agentLog, agentLog
@@ -211,21 +243,41 @@ func serveHub(ctx context.Context, ln net.Listener, agentToken, personToken stri
 	return func() { once.Do(func() { cancel(); <-done }) }
 }
 
+// benchNamespaces are the namespaces the objects are spread over.
+const benchNamespaces = 20
+
 // createPods creates n pods over 20 namespaces, each like a small real
 // pod: labels, an owner, two containers with env, ports, probes and
 // resources. It returns one pod's JSON size.
 func createPods(ctx context.Context, c *localkube.Cluster, n int) (int, error) {
-	const namespaces = 20
-	for i := range namespaces {
+	for i := range benchNamespaces {
 		ns := map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": fmt.Sprintf("bench-%02d", i)}}
 		if err := c.Do(ctx, "POST", "/api/v1/namespaces", ns, nil); err != nil && !isConflict(err) {
 			return 0, err
 		}
 	}
+	if err := createAll(ctx, c, n, func(ns string, i int) (string, map[string]any) {
+		return "/api/v1/namespaces/" + ns + "/pods", pod(ns, i)
+	}); err != nil {
+		return 0, err
+	}
+	b, _ := json.Marshal(pod("bench-00", 0))
+	return len(b), nil
+}
+
+// createAll creates n objects, object i in namespace bench-<i mod 20>
+// at the path obj gives, 32 at a time.
+func createAll(ctx context.Context, c *localkube.Cluster, n int, obj func(ns string, i int) (string, map[string]any)) error {
+	return createAllBy(ctx, c, n, 32, obj)
+}
+
+// createAllBy is createAll, workers at a time. A 5xx (the test API
+// server, on a shared machine, timing out a large object) is tried again.
+func createAllBy(ctx context.Context, c *localkube.Cluster, n, workers int, obj func(ns string, i int) (string, map[string]any)) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, 32)
-	for range 32 {
+	errs := make(chan error, workers)
+	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -234,8 +286,12 @@ func createPods(ctx context.Context, c *localkube.Cluster, n int) (int, error) {
 				if i >= n {
 					return
 				}
-				ns := fmt.Sprintf("bench-%02d", i%namespaces)
-				if err := c.Do(ctx, "POST", "/api/v1/namespaces/"+ns+"/pods", pod(ns, i), nil); err != nil && !isConflict(err) {
+				path, o := obj(fmt.Sprintf("bench-%02d", i%benchNamespaces), i)
+				err := c.Do(ctx, "POST", path, o, nil)
+				for try := 0; err != nil && serverError(err) && try < 3; try++ {
+					err = c.Do(ctx, "POST", path, o, nil)
+				}
+				if err != nil && !isConflict(err) {
 					errs <- err
 					return
 				}
@@ -244,11 +300,12 @@ func createPods(ctx context.Context, c *localkube.Cluster, n int) (int, error) {
 	}
 	wg.Wait()
 	close(errs)
-	if err := <-errs; err != nil {
-		return 0, err
-	}
-	b, _ := json.Marshal(pod("bench-00", 0))
-	return len(b), nil
+	return <-errs
+}
+
+func serverError(err error) bool {
+	var apiErr *localkube.APIError
+	return errors.As(err, &apiErr) && apiErr.StatusCode >= 500
 }
 
 func isConflict(err error) bool {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 
 	"k8s.io/klog/v2"
 
@@ -47,6 +48,10 @@ func runAgent(ctx context.Context, args []string, stderr io.Writer) error {
 	opts, err := agent.OptionsFromEnv(os.Getenv)
 	if err != nil {
 		return err
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// docs/decisions/028-the-agents-memory-limit.md
+		debug.SetMemoryLimit(agent.DefaultMemoryLimit)
 	}
 	// apimachinery, which the inventory uses, logs through klog; send its
 	// lines to the agent's log.

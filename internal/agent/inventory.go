@@ -12,14 +12,20 @@ import (
 
 // NewWatcher returns the inventory watcher for the cluster the options
 // describe, as the pod's service account: list and watch only. Its token is
-// read again from the file as it rotates.
+// read again from the file as it rotates. With TETHER_INVENTORY=false it
+// returns nil, which Config.Inventory takes as no inventory.
 func NewWatcher(o Options, log *slog.Logger) (*watch.Watcher, error) {
+	if o.InventoryOff {
+		log.Info("The inventory is off (TETHER_INVENTORY=false): nothing is watched")
+		return nil, nil
+	}
 	return watch.New(watch.Config{
 		Host:        "https://" + o.APIServer,
 		CAFile:      o.caPath(),
 		TokenFile:   o.tokenPath(),
 		UserAgent:   "tether-agent/" + version.Version,
 		Namespaces:  o.AllowedNamespaces,
+		ExtraKinds:  o.ExtraKinds,
 		TokenReread: o.TokenReread,
 		Logger:      log,
 	})

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,12 +56,13 @@ func TestOptionsFromEnv(t *testing.T) {
 	}
 	o, err = OptionsFromEnv(env(map[string]string{"TETHER_HEALTH_ADDR": "0", "KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443", "TETHER_HUB_CA": hubCA, "TETHER_TOKEN_REREAD_SECONDS": "5",
 		"TETHER_ALLOWED_NAMESPACES": " team-a, team-b,team-a,", "TETHER_ISTIO_GATEWAY_TIE_BREAKER": "istio-system/public",
-		"TETHER_STRICT_MODE": "true"}))
+		"TETHER_STRICT_MODE": "true", "TETHER_INVENTORY": "false", "TETHER_INVENTORY_KINDS_EXTRA": "cert-manager.io/v1/certificates"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.HealthAddr != "" || o.APIServer != "[fd00::1]:6443" || o.TokenReread != 5*time.Second ||
-		!slices.Equal(o.AllowedNamespaces, []string{"team-a", "team-b"}) || o.GatewayTieBreaker != "istio-system/public" || !o.StrictMode {
+		!slices.Equal(o.AllowedNamespaces, []string{"team-a", "team-b"}) || o.GatewayTieBreaker != "istio-system/public" || !o.StrictMode ||
+		!o.InventoryOff || len(o.ExtraKinds) != 1 || o.ExtraKinds[0].Name != "certificates.cert-manager.io" {
 		t.Errorf("overrides: %+v", o)
 	}
 
@@ -109,6 +111,11 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"bad namespace", map[string]string{"TETHER_ALLOWED_NAMESPACES": "team-a,Team_B"}, `TETHER_ALLOWED_NAMESPACES must be namespace names separated by commas, like team-a,team-b; "Team_B" is not a namespace name`},
 		{"bad tie breaker", map[string]string{"TETHER_ISTIO_GATEWAY_TIE_BREAKER": "public"}, `TETHER_ISTIO_GATEWAY_TIE_BREAKER must name an Istio Gateway as namespace/name, like istio-system/public, not "public"`},
 		{"strict mode not a boolean", map[string]string{"TETHER_STRICT_MODE": "yes"}, `TETHER_STRICT_MODE must be true or false, not "yes"`},
+		{"inventory neither true nor false", map[string]string{"TETHER_INVENTORY": "no"}, `TETHER_INVENTORY must be true or false, not "no"`},
+		{"extra kinds naming Secrets", map[string]string{"TETHER_INVENTORY_KINDS_EXTRA": "v1/configmaps,v1/secrets"},
+			`TETHER_INVENTORY_KINDS_EXTRA (chart: inventory.extraKinds) names Secrets: "v1/secrets": the inventory never reads Secrets`},
+		{"extra kinds malformed", map[string]string{"TETHER_INVENTORY_KINDS_EXTRA": "configmaps"},
+			`TETHER_INVENTORY_KINDS_EXTRA (chart: inventory.extraKinds) must be group/version/resource, separated by commas: "configmaps" is not group/version/resource`},
 		{"missing hub CA", map[string]string{"TETHER_HUB_CA": "/nonexistent/ca.pem"}, "TETHER_HUB_CA must be a PEM file of CA certificates"},
 		{"bad hub CA", map[string]string{"TETHER_HUB_CA": filepath.Join(goodSA, "token")}, "TETHER_HUB_CA must be a PEM file of CA certificates"},
 	}
@@ -134,5 +141,24 @@ func TestBackoffSchedule(t *testing.T) {
 		if mid.Seconds() != want || lo.Seconds() != 0.8*want || hi.Seconds() < 1.19*want || hi.Seconds() > 1.2*want {
 			t.Errorf("attempt %d: %s %s %s, want %v s ± 20 %%", attempt, lo, mid, hi, want)
 		}
+	}
+}
+
+// TestInventoryOffMakesNoWatcher: with TETHER_INVENTORY=false the agent
+// has no watcher, so it starts no watch and opens no inventory stream.
+func TestInventoryOffMakesNoWatcher(t *testing.T) {
+	ca, err := pki.NewCA("test", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := saDir(t, map[string]string{"token": "sa-token\n", "ca.crt": string(ca.CertPEM)})
+	o := Options{APIServer: "127.0.0.1:6443", ServiceAccountDir: dir}
+	log := slog.New(slog.DiscardHandler)
+	if w, err := NewWatcher(o, log); err != nil || w == nil {
+		t.Fatalf("inventory on: %v, %v; want a watcher", w, err)
+	}
+	o.InventoryOff = true
+	if w, err := NewWatcher(o, log); err != nil || w != nil {
+		t.Fatalf("inventory off: %v, %v; want none", w, err)
 	}
 }

@@ -9,6 +9,7 @@ package inventory
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -23,11 +24,26 @@ type Kind struct {
 	// Versions are the versions the summary understands, preferred first.
 	// The agent watches the first that the cluster serves.
 	Versions []string
+	// FieldSelector, when set, narrows the list and watch on the API
+	// server's side: the agent never holds what it would only drop.
+	FieldSelector string
+	// Extra is a kind of TETHER_INVENTORY_KINDS_EXTRA: summarized
+	// generically, and Namespaced as discovery says.
+	Extra bool
 }
 
 // Resource returns the kind's group and resource, without a version.
 func (k Kind) Resource() schema.GroupResource {
-	return schema.GroupResource{Group: k.Group, Resource: k.Name}
+	return schema.GroupResource{Group: k.Group, Resource: k.Plural()}
+}
+
+// Plural is the kind's resource as the API server names it: Name, but
+// for an extra kind, whose Name carries its group.
+func (k Kind) Plural() string {
+	if k.Extra && k.Group != "" {
+		return strings.TrimSuffix(k.Name, "."+k.Group)
+	}
+	return k.Name
 }
 
 // Kinds are the kinds the agent watches (SPEC section 5), each only when the
@@ -45,6 +61,17 @@ var Kinds = []Kind{
 	{Name: "ingresses", Group: "networking.k8s.io", Namespaced: true, Versions: []string{"v1"}},
 	{Name: "applications", Group: "argoproj.io", Namespaced: true, Versions: []string{"v1alpha1"}},
 	{Name: "gateways", Group: "networking.istio.io", Namespaced: true, Versions: []string{"v1", "v1beta1", "v1alpha3"}},
+	// Issue 36: what operators look at every day.
+	{Name: "replicasets", Group: "apps", Namespaced: true, Versions: []string{"v1"}},
+	{Name: "resourcequotas", Namespaced: true, Versions: []string{"v1"}},
+	// Warning events only: the rest is the cluster's chatter, and most of
+	// its events.
+	{Name: "events", Namespaced: true, Versions: []string{"v1"}, FieldSelector: "type=Warning"},
+	{Name: "virtualservices", Group: "networking.istio.io", Namespaced: true, Versions: []string{"v1", "v1beta1", "v1alpha3"}},
+	{Name: "rollouts", Group: "argoproj.io", Namespaced: true, Versions: []string{"v1alpha1"}},
+	{Name: "workflows", Group: "argoproj.io", Namespaced: true, Versions: []string{"v1alpha1"}},
+	{Name: "workflowtemplates", Group: "argoproj.io", Namespaced: true, Versions: []string{"v1alpha1"}},
+	{Name: "sparkapplications", Group: "sparkoperator.k8s.io", Namespaced: true, Versions: []string{"v1beta2"}},
 }
 
 // LookupKind returns the kind people call name.

@@ -49,6 +49,13 @@ type KindState struct {
 	Error     string `json:"error,omitempty"`
 	// Missing is true when the API doesn't exist in the cluster.
 	Missing bool `json:"missing,omitempty"`
+	// Group, Resource and Namespaced describe a kind of the agent's
+	// TETHER_INVENTORY_KINDS_EXTRA, which the hub doesn't know: what to
+	// ask the cluster when it checks whether a person may list it.
+	// Namespaced is as discovery last said. Unset for the default kinds.
+	Group      string `json:"group,omitempty"`
+	Resource   string `json:"resource,omitempty"`
+	Namespaced bool   `json:"namespaced,omitempty"`
 }
 
 // ResourceRef names one object.
@@ -78,8 +85,23 @@ type Resource struct {
 	// Sync and Health are an Argo CD application's status.
 	Sync   string `json:"sync,omitempty"`
 	Health string `json:"health,omitempty"`
-	// Hosts are an Istio gateway's or an ingress's hosts.
+	// Hosts are an Istio gateway's or virtual service's, or an ingress's,
+	// hosts.
 	Hosts []string `json:"hosts,omitempty"`
+	// Gateways are the Istio gateways a virtual service is bound to.
+	Gateways []string `json:"gateways,omitempty"`
+	// Quota is a resource quota's use, "resource used/hard" each, sorted.
+	Quota []string `json:"quota,omitempty"`
+	// Message says why, in the object's words: an Argo Workflow's or a
+	// SparkApplication's status message, an event's.
+	Message string `json:"message,omitempty"`
+	// Object is the "Kind/name" an event is about (in the event's
+	// namespace), Reason its reason, Count how often it happened, and
+	// LastSeen when last (RFC 3339).
+	Object   string `json:"object,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Count    int32  `json:"count,omitempty"`
+	LastSeen string `json:"lastSeen,omitempty"`
 }
 
 // Condition is one status condition, without its timestamps.
@@ -119,7 +141,7 @@ func (u *Update) Validate() error {
 	}
 	for i := range u.Kinds {
 		k := &u.Kinds[i]
-		if k.Kind == "" || len(k.Kind) > maxField || len(k.Namespace) > maxField {
+		if k.Kind == "" || len(k.Kind) > maxField || len(k.Namespace) > maxField || len(k.Group) > maxField || len(k.Resource) > maxField {
 			return fmt.Errorf("protocol: inventory kind state %q is malformed", k.Kind)
 		}
 		k.Error = Clip(k.Error, maxField)

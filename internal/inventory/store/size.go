@@ -30,7 +30,8 @@ const stateSize = 1024
 func resourceSize(r *protocol.Resource) int {
 	n := allocSize(resourceBytes)
 	n += entryShare(stringHeader+pointerBytes) + allocSize(len(r.Namespace)+1+len(r.Name))
-	n += stringsSize(r.Kind, r.Namespace, r.Name, r.Owner, r.Phase, r.Replicas, r.Version, r.Sync, r.Health)
+	n += stringsSize(r.Kind, r.Namespace, r.Name, r.Owner, r.Phase, r.Replicas, r.Version, r.Sync, r.Health,
+		r.Message, r.Object, r.Reason, r.LastSeen)
 	if r.Labels != nil {
 		n += allocSize(mapHeader) + mapSize(len(r.Labels), 2*stringHeader)
 		for k, v := range r.Labels {
@@ -43,6 +44,8 @@ func resourceSize(r *protocol.Resource) int {
 	}
 	n += sliceSize(len(r.Images), stringHeader) + stringsSize(r.Images...)
 	n += sliceSize(len(r.Hosts), stringHeader) + stringsSize(r.Hosts...)
+	n += sliceSize(len(r.Gateways), stringHeader) + stringsSize(r.Gateways...)
+	n += sliceSize(len(r.Quota), stringHeader) + stringsSize(r.Quota...)
 	return n
 }
 
@@ -50,7 +53,7 @@ func resourceSize(r *protocol.Resource) int {
 func kindsSize(ks []protocol.KindState) int {
 	n := sliceSize(len(ks), kindStateBytes)
 	for _, k := range ks {
-		n += stringsSize(k.Kind, k.Namespace, k.Error)
+		n += stringsSize(k.Kind, k.Namespace, k.Error, k.Group, k.Resource)
 	}
 	return n
 }

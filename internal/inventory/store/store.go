@@ -9,11 +9,8 @@
 package store
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -194,7 +191,7 @@ func (st *state) apply(u *protocol.Update) {
 		res := u.Upserts[i]
 		byKey := st.objects[res.Kind]
 		if byKey == nil {
-			if _, known := inventory.LookupKind(res.Kind); !known {
+			if !st.holds(res.Kind) {
 				// No query can ask for it (a newer agent's kind, or a made-up
 				// one): holding it would only let an agent fill the hub with
 				// kinds that count toward neither MaxObjects nor the bytes.
@@ -234,6 +231,34 @@ func (st *state) apply(u *protocol.Update) {
 			}
 		}
 	}
+}
+
+// MaxExtraKinds bounds the kinds besides inventory.Kinds that the hub
+// keeps of one cluster: each costs a map the byte count doesn't see, and
+// an agent could otherwise name one per object.
+const MaxExtraKinds = 50
+
+// holds says whether st, which holds no objects of kind yet, may keep
+// some: one of inventory.Kinds, or one the agent says it watches
+// (TETHER_INVENTORY_KINDS_EXTRA) while it holds fewer than MaxExtraKinds
+// others, but never Secrets, whatever an agent sends.
+func (st *state) holds(kind string) bool {
+	if kind == "secrets" {
+		return false
+	}
+	if _, known := inventory.LookupKind(kind); known {
+		return true
+	}
+	if !slices.ContainsFunc(st.kinds, func(k protocol.KindState) bool { return k.Kind == kind }) {
+		return false
+	}
+	extra := 0
+	for k := range st.objects {
+		if _, known := inventory.LookupKind(k); !known {
+			extra++
+		}
+	}
+	return extra < MaxExtraKinds
 }
 
 // charge counts grows more bytes (fewer, when negative) to st, and reports
@@ -425,103 +450,4 @@ func (st *state) watches(kind string) bool {
 		}
 	}
 	return false
-}
-
-// ErrNoGateway is returned when no gateway serves a host.
-var ErrNoGateway = errors.New("no gateway serves this host")
-
-// ErrHiddenGateway is returned when the gateways that serve a host are all
-// in namespaces the person may not list: the answer is theirs to know only
-// if they could list it.
-var ErrHiddenGateway = errors.New("no gateway you may list serves this host")
-
-// AmbiguousError is returned when several gateways serve a host and no
-// tie-breaker picks one of them.
-type AmbiguousError struct {
-	Host       string
-	Candidates []string // namespace/name, sorted: those the person may list
-	Hidden     int      // how many more, in namespaces they may not list
-	TieBreaker string   // set when it names none of the candidates, to those who may list it
-}
-
-func (e *AmbiguousError) Error() string {
-	msg := fmt.Sprintf("%d gateways serve %q: %s", len(e.Candidates)+e.Hidden, e.Host, strings.Join(e.Candidates, ", "))
-	if e.Hidden > 0 {
-		msg += fmt.Sprintf(" and %d you may not list", e.Hidden)
-	}
-	if e.TieBreaker != "" {
-		return msg + fmt.Sprintf("; the tie-breaker %s is none of them", e.TieBreaker)
-	}
-	return msg + "; set the agent's TETHER_ISTIO_GATEWAY_TIE_BREAKER to the one that should win"
-}
-
-// Gateway names the Istio Gateway ("namespace/name") of cluster that serves
-// host. An exact host and a wildcard count alike; when several match, the
-// agent's tie-breaker decides. The answer is decided over every gateway,
-// then shown only if allow lets the person see it: a gateway they may not
-// list still serves the host, and one they may list that loses to it
-// doesn't. The candidates returned are those they may list.
-func (s *Store) Gateway(cluster, host string, allow Allow) (string, []string, error) {
-	host = strings.ToLower(strings.TrimSuffix(host, "."))
-	s.mu.RLock()
-	st := s.clusters[cluster]
-	var candidates []string
-	var tieBreaker string
-	if st != nil {
-		tieBreaker = st.tieBreaker
-		for _, gw := range st.objects["gateways"] {
-			for _, h := range gw.Hosts {
-				if hostMatches(h, host) {
-					candidates = append(candidates, gw.Namespace+"/"+gw.Name)
-					break
-				}
-			}
-		}
-	}
-	s.mu.RUnlock()
-	// Ask outside the lock: allow may ask the cluster. In order, so that
-	// the same are asked each time when it can ask about only so many.
-	sort.Strings(candidates)
-	var visible []string
-	for _, c := range candidates {
-		ns, _, _ := strings.Cut(c, "/")
-		if allow("gateways", ns) {
-			visible = append(visible, c)
-		}
-	}
-	hidden := len(candidates) - len(visible)
-	winner := ""
-	switch {
-	case len(candidates) == 0:
-		return "", nil, ErrNoGateway
-	case len(visible) == 0:
-		return "", nil, ErrHiddenGateway
-	case len(candidates) == 1:
-		winner = candidates[0]
-	case slices.Contains(candidates, tieBreaker):
-		winner = tieBreaker
-	}
-	switch {
-	case winner == "":
-		if ns, _, _ := strings.Cut(tieBreaker, "/"); tieBreaker != "" && !allow("gateways", ns) {
-			tieBreaker = "" // it names a gateway the person may not list
-		}
-		return "", visible, &AmbiguousError{Host: host, Candidates: visible, Hidden: hidden, TieBreaker: tieBreaker}
-	case !slices.Contains(visible, winner):
-		return "", nil, ErrHiddenGateway
-	}
-	return winner, visible, nil
-}
-
-// hostMatches reports whether a Gateway's host pattern serves host: "*"
-// serves every host, "*.example.com" every name below example.com.
-func hostMatches(pattern, host string) bool {
-	pattern = strings.ToLower(pattern)
-	if pattern == "*" {
-		return true
-	}
-	if suffix, ok := strings.CutPrefix(pattern, "*"); ok {
-		return strings.HasSuffix(host, suffix) && len(host) > len(suffix)
-	}
-	return pattern == host
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -350,5 +351,54 @@ func TestBytesPerClusterAreBounded(t *testing.T) {
 	st.apply(&protocol.Update{Upserts: []protocol.Resource{huge("new")}})
 	if st.objects["pods"][key("a", "new")] == nil {
 		t.Error("no room made by the delete and the shrink")
+	}
+}
+
+func TestDomains(t *testing.T) {
+	gw := func(ns, name string, hosts ...string) protocol.Resource {
+		r := res("gateways", ns, name, true, nil)
+		r.Hosts = hosts
+		return r
+	}
+	load := func(tieBreaker string) *Store {
+		s := New(Config{})
+		s.Receiver("c").Apply(&protocol.Update{Snapshot: true, Complete: true, GatewayTieBreaker: tieBreaker, Kinds: watched("gateways"), Upserts: []protocol.Resource{
+			gw("istio-system", "exact", "example.domain1.com"),
+			gw("istio-system", "wild", "*.domain1.com"),
+			gw("shop", "shop", "shop.domain2.com", "Shop.Domain2.com."),
+			gw("edge", "catchall", "*.domain3.com"),
+		}}, time.Now())
+		return s
+	}
+	show := func(ds []Domain) []string {
+		var out []string
+		for _, d := range ds {
+			s := d.Host + "=" + d.Gateway
+			if d.Conflict != "" {
+				s += "!" + strings.Join(d.Candidates, ",")
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name, tieBreaker string
+		allow            Allow
+		want             []string
+	}{
+		{"no tie-breaker", "", everyone, []string{
+			"*.domain1.com=istio-system/wild", "*.domain3.com=edge/catchall",
+			"example.domain1.com=!istio-system/exact,istio-system/wild", "shop.domain2.com=shop/shop"}},
+		{"the tie-breaker decides", "istio-system/exact", everyone, []string{
+			"*.domain1.com=istio-system/wild", "*.domain3.com=edge/catchall",
+			"example.domain1.com=istio-system/exact", "shop.domain2.com=shop/shop"}},
+		{"only what the person may list", "istio-system/exact", func(_, ns string) bool { return ns == "shop" }, []string{"shop.domain2.com=shop/shop"}},
+	} {
+		if got := show(load(tc.tieBreaker).Domains("c", tc.allow)); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %q\nwant %q", tc.name, got, tc.want)
+		}
+	}
+	if got := load("").Domains("none", everyone); got != nil {
+		t.Errorf("an unknown cluster: %v", got)
 	}
 }

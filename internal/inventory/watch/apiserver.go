@@ -101,6 +101,126 @@ func (a apiServer) doAtMost(ctx context.Context, method, path, accept string, bo
 	return nil
 }
 
+// getEach sends a GET for a list, and hands each of its items to each as it
+// is decoded, then returns the list's metadata: only one object is ever
+// decoded at a time, however large the page (a page of Argo Workflows,
+// whose statuses can be a megabyte each, decodes into maps several times
+// its size). An answer over limit bytes fails with errAnswerTooLarge.
+func (a apiServer) getEach(ctx context.Context, path string, limit int, each func(map[string]any)) (listMeta, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", a.host+path, nil)
+	if err != nil {
+		return listMeta{}, err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return listMeta{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return listMeta{}, readStatusError(resp, "GET "+path)
+	}
+	body := &atMost{r: resp.Body, left: int64(limit)}
+	meta, err := decodeList(body, each)
+	if errors.Is(err, errAnswerTooLarge) {
+		return listMeta{}, fmt.Errorf("GET %s: %w: more than %d bytes", path, errAnswerTooLarge, limit)
+	}
+	if err != nil {
+		return listMeta{}, fmt.Errorf("GET %s: %w", path, err)
+	}
+	return meta, nil
+}
+
+// listMeta is a list's metadata.
+type listMeta struct {
+	ResourceVersion string `json:"resourceVersion"`
+	Continue        string `json:"continue"`
+}
+
+// decodeList reads a list's JSON from r, handing each item to each, and
+// returns its metadata. Other fields are skipped.
+func decodeList(r io.Reader, each func(map[string]any)) (listMeta, error) {
+	var meta listMeta
+	dec := json.NewDecoder(r)
+	if err := expectDelim(dec, '{'); err != nil {
+		return meta, err
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return meta, err
+		}
+		switch tok {
+		case "metadata":
+			if err := dec.Decode(&meta); err != nil {
+				return meta, err
+			}
+		case "items":
+			tok, err := dec.Token()
+			if err != nil {
+				return meta, err
+			}
+			if tok == nil {
+				continue // "items": null
+			}
+			if d, ok := tok.(json.Delim); !ok || d != '[' {
+				return meta, fmt.Errorf("items is %v, not a list", tok)
+			}
+			for dec.More() {
+				var o map[string]any
+				if err := dec.Decode(&o); err != nil {
+					return meta, err
+				}
+				if o != nil {
+					each(o)
+				}
+			}
+			if _, err := dec.Token(); err != nil { // ]
+				return meta, err
+			}
+		default:
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return meta, err
+			}
+		}
+	}
+	_, err := dec.Token() // }
+	return meta, err
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != want {
+		return fmt.Errorf("want %v, got %v", want, tok)
+	}
+	return nil
+}
+
+// atMost reads from r and fails with errAnswerTooLarge past left bytes.
+type atMost struct {
+	r    io.Reader
+	left int64
+}
+
+func (l *atMost) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return 0, errAnswerTooLarge
+	}
+	if int64(len(p)) > l.left+1 {
+		p = p[:l.left+1]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	if l.left < 0 {
+		return n, errAnswerTooLarge
+	}
+	return n, err
+}
+
 // statusError is an API server's refusal.
 type statusError struct {
 	code int
@@ -133,6 +253,9 @@ type discovered map[string][]servedVersion
 type servedVersion struct {
 	version   string
 	resources []string // top-level resources; no subresources
+	// clusterScoped are those of resources that are not namespaced: an
+	// extra kind's scope is known only from discovery.
+	clusterScoped []string
 }
 
 // aggregatedDiscovery is the part of an apidiscovery.k8s.io/v2
@@ -147,6 +270,7 @@ type aggregatedDiscovery struct {
 			Version   string `json:"version"`
 			Resources []struct {
 				Resource string `json:"resource"`
+				Scope    string `json:"scope"`
 			} `json:"resources"`
 		} `json:"versions"`
 	} `json:"items"`
@@ -175,6 +299,9 @@ func parseAggregated(b []byte, d discovered) error {
 			for _, r := range v.Resources {
 				if r.Resource != "" && !strings.Contains(r.Resource, "/") {
 					sv.resources = append(sv.resources, r.Resource)
+					if r.Scope == "Cluster" {
+						sv.clusterScoped = append(sv.clusterScoped, r.Resource)
+					}
 				}
 			}
 			d[g.Metadata.Name] = append(d[g.Metadata.Name], sv)
@@ -189,7 +316,8 @@ func parseResourceList(b []byte) (servedVersion, error) {
 	var list struct {
 		GroupVersion string `json:"groupVersion"`
 		Resources    []struct {
-			Name string `json:"name"`
+			Name       string `json:"name"`
+			Namespaced bool   `json:"namespaced"`
 		} `json:"resources"`
 	}
 	if err := json.Unmarshal(b, &list); err != nil {
@@ -206,6 +334,9 @@ func parseResourceList(b []byte) (servedVersion, error) {
 	for _, r := range list.Resources {
 		if r.Name != "" && !strings.Contains(r.Name, "/") {
 			sv.resources = append(sv.resources, r.Name)
+			if !r.Namespaced {
+				sv.clusterScoped = append(sv.clusterScoped, r.Name)
+			}
 		}
 	}
 	return sv, nil
@@ -221,7 +352,7 @@ func versionsFor(kinds []inventory.Kind, d discovered) map[schema.GroupResource]
 		// The preferred version of a resource is the first of its
 		// group's versions, in the server's order, that serves it.
 		for _, v := range vs {
-			if slices.Contains(v.resources, k.Name) {
+			if slices.Contains(v.resources, k.Plural()) {
 				if slices.Contains(k.Versions, v.version) {
 					out[k.Resource()] = v.version
 				}
@@ -232,13 +363,24 @@ func versionsFor(kinds []inventory.Kind, d discovered) map[schema.GroupResource]
 			continue
 		}
 		for _, want := range k.Versions {
-			if slices.ContainsFunc(vs, func(v servedVersion) bool { return v.version == want && slices.Contains(v.resources, k.Name) }) {
+			if slices.ContainsFunc(vs, func(v servedVersion) bool { return v.version == want && slices.Contains(v.resources, k.Plural()) }) {
 				out[k.Resource()] = want
 				break
 			}
 		}
 	}
 	return out
+}
+
+// namespaced says whether the cluster serves resource of group at version
+// in namespaces, and whether it serves it at all.
+func (d discovered) namespaced(group, version, resource string) (namespaced, served bool) {
+	for _, v := range d[group] {
+		if v.version == version && slices.Contains(v.resources, resource) {
+			return !slices.Contains(v.clusterScoped, resource), true
+		}
+	}
+	return false, false
 }
 
 // discover asks the API server which groups, versions and resources it

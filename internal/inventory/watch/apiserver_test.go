@@ -2,6 +2,7 @@ package watch
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
@@ -45,7 +46,7 @@ func TestParseAggregated(t *testing.T) {
 		}
 	}
 	want := discovered{
-		"":                    {{version: "v1", resources: []string{"pods", "nodes", "namespaces", "services"}}},
+		"":                    {{version: "v1", resources: []string{"pods", "nodes", "namespaces", "services"}, clusterScoped: []string{"nodes", "namespaces"}}},
 		"apps":                {{version: "v1", resources: []string{"deployments", "statefulsets", "daemonsets"}}},
 		"networking.istio.io": {{version: "v1beta1", resources: []string{"gateways"}}, {version: "v1", resources: []string{"gateways"}}, {version: "v1alpha3", resources: []string{"gateways"}}},
 		"argoproj.io":         {{version: "v1beta9", resources: []string{"applications"}}},
@@ -80,8 +81,8 @@ func TestParseResourceList(t *testing.T) {
 		err      bool
 	}{
 		{"core", `{"kind":"APIResourceList","groupVersion":"v1","resources":[{"name":"pods","namespaced":true},{"name":"pods/log"},{"name":"nodes"}]}`,
-			servedVersion{version: "v1", resources: []string{"pods", "nodes"}}, false},
-		{"group", `{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"networking.istio.io/v1beta1","resources":[{"name":"gateways"}]}`,
+			servedVersion{version: "v1", resources: []string{"pods", "nodes"}, clusterScoped: []string{"nodes"}}, false},
+		{"group", `{"kind":"APIResourceList","apiVersion":"v1","groupVersion":"networking.istio.io/v1beta1","resources":[{"name":"gateways","namespaced":true}]}`,
 			servedVersion{version: "v1beta1", resources: []string{"gateways"}}, false},
 		{"no resources", `{"groupVersion":"apps/v1"}`, servedVersion{version: "v1"}, false},
 		{"no group version", `{"resources":[{"name":"pods"}]}`, servedVersion{}, true},
@@ -109,22 +110,22 @@ func TestVersionsFor(t *testing.T) {
 		want map[schema.GroupResource]string
 	}{
 		{"the server's preferred version, when the summary knows it",
-			discovered{"networking.istio.io": {{"v1beta1", []string{"gateways"}}, {"v1", []string{"gateways"}}}},
+			discovered{"networking.istio.io": {{"v1beta1", []string{"gateways"}, nil}, {"v1", []string{"gateways"}, nil}}},
 			map[schema.GroupResource]string{gateways.Resource(): "v1beta1"}},
 		{"otherwise the summary's first that is served",
-			discovered{"networking.istio.io": {{"v2", []string{"gateways"}}, {"v1alpha3", []string{"gateways"}}, {"v1", []string{"gateways"}}}},
+			discovered{"networking.istio.io": {{"v2", []string{"gateways"}, nil}, {"v1alpha3", []string{"gateways"}, nil}, {"v1", []string{"gateways"}, nil}}},
 			map[schema.GroupResource]string{gateways.Resource(): "v1"}},
 		{"a version without the resource doesn't count",
-			discovered{"networking.istio.io": {{"v1", []string{"virtualservices"}}, {"v1alpha3", []string{"gateways"}}}},
+			discovered{"networking.istio.io": {{"v1", []string{"virtualservices"}, nil}, {"v1alpha3", []string{"gateways"}, nil}}},
 			map[schema.GroupResource]string{gateways.Resource(): "v1alpha3"}},
 		{"no version the summary knows",
-			discovered{"argoproj.io": {{"v1beta9", []string{"applications"}}}},
+			discovered{"argoproj.io": {{"v1beta9", []string{"applications"}, nil}}},
 			map[schema.GroupResource]string{}},
 		{"the resource in another group",
-			discovered{"example.com": {{"v1", []string{"pods"}}}},
+			discovered{"example.com": {{"v1", []string{"pods"}, nil}}},
 			map[schema.GroupResource]string{}},
 		{"core",
-			discovered{"": {{"v1", []string{"pods", "nodes"}}}},
+			discovered{"": {{"v1", []string{"pods", "nodes"}, nil}}},
 			map[schema.GroupResource]string{pods.Resource(): "v1"}},
 		{"nothing", discovered{}, map[schema.GroupResource]string{}},
 	} {
@@ -199,5 +200,59 @@ func TestAPIServerIsReachedDirectly(t *testing.T) {
 	if tr.Proxy != nil {
 		u, err := tr.Proxy(&http.Request{URL: &url.URL{Scheme: "https", Host: "10.96.0.1:443"}})
 		t.Errorf("the API server client has a proxy function (it gives %v, %v for the API server); it must dial directly", u, err)
+	}
+}
+
+func TestDecodeList(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		names    []string
+		meta     listMeta
+		err      bool
+	}{
+		{"a page", `{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"7","continue":"c"},"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"},"status":{"nodes":{"x":{}}}}]}`,
+			[]string{"a", "b"}, listMeta{ResourceVersion: "7", Continue: "c"}, false},
+		{"items before metadata", `{"items":[{"metadata":{"name":"a"}}],"metadata":{"resourceVersion":"8"}}`, []string{"a"}, listMeta{ResourceVersion: "8"}, false},
+		{"no items", `{"metadata":{"resourceVersion":"9"},"items":null}`, nil, listMeta{ResourceVersion: "9"}, false},
+		{"a null item", `{"items":[null,{"metadata":{"name":"a"}}]}`, []string{"a"}, listMeta{}, false},
+		{"items not a list", `{"items":{"a":1}}`, nil, listMeta{}, true},
+		{"an item not an object", `{"items":[1]}`, nil, listMeta{}, true},
+		{"cut short", `{"items":[{"metadata":{"name":"a"}},{"meta`, []string{"a"}, listMeta{}, true},
+		{"not an object", `[]`, nil, listMeta{}, true},
+	} {
+		var names []string
+		meta, err := decodeList(strings.NewReader(tc.in), func(o map[string]any) {
+			name, _ := o["metadata"].(map[string]any)["name"].(string)
+			names = append(names, name)
+		})
+		if (err != nil) != tc.err || !reflect.DeepEqual(names, tc.names) || !tc.err && meta != tc.meta {
+			t.Errorf("%s: %v, %+v, %v; want %v, %+v, error %v", tc.name, names, meta, err, tc.names, tc.meta, tc.err)
+		}
+	}
+}
+
+// FuzzDecodeList: whatever an API server (or an aggregated API's server)
+// answers a list with, decoding it neither panics nor hands on anything but
+// objects.
+func FuzzDecodeList(f *testing.F) {
+	f.Add(`{"metadata":{"resourceVersion":"7"},"items":[{"metadata":{"name":"a"}}]}`)
+	f.Add(`{"items":null}`)
+	f.Add(`{"items":[null,1]}`)
+	f.Fuzz(func(t *testing.T, in string) {
+		decodeList(&atMost{r: strings.NewReader(in), left: 1 << 10}, func(o map[string]any) {
+			if o == nil {
+				t.Error("a nil object handed on")
+			}
+		})
+	})
+}
+
+func TestAtMost(t *testing.T) {
+	in := strings.Repeat("x", 100)
+	if b, err := io.ReadAll(&atMost{r: strings.NewReader(in), left: 100}); err != nil || len(b) != 100 {
+		t.Errorf("100 of 100: %d, %v", len(b), err)
+	}
+	if _, err := io.ReadAll(&atMost{r: strings.NewReader(in), left: 99}); !errors.Is(err, errAnswerTooLarge) {
+		t.Errorf("100 of 99: %v", err)
 	}
 }

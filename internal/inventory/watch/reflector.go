@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -55,10 +57,11 @@ type reflector struct {
 // has them.
 const (
 	listPage = 500
-	// maxPageBytes bounds one page of a list, read whole and then decoded
-	// into maps several times its size: the agent runs in 128 MiB. A page
-	// over it is asked for again with half as many objects (Argo CD
-	// Applications can be hundreds of KB each).
+	// maxPageBytes bounds one page of a list, and so one object: a page
+	// is decoded one object at a time, into maps several times its size,
+	// and the agent runs in 128 MiB. A page over it is asked for again
+	// with half as many objects (Argo CD Applications can be hundreds of
+	// KB each, Argo Workflows a megabyte).
 	maxPageBytes    = 8 << 20
 	listPageTimeout = time.Minute     // an API server that stops answering a list
 	watchMinTimeout = 5 * time.Minute // a watch ends after 5 to 10 minutes
@@ -74,7 +77,7 @@ func newReflector(api apiServer, k inventory.Kind, version, namespace string, no
 	if namespace != "" {
 		path += "/namespaces/" + url.PathEscape(namespace)
 	}
-	path += "/" + k.Name
+	path += "/" + k.Plural()
 	return &reflector{api: api, kind: k, path: path, noteErr: noteErr, changed: changed,
 		watchTimeout: watchMinTimeout, page: listPage, pageBytes: maxPageBytes, pageTimeout: listPageTimeout, sleep: sleepTimer, tried: make(chan struct{}), items: map[string]protocol.Resource{}}
 }
@@ -191,15 +194,6 @@ func (r *reflector) forget() {
 	}
 }
 
-// listPageJSON is one page of a list.
-type listPageJSON struct {
-	Metadata struct {
-		ResourceVersion string `json:"resourceVersion"`
-		Continue        string `json:"continue"`
-	} `json:"metadata"`
-	Items []map[string]any `json:"items"`
-}
-
 // list reads the whole collection, page by page, replaces the summaries
 // with it, and returns its resourceVersion.
 func (r *reflector) list(ctx context.Context) (string, error) {
@@ -208,15 +202,26 @@ func (r *reflector) list(ctx context.Context) (string, error) {
 	restarts := 0
 	for {
 		q := url.Values{"limit": {strconv.Itoa(r.page)}}
+		if r.kind.FieldSelector != "" {
+			q.Set("fieldSelector", r.kind.FieldSelector)
+		}
 		if cont != "" {
 			q.Set("continue", cont)
 		}
-		var page listPageJSON
+		// Each object is summarized as it is decoded, and the page's
+		// summaries join the list's only once the page is whole.
+		page := map[string]protocol.Resource{}
 		// A page is bounded, so a page that takes this long is an API
 		// server that stopped answering: give up, and list again later,
 		// rather than wait on it for ever.
 		pctx, cancel := context.WithTimeout(ctx, r.pageTimeout)
-		err := r.api.doAtMost(pctx, "GET", r.path+"?"+q.Encode(), "application/json", nil, &page, r.pageBytes)
+		meta, err := r.api.getEach(pctx, r.path+"?"+q.Encode(), r.pageBytes, func(o map[string]any) {
+			key, res := r.summarize(o)
+			if res.Name == "" {
+				return // unnamed: see summarize
+			}
+			page[key] = res
+		})
 		cancel()
 		if errors.Is(err, errAnswerTooLarge) && r.page > 1 {
 			r.page /= 2 // and kept so for this kind's later lists
@@ -236,14 +241,8 @@ func (r *reflector) list(ctx context.Context) (string, error) {
 			}
 			return "", err
 		}
-		for _, o := range page.Items {
-			key, res := r.summarize(o)
-			if res.Name == "" {
-				continue // unnamed: see summarize
-			}
-			fresh[key] = res
-		}
-		rv, cont = page.Metadata.ResourceVersion, page.Metadata.Continue
+		maps.Copy(fresh, page)
+		rv, cont = meta.ResourceVersion, meta.Continue
 		if cont == "" {
 			break
 		}
@@ -281,6 +280,9 @@ func (r *reflector) watch(ctx context.Context, rv string) (last string, gone boo
 	timeout := r.watchTimeout + rand.N(r.watchTimeout)
 	q := url.Values{"watch": {"1"}, "resourceVersion": {rv}, "allowWatchBookmarks": {"true"},
 		"timeoutSeconds": {strconv.Itoa(int(timeout / time.Second))}}
+	if r.kind.FieldSelector != "" {
+		q.Set("fieldSelector", r.kind.FieldSelector)
+	}
 	// The API server ends the watch; a connection gone quiet without
 	// closing ends a minute after it should have.
 	parent := ctx
@@ -417,6 +419,13 @@ func (r *reflector) lookup(key string) (protocol.Resource, bool) {
 	defer r.mu.Unlock()
 	res, ok := r.items[key]
 	return res, ok
+}
+
+// keys returns the store keys of every summary.
+func (r *reflector) keys() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Collect(maps.Keys(r.items))
 }
 
 // all returns every summary.

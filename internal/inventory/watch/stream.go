@@ -9,7 +9,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/protocol"
 )
 
@@ -68,20 +67,33 @@ func (w *Watcher) Stream(ctx context.Context, out io.Writer, opts StreamOptions)
 	running := w.runningLocked()
 	w.mu.Unlock()
 
-	var all []protocol.Resource
+	// A chunk at a time, never the whole inventory copied at once: with
+	// 30,000 objects that copy alone was a third of the agent's live heap.
+	u := &protocol.Update{Snapshot: true, Kinds: kinds, GatewayTieBreaker: opts.GatewayTieBreaker}
+	chunk := make([]protocol.Resource, 0, snapshotChunk)
+	sent := 0
 	for _, r := range running {
-		for _, res := range r.refl.all() {
-			if w.shows(res.ResourceRef) {
-				all = append(all, res)
+		for _, key := range r.refl.keys() {
+			res, ok := r.refl.lookup(key)
+			if !ok || !w.shows(res.ResourceRef) {
+				continue // gone meanwhile: its change follows
 			}
+			if chunk = append(chunk, res); len(chunk) < snapshotChunk {
+				continue
+			}
+			if err := sendChunks(out, u, chunk, nil, false); err != nil {
+				return err
+			}
+			sent += len(chunk)
+			chunk, u = chunk[:0], &protocol.Update{}
 		}
 	}
-	first := &protocol.Update{Snapshot: true, Kinds: kinds, GatewayTieBreaker: opts.GatewayTieBreaker}
-	if err := sendChunks(out, first, all, nil, true); err != nil {
+	if err := sendChunks(out, u, chunk, nil, true); err != nil {
 		return err
 	}
-	w.log.Info(fmt.Sprintf("Sent the hub the inventory: %d objects", len(all)), "waitedForLists", listed.Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond))
-	all = nil
+	sent += len(chunk)
+	chunk = nil
+	w.log.Info(fmt.Sprintf("Sent the hub the inventory: %d objects", sent), "waitedForLists", listed.Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond))
 
 	for {
 		select {
@@ -146,7 +158,7 @@ func (w *Watcher) shows(ref protocol.ResourceRef) bool {
 
 // lookup returns the current summary of ref, if it exists.
 func (w *Watcher) lookup(ref protocol.ResourceRef) (protocol.Resource, bool) {
-	k, ok := inventory.LookupKind(ref.Kind)
+	k, ok := w.kind(ref.Kind)
 	if !ok {
 		return protocol.Resource{}, false
 	}
@@ -293,7 +305,8 @@ func shrinkKinds(kinds []protocol.KindState) []protocol.KindState {
 	return out
 }
 
-// shrink halves r's longest list (hosts, images, conditions or labels),
+// shrink halves r's longest list (hosts, gateways, quota, images,
+// conditions or labels),
 // keeping the first, and reports whether it had one to cut. With no list
 // left, it cuts r's free texts (phase, sync, health, version, owner) to
 // maxKindError: only a broken or hostile writer of an object's status
@@ -301,10 +314,10 @@ func shrinkKinds(kinds []protocol.KindState) []protocol.KindState {
 // lists are shared with the watcher's copy: they are sliced or copied,
 // never changed.
 func shrink(r *protocol.Resource) bool {
-	switch longest := max(len(r.Hosts), len(r.Images), len(r.Conditions), len(r.Labels)); {
+	switch longest := max(len(r.Hosts), len(r.Images), len(r.Conditions), len(r.Labels), len(r.Gateways), len(r.Quota)); {
 	case longest == 0:
 		cut := false
-		for _, s := range []*string{&r.Phase, &r.Sync, &r.Health, &r.Version, &r.Owner, &r.Replicas} {
+		for _, s := range []*string{&r.Phase, &r.Sync, &r.Health, &r.Version, &r.Owner, &r.Replicas, &r.Message, &r.Object, &r.Reason, &r.LastSeen} {
 			if len(*s) > maxKindError {
 				*s, cut = protocol.Clip(*s, maxKindError), true
 			}
@@ -312,6 +325,10 @@ func shrink(r *protocol.Resource) bool {
 		return cut
 	case len(r.Hosts) == longest:
 		r.Hosts = r.Hosts[:longest/2]
+	case len(r.Gateways) == longest:
+		r.Gateways = r.Gateways[:longest/2]
+	case len(r.Quota) == longest:
+		r.Quota = r.Quota[:longest/2]
 	case len(r.Images) == longest:
 		r.Images = r.Images[:longest/2]
 	case len(r.Conditions) == longest:

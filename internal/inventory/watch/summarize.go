@@ -28,6 +28,10 @@ func Summarize(k inventory.Kind, obj *unstructured.Unstructured) protocol.Resour
 			r.Owner = ref.Kind + "/" + ref.Name
 		}
 	}
+	if k.Extra {
+		summarizeGeneric(o, &r)
+		return r
+	}
 	switch k.Name {
 	case "nodes":
 		r.Conditions = conditions(o, "status", "conditions")
@@ -39,7 +43,7 @@ func Summarize(k inventory.Kind, obj *unstructured.Unstructured) protocol.Resour
 		r.Ready = r.Phase != "Terminating"
 	case "pods":
 		summarizePod(o, &r)
-	case "deployments", "statefulsets", "daemonsets":
+	case "deployments", "statefulsets", "daemonsets", "replicasets":
 		summarizeWorkload(k.Name, o, &r)
 	case "jobs":
 		r.Images = images(o, "spec", "template", "spec")
@@ -73,6 +77,8 @@ func Summarize(k inventory.Kind, obj *unstructured.Unstructured) protocol.Resour
 		r.Health = str(o, "status", "health", "status")
 		r.Ready = r.Sync == "Synced" && r.Health == "Healthy"
 		r.Conditions = conditions(o, "status", "conditions")
+	case "resourcequotas", "events", "virtualservices", "rollouts", "workflows", "workflowtemplates", "sparkapplications":
+		summarizeMore(k.Name, o, &r)
 	case "gateways":
 		for _, s := range slice(o, "spec", "servers") {
 			m, ok := s.(map[string]any)

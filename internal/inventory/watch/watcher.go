@@ -1,5 +1,6 @@
 // Package watch is the agent's side of the inventory (SPEC section 5): it
-// lists and watches the kinds of inventory.Kinds in its cluster, as the
+// lists and watches the kinds of inventory.Kinds, and the operator's extra
+// kinds (TETHER_INVENTORY_KINDS_EXTRA), in its cluster, as the
 // agent's service account, summarizes each object, and streams a snapshot
 // and then batched changes to the hub (Watcher.Stream).
 //
@@ -17,6 +18,7 @@ import (
 	"maps"
 	"net/url"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -41,6 +43,10 @@ type Config struct {
 	// Namespaces are TETHER_ALLOWED_NAMESPACES: when set, namespaced kinds
 	// are watched in each of them separately, and nothing else is seen.
 	Namespaces []string
+	// ExtraKinds are TETHER_INVENTORY_KINDS_EXTRA
+	// (inventory.ParseExtraKinds), watched besides inventory.Kinds and
+	// summarized generically.
+	ExtraKinds []inventory.Kind
 	// Rediscover is how often the agent looks again for APIs that appeared
 	// or went away (a CRD installed later) and for permissions it lacked.
 	// Zero means a minute.
@@ -58,7 +64,11 @@ type Watcher struct {
 	log *slog.Logger
 	api apiServer
 
-	mu     sync.Mutex                        // guards the following
+	mu sync.Mutex // guards the following
+	// kinds are inventory.Kinds and the extra kinds, these with their
+	// scope as discovery last said. Run replaces the slice, never its
+	// elements.
+	kinds  []inventory.Kind
 	scopes map[scope]*running                // running reflectors
 	states map[scope]stateOf                 // why a kind isn't watched, per scope
 	dirty  map[protocol.ResourceRef]struct{} // changed since the subscriber last took them
@@ -98,6 +108,11 @@ func New(cfg Config) (*Watcher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	for _, k := range cfg.ExtraKinds {
+		if !k.Extra || k.Group == "" && k.Name == "secrets" {
+			return nil, fmt.Errorf("inventory: extra kind %q: %w", k.Name, inventory.ErrSecrets)
+		}
+	}
 	api, err := newAPIServer(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("inventory client: %w", err)
@@ -106,6 +121,7 @@ func New(cfg Config) (*Watcher, error) {
 		cfg:    cfg,
 		log:    cfg.Logger,
 		api:    api,
+		kinds:  append(slices.Clip(inventory.Kinds), cfg.ExtraKinds...),
 		scopes: map[scope]*running{},
 		states: map[scope]stateOf{},
 		dirty:  map[protocol.ResourceRef]struct{}{},
@@ -154,7 +170,7 @@ func (w *Watcher) reconcile(ctx context.Context) {
 			// Nothing is watched yet: each kind says why, or the hub would
 			// show an empty inventory as a complete one.
 			states := map[scope]stateOf{}
-			for _, k := range inventory.Kinds {
+			for _, k := range w.kinds {
 				states[scope{kind: k.Name}] = stateOf{err: "can't discover the cluster's APIs: " + describe(err)}
 			}
 			if !reflect.DeepEqual(states, w.states) {
@@ -171,7 +187,7 @@ func (w *Watcher) reconcile(ctx context.Context) {
 	}
 	want := map[scope]bool{}
 	states := map[scope]stateOf{}
-	for _, k := range inventory.Kinds {
+	for _, k := range w.kinds {
 		version, ok := served[k.Resource()]
 		if !ok && err != nil {
 			// Not found, but the answer was partial (a 429 or a timeout on
@@ -268,10 +284,34 @@ func (w *Watcher) keepAsItWas(k inventory.Kind, want map[scope]bool, states map[
 }
 
 // served maps each inventory kind the cluster serves to the version to
-// watch.
+// watch, and notes the extra kinds' scopes. Only Run calls it.
 func (w *Watcher) served(ctx context.Context) (map[schema.GroupResource]string, error) {
-	d, err := w.api.discover(ctx, inventory.Kinds)
-	return versionsFor(inventory.Kinds, d), err
+	d, err := w.api.discover(ctx, w.kinds)
+	served := versionsFor(w.kinds, d)
+	if len(w.cfg.ExtraKinds) > 0 {
+		kinds := slices.Clone(w.kinds)
+		for i, k := range kinds {
+			if version, ok := served[k.Resource()]; ok && k.Extra {
+				kinds[i].Namespaced, _ = d.namespaced(k.Group, version, k.Plural())
+			}
+		}
+		w.mu.Lock()
+		w.kinds = kinds
+		w.mu.Unlock()
+	}
+	return served, err
+}
+
+// kind returns the kind called name, as last discovered.
+func (w *Watcher) kind(name string) (inventory.Kind, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, k := range w.kinds {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return inventory.Kind{}, false
 }
 
 func (w *Watcher) namespacesFor(k inventory.Kind) []string {
@@ -286,7 +326,7 @@ func (w *Watcher) namespacesFor(k inventory.Kind) []string {
 func (w *Watcher) mayNotList(ctx context.Context, k inventory.Kind, ns string) string {
 	for _, verb := range []string{"list", "watch"} {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		allowed, err := w.api.allowed(ctx, verb, k.Group, k.Name, ns)
+		allowed, err := w.api.allowed(ctx, verb, k.Group, k.Plural(), ns)
 		cancel()
 		if err != nil {
 			// Cut as every kind's error is: a webhook that refuses every
@@ -403,6 +443,13 @@ func (w *Watcher) kindStatesLocked() []protocol.KindState {
 	for sc := range w.scopes {
 		if !seen[sc] {
 			out = append(out, protocol.KindState{Kind: sc.kind, Namespace: sc.namespace})
+		}
+	}
+	for i := range out {
+		for _, k := range w.kinds {
+			if k.Extra && k.Name == out[i].Kind {
+				out[i].Group, out[i].Resource, out[i].Namespaced = k.Group, k.Plural(), k.Namespaced
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -403,11 +403,18 @@ func TestDiscoveryAndAccessOnARealServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := newTestWatcher(t, saDir)
-	// The test server serves the built-in kinds; no Argo CD or Istio.
+	// The test server serves the built-in kinds; no Argo CD or Istio
+	// Gateways. The CRDs of testdata are there once a test installed
+	// them, and then at their versions.
 	want := map[string]string{
 		"nodes": "v1", "namespaces": "v1", "pods": "v1", "services": "v1",
 		"deployments": "v1", "statefulsets": "v1", "daemonsets": "v1",
 		"jobs": "v1", "cronjobs": "v1", "ingresses": "v1",
+		"replicasets": "v1", "resourcequotas": "v1", "events": "v1",
+	}
+	ofTestdata := map[string]string{
+		"rollouts": "v1alpha1", "workflows": "v1alpha1", "workflowtemplates": "v1alpha1",
+		"virtualservices": "v1", "sparkapplications": "v1beta2",
 	}
 	for _, legacy := range []bool{false, true} {
 		served, err := w.Served(ctx, legacy)
@@ -419,6 +426,12 @@ func TestDiscoveryAndAccessOnARealServer(t *testing.T) {
 			k, ok := inventory.LookupKind(gr.Resource)
 			if !ok || k.Group != gr.Group {
 				t.Errorf("legacy %v: served %v", legacy, gr)
+			}
+			if crd, ok := ofTestdata[gr.Resource]; ok {
+				if v != crd {
+					t.Errorf("legacy %v: %s at %s, want %s", legacy, gr, v, crd)
+				}
+				continue
 			}
 			got[gr.Resource] = v
 		}
