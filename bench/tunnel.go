@@ -49,6 +49,8 @@ func serveSink(ln net.Listener) {
 				}
 			case 'E':
 				io.CopyBuffer(c, c, make([]byte, 32<<10))
+			case 'U': // take uploads (BENCH_DIRECTION=up)
+				io.CopyBuffer(io.Discard, c, make([]byte, 32<<10))
 			}
 		}()
 	}
@@ -229,7 +231,8 @@ func (s *tunnelSetup) paths(ctx context.Context, withTLS bool) ([]path, func(), 
 	}, append(tlsPaths, extra...)...), stop, nil
 }
 
-// bulk reads from the sink over n connections for d after a warm-up, and
+// bulk reads from the sink (or writes to it: BENCH_DIRECTION=up) over n
+// connections for d after a warm-up, and
 // returns bytes per second and the CPU its processes spent per GiB.
 func bulk(p path, n int, d time.Duration) (mbps, cpuPerGiB float64, err error) {
 	var total atomic.Int64
@@ -241,13 +244,20 @@ func bulk(p path, n int, d time.Duration) (mbps, cpuPerGiB float64, err error) {
 	}()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// BENCH_DIRECTION=up sends the bytes the other way, from the client
+	// through hub and agent to the sink, as kubectl cp or an exec's input.
+	up := os.Getenv("BENCH_DIRECTION") == "up"
+	cmd := byte('S')
+	if up {
+		cmd = 'U'
+	}
 	for range n {
 		c, err := p.dial()
 		if err != nil {
 			return 0, 0, err
 		}
 		conns = append(conns, c)
-		if _, err := c.Write([]byte{'S'}); err != nil {
+		if _, err := c.Write([]byte{cmd}); err != nil {
 			return 0, 0, err
 		}
 		wg.Add(1)
@@ -255,7 +265,13 @@ func bulk(p path, n int, d time.Duration) (mbps, cpuPerGiB float64, err error) {
 			defer wg.Done()
 			buf := make([]byte, 64<<10)
 			for {
-				k, err := c.Read(buf)
+				var k int
+				var err error
+				if up {
+					k, err = c.Write(buf)
+				} else {
+					k, err = c.Read(buf)
+				}
 				total.Add(int64(k))
 				if err != nil {
 					return

@@ -6,13 +6,19 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/tunnel"
 )
 
 // apiDialTimeout bounds a dial to the API server on behalf of one stream.
 const apiDialTimeout = 10 * time.Second
+
+// resetGrace bounds how long a relay writes what the hub sent before it
+// reset the stream, to an API server that doesn't read it.
+const resetGrace = 5 * time.Second
 
 // relay serves one stream the hub opened: it dials the API server, the only
 // target an agent ever dials (the protocol has no way to name another), tells
@@ -52,7 +58,9 @@ func (a *Agent) relay(ctx context.Context, st net.Conn) {
 //
 // a to b is copied by a's WriteTo when it has one: a tunnel stream's read
 // loop then writes the hub's bytes straight into the API server's socket
-// (decision 015).
+// (decision 015). When the hub resets the stream, what it sent before the
+// reset still reaches b (the hub's TLS alert, say): that direction writes
+// it, given resetGrace, and then ends both.
 func Splice(a, b net.Conn) {
 	var once sync.Once
 	abort := func() {
@@ -66,10 +74,14 @@ func Splice(a, b net.Conn) {
 		})
 	}
 	var wg sync.WaitGroup
+	var peerReset atomic.Bool
 	wg.Add(2)
-	go copier{dst: a, src: b, abort: abort, readFrom: true}.run(&wg)
+	go copier{dst: a, src: b, abort: abort, readFrom: true, peerReset: &peerReset}.run(&wg)
 	go copier{dst: b, src: a, abort: abort}.run(&wg)
 	wg.Wait()
+	if peerReset.Load() {
+		abort() // b too, when the other direction had ended cleanly
+	}
 }
 
 // copier is one direction of a splice; a named type so goroutine dumps say
@@ -82,6 +94,8 @@ type copier struct {
 	// own and hides the socket from a stream's ReadFrom. The other
 	// direction wants io.Copy's choice, the stream's WriteTo.
 	readFrom bool
+	// peerReset is set when the hub reset the stream (readFrom only).
+	peerReset *atomic.Bool
 }
 
 func (c copier) run(wg *sync.WaitGroup) {
@@ -91,6 +105,13 @@ func (c copier) run(wg *sync.WaitGroup) {
 		_, err = rf.ReadFrom(c.src)
 	} else {
 		_, err = io.Copy(c.dst, c.src)
+	}
+	if c.readFrom && errors.Is(err, tunnel.ErrStreamReset) {
+		// The other direction ends too once it has written what the
+		// hub sent before its reset; it aborts then.
+		c.peerReset.Store(true)
+		c.src.SetWriteDeadline(time.Now().Add(resetGrace))
+		return
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		c.abort()

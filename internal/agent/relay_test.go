@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"io"
 	"net"
 	"net/http"
@@ -162,4 +164,90 @@ func TestAgentBoundsTheHubsStreams(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "MaxPeerStreams") {
 		t.Errorf("an agent with MaxPeerStreams -1: %v, want an error naming MaxPeerStreams", err)
 	}
+}
+
+// TestSpliceDeliversWhatCameBeforeAReset: what the hub sends just before it
+// resets a stream (its TLS alert to an API server whose certificate it
+// refused) still reaches the API server, whole, and then the relay ends
+// both ways. The API server reads nothing until the relay has taken the
+// reset in, and its socket holds far less than the hub sent, so the bytes
+// can arrive only if the relay goes on writing them after the reset.
+// (The copy towards the API server ends when what came before the reset is
+// written; the copy back ends at the reset, and used to close the API
+// server's socket under the other: TestLyingAgentGetsNoRequestThrough saw
+// the impostor get EOF, not the hub's alert.)
+func TestSpliceDeliversWhatCameBeforeAReset(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		finish bool // the hub half-closes its side before the reset
+	}{
+		{"reset", false},
+		{"half-close, then reset", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hub, agent := sessions(t)
+			addr, conns := apiServer(t)
+			spliced := make(chan struct{})
+			go func() {
+				defer close(spliced)
+				st, err := agent.Accept(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				api, err := net.Dial("tcp", addr)
+				if err != nil {
+					st.Close()
+					t.Error(err)
+					return
+				}
+				api.(*net.TCPConn).SetWriteBuffer(4 << 10)
+				Splice(st, api)
+			}()
+			st, err := hub.Open(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Within the stream's window (1 MiB): all of it is sent before
+			// the reset, whether the agent writes any of it on or not.
+			// The API server's socket, sending 4 KiB and receiving 128 KiB
+			// or so until it reads, holds far less.
+			payload := make([]byte, 768<<10)
+			rand.Read(payload)
+			if _, err := st.Write(payload); err != nil {
+				t.Fatal(err)
+			}
+			api := <-conns
+			defer api.Close()
+			if tc.finish {
+				st.(interface{ CloseWrite() error }).CloseWrite()
+			}
+			waitForCopiers(t, "the splice to copy both ways", func(n int) bool { return n == 2 })
+			if err := st.(interface{ Reset() error }).Reset(); err != nil {
+				t.Fatal(err)
+			}
+			// The copy back to the hub ends at the reset. The other one
+			// may only end by writing the rest, once the API server reads.
+			waitForCopiers(t, "the copy back to the hub to end", func(n int) bool { return n <= 1 })
+			got, err := io.ReadAll(api)
+			if err != nil || !bytes.Equal(got, payload) {
+				t.Fatalf("the API server read %d bytes (%v), want the %d the hub sent before its reset", len(got), err, len(payload))
+			}
+			<-spliced // and the relay ended: the API server's read saw EOF
+		})
+	}
+}
+
+// waitForCopiers waits until the number of goroutines copying one
+// direction of a splice meets want.
+func waitForCopiers(t *testing.T, what string, want func(int) bool) {
+	t.Helper()
+	buf := make([]byte, 1<<20)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		stacks := buf[:runtime.Stack(buf, true)]
+		if want(bytes.Count(stacks, []byte("agent.copier.run("))) {
+			return
+		}
+	}
+	t.Fatalf("still waiting after 5 s: %s", what)
 }

@@ -76,7 +76,6 @@ const (
 	inReadFrom     = "tunnel.(*stream).ReadFrom("
 	inPollWait     = "internal/poll.runtime_pollWait("
 	inWaitFrame    = "tunnel.(*lazyReader).waitFrame("
-	inReadReady    = "tunnel.(*lazyReader).readReady("
 	inSessionClose = "tunnel.(*Session).Close("
 	inCloseNotify  = "crypto/tls.(*Conn).closeNotify("
 )

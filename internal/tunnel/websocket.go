@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"syscall"
 	"time"
 
 	"github.com/tetherhq/tether/internal/gather"
@@ -91,7 +90,7 @@ func newWSConn(rw io.ReadWriteCloser, raw net.Conn, readBuffer int, client bool,
 		br = bufio.NewReaderSize(rw, readBuffer)
 		start = br
 	} else {
-		lr := &lazyReader{r: rw, size: readBuffer, sock: waitableSocket(rw)}
+		lr := &lazyReader{r: rw, size: readBuffer}
 		br, start = lr, frameStart{lr}
 	}
 	return &wsConn{
@@ -339,25 +338,19 @@ func (c *wsConn) RemoteAddr() net.Addr { return c.raw.RemoteAddr() }
 // frames. Read borrows a pooled buffer of size bytes for reads smaller than
 // that, as bufio.Reader reads, and gives it back once its bytes are read;
 // reads of size or more go straight to r. waitFrame, the read that waits
-// while the connection is idle, holds no buffer while it waits
-// (decision 012):
-//   - on a plain TCP socket, it waits for the socket to be readable, then
-//     reads what came into a borrowed buffer of waitBuffer bytes, so a
-//     small frame costs one system call (readReady);
-//   - otherwise (TLS) it reads a frame's first bytes straight into the
-//     caller's slice: the rest costs no system call, since crypto/tls
-//     already holds the record.
+// while the connection is idle, reads a frame's first bytes straight into
+// the caller's slice, so it holds no buffer while it waits (decision 012).
+// Under TLS the rest then costs no system call, since crypto/tls already
+// holds the record. (On a plain socket it once waited for the socket to be
+// readable through syscall.RawConn and read a small frame with one system
+// call; the hub's production shape, wss, never took that path: decision
+// 015.)
 type lazyReader struct {
 	r        io.Reader
 	size     int
-	sock     syscall.RawConn // r's, when r is a plain TCP socket; nil otherwise
-	buf      *[]byte         // nil when nothing is buffered
+	buf      *[]byte // nil when nothing is buffered
 	pos, end int
 }
-
-// waitBuffer is what a plain socket's wait for a frame borrows once bytes
-// are there: a small frame, header and body, is read whole.
-const waitBuffer = 16 << 10
 
 func (l *lazyReader) Read(p []byte) (int, error) {
 	if l.buf == nil {
@@ -384,11 +377,6 @@ func (l *lazyReader) Read(p []byte) (int, error) {
 
 // waitFrame is Read for the start of a frame.
 func (l *lazyReader) waitFrame(p []byte) (int, error) {
-	if l.buf == nil && l.sock != nil {
-		if err := l.readReady(); err != nil {
-			return 0, err
-		}
-	}
 	if l.buf != nil {
 		return l.Read(p)
 	}

@@ -485,9 +485,7 @@ func TestIdleServerHoldsNoReadBuffer(t *testing.T) {
 	}
 }
 
-// tcpConn is pipeConn over a loopback TCP connection: a hub's end then
-// waits for its socket to be readable and reads frames with one system
-// call (lazyReader.readReady).
+// tcpConn is pipeConn over a loopback TCP connection.
 func tcpConn(t *testing.T) (*wsConn, net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -504,9 +502,6 @@ func tcpConn(t *testing.T) (*wsConn, net.Conn) {
 		t.Fatal(err)
 	}
 	c := newWSConn(ours, ours, 1<<10, false, DefaultConfig())
-	if c.br.(*lazyReader).sock == nil {
-		t.Fatal("a TCP connection's reader doesn't wait on its socket")
-	}
 	t.Cleanup(func() { ours.Close(); peer.Close() })
 	return c, peer
 }
@@ -519,7 +514,7 @@ func TestServerReadsFramesOverTCP(t *testing.T) {
 	lr := c.br.(*lazyReader)
 	key := []byte{9, 8, 7, 6}
 	var payloads [][]byte
-	for _, n := range []int{1, 125, 126, 1000, 1036, waitBuffer - 20, waitBuffer, waitBuffer + 1, 70000} {
+	for _, n := range []int{1, 125, 126, 1000, 1036, 16<<10 - 20, 16 << 10, 16<<10 + 1, 70000} {
 		p := make([]byte, n)
 		for i := range p {
 			p[i] = byte(i * 7)
@@ -575,7 +570,7 @@ func TestServerReadWaitingOverTCPEndsOnClose(t *testing.T) {
 		_, err := c.Read(make([]byte, 1))
 		done <- err
 	}()
-	waitParked(t, 1, "IO wait", inReadReady, inPollWait) // the read waits for a frame
+	waitParked(t, 1, "IO wait", inWaitFrame, inPollWait) // the read waits for a frame
 	c.Close()
 	select {
 	case err := <-done:
