@@ -29,7 +29,7 @@ func TestAgentWithTheChartsRBAC(t *testing.T) {
 	// the agent runs as a process below, with that account's token).
 	admin(t, "create", "namespace", ns)
 	values := "mode: agent\nclusterName: " + name + "\nagent:\n  hubUrl: " + hubURL + "\n  tokenSecret: agent-token\n"
-	manifest, err := h.Template(release, ns, values, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/agent-rbac.yaml")
+	manifest, err := h.Template(release, ns, values, "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/agent-rbac.yaml", "--show-only", "templates/agent-inventory-rbac.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
