@@ -129,7 +129,7 @@ func (a *Agent) Connected() bool { return a.connected.Load() }
 // only for failures to start (the health listener's address taken).
 func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.HubURL.Scheme == "http" && a.cfg.DialHub == nil {
-		a.log.Warn(fmt.Sprintf("The hub's address %s is plain http: the agent's token will cross the network in clear. Use https.", a.hub))
+		a.log.Warn("The hub's address is plain http: the agent's token will cross the network in clear. Use https.", "hub", a.hub)
 	}
 	a.log.Info(fmt.Sprintf("Tether %s agent for %q, relaying to %s", version.Version, a.cfg.Name, a.cfg.APIServer))
 

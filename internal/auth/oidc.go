@@ -114,8 +114,8 @@ func (o *oidcSource) discover() {
 		err = errors.New(cut(strings.Join(strings.Fields(err.Error()), " "), 300))
 		o.lastErr, o.nextTry = err, o.now().Add(delay)
 		if o.life.Err() == nil {
-			o.log.Warn(fmt.Sprintf("Can't reach the OIDC issuer, so ID tokens are refused until it answers; the hub tries again when one arrives, %s from now at the earliest", delay),
-				"issuer", o.cfg.Issuer, "err", err)
+			o.log.Warn("Can't reach the OIDC issuer, so ID tokens are refused until it answers; the hub tries again when one arrives, after retryIn at the earliest",
+				"issuer", o.cfg.Issuer, "retryIn", delay, "err", err)
 		}
 		return
 	}

@@ -279,7 +279,7 @@ func TestOIDCIssuerDown(t *testing.T) {
 	const discovery = "/.well-known/openid-configuration"
 	a := newAuth(t, Config{Now: clock.Now, Logger: log, OIDC: OIDCConfig{Issuer: iss.URL, ClientID: iss.ClientID, CAFile: iss.CAFile(t)}})
 	waitFor(t, "the failed discovery in the log", func() bool { return strings.Contains(logs.String(), "Can't reach the OIDC issuer") })
-	if !strings.Contains(logs.String(), "503 Service Unavailable") || !strings.Contains(logs.String(), "1s from now at the earliest") {
+	if !strings.Contains(logs.String(), "503 Service Unavailable") || !strings.Contains(logs.String(), "retryIn=1s") {
 		t.Errorf("log: %s", logs)
 	}
 	if n := iss.Requests(discovery); n != 1 {

@@ -65,7 +65,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request, own bool) {
 	sess, err := tunnel.Accept(w, r, h.cfg.Tunnel)
 	if err != nil {
 		h.conns.Done()
-		h.log.Debug(fmt.Sprintf("The upgrade of an agent, %q, failed", name), "agent", name, "remote", r.RemoteAddr, "err", err)
+		h.log.Debug("An agent's upgrade failed", "agent", name, "remote", r.RemoteAddr, "err", err)
 		return
 	}
 	c, err := h.hello(r, sess, entry, listfile.HashToken(strings.TrimSpace(token)))
@@ -74,7 +74,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request, own bool) {
 		// Rate-limited like refusals: whoever holds a token can send
 		// garbage as fast as they like.
 		if suppressed, ok := h.refusals.Allow("hello\x00" + name + "\x00" + hostOf(r.RemoteAddr)); ok {
-			h.log.Warn(fmt.Sprintf("The agent of %q failed its hello: %v", name, err), "agent", name, "remote", r.RemoteAddr, "suppressed", suppressed)
+			h.log.Warn("An agent failed its hello", "agent", name, "remote", r.RemoteAddr, "err", err, "suppressed", suppressed)
 		}
 		sess.Close()
 		h.conns.Done()
@@ -136,8 +136,8 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent, to
 	caSHA := hex.EncodeToString(sum[:])
 	if !entry.CAMatches([]byte(m.CACert)) {
 		h.metrics.connects.WithLabelValues("wrong_ca").Inc()
-		h.log.Warn(fmt.Sprintf("An agent was refused: %q, with a CA whose SHA-256 is %s, not the caSha256 %s its entry pins", entry.Name, caSHA, entry.CASHA256),
-			"agent", entry.Name, "remote", r.RemoteAddr)
+		h.log.Warn("An agent was refused: its CA is not the one its entry pins (caSha256)",
+			"agent", entry.Name, "remote", r.RemoteAddr, "caSha256", caSHA, "pinned", entry.CASHA256)
 		refuse(http.StatusUnauthorized, "this cluster's CA is not the one the hub's agents list pins for it (caSha256)")
 		return nil, nil
 	}
@@ -167,7 +167,7 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent, to
 	h.mu.Lock()
 	if prev, ok := h.lastCA[entry.Name]; ok && prev != caSHA {
 		h.metrics.caChanges.Inc()
-		h.log.Warn(fmt.Sprintf("The agent of %q sent a CA other than last time (SHA-256 %s, was %s)", entry.Name, caSHA, prev), "agent", entry.Name)
+		h.log.Warn("An agent sent a CA other than last time", "agent", entry.Name, "caSha256", caSHA, "previous", prev)
 	}
 	h.lastCA[entry.Name] = caSHA
 	h.mu.Unlock()

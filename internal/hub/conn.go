@@ -159,7 +159,7 @@ func (h *Hub) serveConn(c *agentConn) bool {
 	h.admission.welcomed(h.clock.Now())
 	if prev != nil {
 		h.metrics.takeovers.Inc()
-		h.log.Warn(fmt.Sprintf("The agent of %q was taken over by another agent with the same name and token", c.name),
+		h.log.Warn("An agent was taken over by another agent with the same name and token",
 			"agent", c.name, "remote", c.remote, "previousRemote", prev.remote)
 		// Told on its own: the agent taken over is often gone without a
 		// word (its pod restarted), and its goaway then waits out the
@@ -351,7 +351,7 @@ func (c *agentConn) handleControl(m protocol.Message) error {
 		c.mu.Lock()
 		c.saAuth = authorization(m.ServiceAccountToken)
 		c.mu.Unlock()
-		c.hub.log.Info(fmt.Sprintf("The agent of %q sent a new service account token", c.name), "agent", c.name)
+		c.hub.log.Info("An agent sent a new service account token", "agent", c.name)
 	case protocol.TypeBye:
 		return errors.New("the agent is stopping")
 	}

@@ -328,7 +328,7 @@ func (h *Hub) AgentsChanged(c fleet.Change) {
 			if conn.admitted() {
 				continue // its own token and CA are in force: a rotation dropped the other token
 			}
-			h.log.Info(fmt.Sprintf("The agents list changed for %q: disconnecting its agent", name), "agent", name)
+			h.log.Info("The agents list changed: disconnecting an agent", "agent", name)
 			gs = append(gs, goodbye{c: conn, kind: goAwayRemoved})
 		}
 	}

@@ -2,7 +2,6 @@ package hub
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net"
 
@@ -22,7 +21,7 @@ func (h *Hub) receiveInventory(c *agentConn, st net.Conn) {
 				select {
 				case <-c.done:
 				default:
-					h.log.Warn(fmt.Sprintf("The inventory stream of %q broke; the hub keeps what it had", c.name), "agent", c.name, "err", err)
+					h.log.Warn("An inventory stream broke; the hub keeps what it had", "agent", c.name, "err", err)
 				}
 			}
 			return
@@ -42,7 +41,7 @@ func (h *Hub) receiveInventory(c *agentConn, st net.Conn) {
 // it took more than its share of TETHER_INVENTORY_MAX_BYTES.
 func (h *Hub) inventoryDropped(cluster string) {
 	if info, ok := h.inventory.Info(cluster); ok && info.TooLarge != "" {
-		h.log.Warn(fmt.Sprintf("The inventory of %q was too large: %s", cluster, info.TooLarge), "cluster", cluster)
+		h.log.Warn("A cluster's inventory was too large", "cluster", cluster, "why", info.TooLarge)
 	}
 	h.events.changed(cluster)
 }

@@ -77,7 +77,7 @@ func TestRemovedAgentIsDisconnectedAndRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "it doesn't know this name and token.") {
 		t.Fatalf("Run = %v, want a refusal once the list dropped the agent", err)
 	}
-	if !strings.Contains(h.logs.String(), `The agents list changed for "eu-1": disconnecting its agent`) {
+	if !strings.Contains(h.logs.String(), `The agents list changed: disconnecting an agent agent="eu-1"`) {
 		t.Errorf("hub log:\n%s", h.logs)
 	}
 	eventually(t, 5*time.Second, "the removed cluster is forgotten", func() bool {

@@ -221,9 +221,9 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 	}
 	h.events.changed(name)
 	if next.Status == Ready {
-		h.log.Info(fmt.Sprintf("Cluster %q is Ready (Kubernetes %s)", name, next.KubernetesVersion), "cluster", name)
+		h.log.Info("A cluster is Ready", "cluster", name, "kubernetesVersion", next.KubernetesVersion)
 	} else {
-		h.log.Warn(fmt.Sprintf("Cluster %q is %s", name, next), "cluster", name)
+		h.log.Warn("A cluster is Unreachable", "cluster", name, "why", next.Message)
 	}
 }
 

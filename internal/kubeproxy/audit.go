@@ -89,7 +89,7 @@ func (px *Proxy) audit(r *http.Request, rt route, cluster string, w *countingWri
 		// look (the log, rate-limited, and a metric to alert on).
 		px.metrics.auditErrors.Inc()
 		if suppressed, ok := px.refusals.Allow("audit"); ok {
-			px.log.Error(fmt.Sprintf("Can't write an audit line: %v", err), "request", rt.id, "suppressed", suppressed)
+			px.log.Error("Can't write an audit line", "request", rt.id, "err", err, "suppressed", suppressed)
 		}
 	}
 }

@@ -299,7 +299,7 @@ func (px *Proxy) recheckOpen(which func(*openRequest) bool) {
 		if e.cluster == "" {
 			where = "to the fleet page (event streams)"
 		}
-		px.log.Info(fmt.Sprintf("Ended %d open requests of %q %s: %s", n, e.person, where, e.why), "user", e.person, "cluster", e.cluster)
+		px.log.Info("Ended a person's open requests", "user", e.person, "cluster", e.cluster, "where", where, "why", e.why, "count", n)
 	}
 }
 

@@ -459,7 +459,7 @@ func (px *Proxy) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 		WriteStatus(w, http.StatusTooManyRequests, "TooManyRequests", "Tether refused the request: "+limit.Error()+".")
 		return
 	}
-	px.log.Warn(fmt.Sprintf("A request to cluster %q failed: %s", name, hub.ShownText(err.Error(), hub.MaxStatusMessage)), "cluster", name, "request", rt.id)
+	px.log.Warn("A request to a cluster failed", "cluster", name, "request", rt.id, "err", hub.ShownText(err.Error(), hub.MaxStatusMessage))
 	WriteStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Tether can't reach cluster %q's API server: %s", name, hub.ShownText(err.Error(), hub.MaxStatusMessage)))
 }
 
@@ -498,6 +498,6 @@ func (px *Proxy) LogAuthFailure(r *http.Request, err error) {
 		host = host[:i]
 	}
 	if suppressed, ok := px.refusals.Allow("person\x00" + host); ok {
-		px.log.Warn(fmt.Sprintf("A request was refused: %v", err), "remote", r.RemoteAddr, "suppressed", suppressed)
+		px.log.Warn("A request was refused", "remote", r.RemoteAddr, "err", err, "suppressed", suppressed)
 	}
 }

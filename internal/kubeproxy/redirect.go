@@ -167,7 +167,7 @@ func describeLocation(location string) string {
 func (px *Proxy) logRefusedRedirect(rt route) {
 	name := rt.conn.Cluster()
 	if suppressed, ok := px.refusals.Allow("redirect\x00" + name); ok {
-		px.log.Warn(fmt.Sprintf("Cluster %q answered a request with a redirect away from it; Tether answered 502 instead (the audit line's location says where to)", name),
+		px.log.Warn("A cluster answered a request with a redirect away from it; Tether answered 502 instead (the audit line's location says where to)",
 			"cluster", name, "user", rt.person.Name, "request", rt.id, "suppressed", suppressed)
 	}
 }

@@ -27,7 +27,8 @@ func New(format string, w io.Writer, level slog.Leveler) (*slog.Logger, error) {
 }
 
 // TextHandler writes one line per record: time, level, message, then
-// key=value pairs, values quoted where they need it.
+// key=value pairs, values quoted where they need it, and names (agent,
+// user, cluster) always.
 type TextHandler struct {
 	level  slog.Leveler
 	prefix string // group prefix for keys, with a trailing dot
@@ -120,11 +121,17 @@ func appendAttr(b *strings.Builder, prefix string, a slog.Attr) {
 	default:
 		s = a.Value.String()
 	}
-	if needsQuote(s) {
+	if needsQuote(s) || a.Value.Kind() == slog.KindString && isName(a.Key) {
 		s = strconv.Quote(s)
 	}
 	b.WriteString(s)
 }
+
+// isName reports whether key's values are names from outside: SPEC section
+// 0 has them quoted in every line, so that a name reads the same in a
+// sentence and after its key, and two names that differ only in what they
+// look like can be told apart.
+func isName(key string) bool { return key == "agent" || key == "user" || key == "cluster" }
 
 func needsQuote(s string) bool {
 	if s == "" {

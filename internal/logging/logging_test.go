@@ -13,7 +13,7 @@ func TestTextHandler(t *testing.T) {
 	log.Debug("hidden")
 	log.WithGroup("req").Info(`The agent of "eu-1" connected (Tether v1)`, "remote", "10.0.0.1:5", "why", "two words", "n", 3)
 	got := buf.String()
-	want := ` INFO  The agent of "eu-1" connected (Tether v1) cluster=eu-1 req.remote=10.0.0.1:5 req.why="two words" req.n=3` + "\n"
+	want := ` INFO  The agent of "eu-1" connected (Tether v1) cluster="eu-1" req.remote=10.0.0.1:5 req.why="two words" req.n=3` + "\n"
 	if !strings.HasSuffix(got, want) || strings.Count(got, "\n") != 1 {
 		t.Fatalf("got %q, want a line ending %q", got, want)
 	}

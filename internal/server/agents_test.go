@@ -51,7 +51,7 @@ func TestAgentConnectsAndClusterTurnsReady(t *testing.T) {
 	})
 	for _, line := range []string{
 		`The agent of "eu-1" connected (Tether `,
-		`Cluster "eu-1" is Ready (Kubernetes v1.36.3-test)`,
+		`A cluster is Ready cluster="eu-1" kubernetesVersion=v1.36.3-test`,
 		`The agent of "eu-1" disconnected`,
 		`why="the agent is stopping"`,
 	} {
@@ -188,7 +188,7 @@ func TestCAPinning(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "refused this agent: it doesn't know this name and token.") || !strings.Contains(err.Error(), "caSha256") {
 		t.Fatalf("Run = %v, want a 401 refusal naming caSha256", err)
 	}
-	if !strings.Contains(h.logs.String(), `An agent was refused: "eu-1", with a CA whose SHA-256 is`) {
+	if !strings.Contains(h.logs.String(), `An agent was refused: its CA is not the one its entry pins (caSha256) agent="eu-1"`) {
 		t.Errorf("the hub didn't log why:\n%s", h.logs)
 	}
 }
@@ -218,7 +218,7 @@ func TestCAPinnedOnReload(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "caSha256") {
 		t.Fatalf("Run = %v, want a refusal naming caSha256 once the list pinned another CA", err)
 	}
-	if !strings.Contains(h.logs.String(), `The agents list changed for "eu-1": disconnecting its agent`) {
+	if !strings.Contains(h.logs.String(), `The agents list changed: disconnecting an agent agent="eu-1"`) {
 		t.Errorf("hub log:\n%s", h.logs)
 	}
 }
@@ -236,7 +236,7 @@ func TestCAChangeIsCounted(t *testing.T) {
 	writeFile(t, fc.SADir+"/ca.crt", other.CA.CertPEM)
 	b := startAgent(t, h.url, "eu-1", fc)
 	eventually(t, 5*time.Second, "connected again", b.Connected)
-	if h.counter("caChanges") != 1 || !strings.Contains(h.logs.String(), `The agent of "eu-1" sent a CA other than last time`) {
+	if h.counter("caChanges") != 1 || !strings.Contains(h.logs.String(), `An agent sent a CA other than last time agent="eu-1"`) {
 		t.Fatalf("CA change not counted and logged:\n%s", h.logs)
 	}
 	// The API server's certificate is not from the new CA: the probe must
@@ -263,7 +263,7 @@ func TestTakeover(t *testing.T) {
 	if got := h.counter("takeovers"); got != 1 {
 		t.Errorf("takeovers = %v, want 1", got)
 	}
-	if !strings.Contains(h.logs.String(), `WARN  The agent of "eu-1" was taken over by another agent with the same name and token`) ||
+	if !strings.Contains(h.logs.String(), `WARN  An agent was taken over by another agent with the same name and token agent="eu-1"`) ||
 		!strings.Contains(h.logs.String(), "previousRemote=") {
 		t.Errorf("the takeover wasn't logged as a warning with both addresses:\n%s", h.logs)
 	}

@@ -51,7 +51,7 @@ func TestHelloTimeout(t *testing.T) {
 	}
 	ctl.Write([]byte{0, 0}) // half a length prefix, then nothing
 	closedWithin(t, sess, 5*time.Second)
-	if !strings.Contains(h.logs.String(), `The agent of "eu-1" failed its hello`) {
+	if !strings.Contains(h.logs.String(), `An agent failed its hello agent="eu-1"`) {
 		t.Errorf("hub log:\n%s", h.logs)
 	}
 }

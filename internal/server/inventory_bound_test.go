@@ -113,7 +113,7 @@ func TestAHostileAgentsInventoryIsBoundedAndRefusedFirst(t *testing.T) {
 			t.Errorf("%s: %+v %+v; want its 20 pods, whole", name, c.Inventory, c.Summary)
 		}
 	}
-	if !strings.Contains(h.logs.String(), `The inventory of \"hostile\" was too large`) && !strings.Contains(h.logs.String(), `The inventory of "hostile" was too large`) {
+	if !strings.Contains(h.logs.String(), `A cluster's inventory was too large cluster="hostile"`) {
 		t.Errorf("no warning logged:\n%s", h.logs)
 	}
 

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,9 @@ func TestUnreachableAPIServerSaysWhy(t *testing.T) {
 	eventually(t, 5*time.Second, "connected", a.Connected)
 	want := `Unreachable: the agent says: "the agent can't reach its API server at ` + dead + ": "
 	eventually(t, 5*time.Second, "the status says why", func() bool { return strings.HasPrefix(statusOf(h, "eu-1"), want) })
-	if !strings.Contains(h.logs.String(), `Cluster "eu-1" is `+want) {
+	// The why, quoted, up to the dial's own words.
+	why := strings.TrimSuffix(strconv.Quote(strings.TrimPrefix(want, "Unreachable: ")), `"`)
+	if !strings.Contains(h.logs.String(), `A cluster is Unreachable cluster="eu-1" why=`+why) {
 		t.Errorf("hub log:\n%s", h.logs)
 	}
 }
@@ -198,7 +201,7 @@ func TestCertReloader(t *testing.T) {
 	if got := r.selfSignedRoot(); !bytes.Equal(got, ca2.CertPEM) {
 		t.Errorf("after the files changed the root for kubeconfigs is %q, want the second CA", got)
 	}
-	if !strings.Contains(logs.String(), "The hub serves its renewed TLS certificate, valid until") {
+	if !strings.Contains(logs.String(), "The hub serves its renewed TLS certificate") || !strings.Contains(logs.String(), "notAfter=") {
 		t.Errorf("the renewal wasn't logged:\n%s", logs)
 	}
 	writeFile(t, certFile, []byte("garbage"))

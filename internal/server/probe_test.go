@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func TestProbeFailureSaysWhy(t *testing.T) {
 
 			tt.fail(fc)
 			eventually(t, 5*time.Second, "the status says why: "+tt.want, func() bool { return statusOf(h, "eu-1") == tt.want })
-			if !strings.Contains(h.logs.String(), `Cluster "eu-1" is `+tt.want) {
+			if !strings.Contains(h.logs.String(), `A cluster is Unreachable cluster="eu-1" why=`+strconv.Quote(strings.TrimPrefix(tt.want, "Unreachable: "))) {
 				t.Errorf("the hub didn't log the change:\n%s", h.logs)
 			}
 			if got := h.Clusters()[0]; got.Status != hub.Unreachable || got.AgentVersion == "" || got.ConnectedSince.IsZero() {

@@ -128,7 +128,7 @@ func TestProxyConfinesLocations(t *testing.T) {
 			t.Errorf("%s: the audit line has status %d, location %q; want %d, %q", name, rec.Status, rec.Location, c.code, c.refused)
 		}
 	}
-	if got := h.logs.String(); !strings.Contains(got, `Cluster "open" answered a request with a redirect away from it`) {
+	if got := h.logs.String(); !strings.Contains(got, `A cluster answered a request with a redirect away from it; Tether answered 502 instead (the audit line's location says where to) cluster="open"`) {
 		t.Errorf("no log line about the refused redirect:\n%s", got)
 	}
 }

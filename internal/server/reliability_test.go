@@ -144,7 +144,7 @@ func TestTakeoverRace(t *testing.T) {
 	wg.Wait()
 
 	takeovers := h.counter("takeovers")
-	warnings := strings.Count(h.logs.String(), `WARN  The agent of "eu-1" was taken over`)
+	warnings := strings.Count(h.logs.String(), `WARN  An agent was taken over by another agent with the same name and token agent="eu-1"`)
 	t.Logf("%d agent runs, %v takeovers, %d takeover warnings; at most %v connected at once", runs.Load(), takeovers, warnings, most)
 	if most > 1 {
 		t.Errorf("the connected gauge reached %v for one cluster", most)

@@ -185,7 +185,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		}()
 	}
 
-	log.Info(fmt.Sprintf("Tether %s hub listening on %s://%s", version.Version, scheme, ln.Addr()), "publicURL", urlString(opts))
+	log.Info("Tether hub listening", "version", version.Version, "address", scheme+"://"+ln.Addr().String(), "publicURL", urlString(opts))
 	if ready != nil {
 		ready(ln.Addr())
 	}
@@ -196,7 +196,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	case runErr = <-serveErr:
 	}
 
-	log.Info(fmt.Sprintf("Shutting down: open requests have up to %s to finish", opts.ShutdownGrace))
+	log.Info("Shutting down: open requests may finish", "grace", opts.ShutdownGrace)
 	graceCtx, cancel := context.WithTimeout(context.Background(), opts.ShutdownGrace)
 	// Watches never finish: they end at their next event's end, as the API
 	// server ends its own when it stops.
@@ -206,7 +206,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	srv.Shutdown(graceCtx)
 	h.WaitRequests(graceCtx)
 	if graceCtx.Err() != nil {
-		log.Warn(fmt.Sprintf("Requests still open after %s: closing them", opts.ShutdownGrace))
+		log.Warn("Requests still open after the grace: closing them", "grace", opts.ShutdownGrace)
 	}
 	cancel()
 	// The own agents leave as an agent does on SIGTERM; the others are
@@ -242,7 +242,7 @@ func warnUnpinnedForwardToken(log *slog.Logger, list []fleet.Agent, direct []fle
 		if !a.ForwardToken || a.CASHA256 != "" || slices.ContainsFunc(direct, func(c fleet.Cluster) bool { return c.Name == a.Name }) {
 			continue
 		}
-		log.Warn(fmt.Sprintf("Cluster %q gets people's own tokens (forwardToken) but doesn't pin its CA (caSha256): whoever holds its agent's token could read them. Pin it with caSha256: the SHA-256 of the cluster's ca.crt", a.Name), "cluster", a.Name)
+		log.Warn("A cluster gets people's own tokens (forwardToken) but doesn't pin its CA (caSha256): whoever holds its agent's token could read them. Pin it with caSha256: the SHA-256 of the cluster's ca.crt", "cluster", a.Name)
 	}
 }
 
@@ -344,7 +344,7 @@ func (r *certReloader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 					r.log.Warn("The TLS certificate files changed but can't be used; the hub goes on serving its certificate until they can", "err", err)
 				}
 			} else {
-				r.log.Info(fmt.Sprintf("The hub serves its renewed TLS certificate, valid until %s", r.cert.Leaf.NotAfter.UTC().Format(time.RFC3339)))
+				r.log.Info("The hub serves its renewed TLS certificate", "notAfter", r.cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
 			}
 		}
 	}

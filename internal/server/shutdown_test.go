@@ -87,7 +87,7 @@ func TestShutdownLetsOpenRequestsFinish(t *testing.T) {
 		}
 		return err != nil
 	})
-	if !strings.Contains(logs.String(), "Shutting down: open requests have up to 1m0s to finish") {
+	if !strings.Contains(logs.String(), "Shutting down: open requests may finish grace=1m0s") {
 		t.Errorf("the hub didn't say it is shutting down:\n%s", logs)
 	}
 	select {

@@ -76,7 +76,7 @@ func TestUnpinnedForwardTokenIsWarnedOf(t *testing.T) {
 	})
 	logs := serve(t, opts)
 	eventually(t, 5*time.Second, "the hub listening", func() bool { return strings.Contains(logs.String(), "hub listening") })
-	if !strings.Contains(logs.String(), `Cluster "open" gets people's own tokens (forwardToken) but doesn't pin its CA (caSha256)`) {
+	if !strings.Contains(logs.String(), `A cluster gets people's own tokens (forwardToken) but doesn't pin its CA (caSha256): whoever holds its agent's token could read them. Pin it with caSha256: the SHA-256 of the cluster's ca.crt cluster="open"`) {
 		t.Errorf("no warning for open:\n%s", logs)
 	}
 	for _, name := range []string{"pinned", "plain"} {

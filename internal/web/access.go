@@ -351,7 +351,7 @@ func (c *accessCheck) ask(ctx context.Context, kind, namespace string) (allowed,
 	}
 	allowed, err := c.h.reviewAccess(ctx, c.conn, c.forwardToken, c.bearer, c.user, c.groups, kind, namespace)
 	if err != nil {
-		c.h.log.Debug(fmt.Sprintf("Can't ask the cluster what %q may list", c.user), "cluster", c.cluster, "user", c.user, "kind", kind, "err", err)
+		c.h.log.Debug("Can't ask the cluster what a person may list", "cluster", c.cluster, "user", c.user, "kind", kind, "err", err)
 		c.fail(err)
 		return false, false // not kept: asked again next time
 	}

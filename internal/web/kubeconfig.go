@@ -50,7 +50,7 @@ func (wb *Web) ServeKubeconfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err != nil {
-		wb.log.Error(fmt.Sprintf("Can't sign a kubeconfig token for %q", p.Name), "user", p.Name, "err", err)
+		wb.log.Error("Can't sign a kubeconfig token", "user", p.Name, "err", err)
 		http.Error(w, "The hub can't sign a token now.", http.StatusInternalServerError)
 		return
 	}

@@ -65,7 +65,7 @@ func TestAgentWithTheChartsRBAC(t *testing.T) {
 
 	a := agentAs(t, name, hubURL, agentToken, saDir)
 	a.waitFor(t, 10*time.Second, `Connected to `+hubURL+` as "`+name+`"`)
-	hubProc.waitFor(t, 15*time.Second, `Cluster "`+name+`" is Ready (Kubernetes `+cluster.Version+`)`)
+	hubProc.waitFor(t, 15*time.Second, `A cluster is Ready cluster="`+name+`" kubernetesVersion=`+cluster.Version)
 	if !auditHas(t, requestBy(sa, "/version")) || !auditHas(t, requestBy(sa, "/readyz")) {
 		t.Errorf("the API server's audit log has no /version and /readyz from %s", sa)
 	}

@@ -27,7 +27,7 @@ func TestDev(t *testing.T) {
 	addr := freeAddr(t)
 	p := start(t, "tether dev", nil, "dev", "--addr", addr)
 	p.waitFor(t, 60*time.Second, "hub:              https://"+addr)
-	p.waitFor(t, 20*time.Second, `Cluster "dev" is Ready (Kubernetes v1.36.3)`)
+	p.waitFor(t, 20*time.Second, `A cluster is Ready component=hub cluster="dev" kubernetesVersion=v1.36.3`)
 	kubeconfig := between(p.out.String(), "kubeconfig:       ", " (through the hub")
 	if kubeconfig == "" {
 		t.Fatalf("no kubeconfig path printed:\n%s", p.out)

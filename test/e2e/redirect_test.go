@@ -100,7 +100,7 @@ func TestRedirectsStayOnTheCluster(t *testing.T) {
 	if want := []string{"recorded " + other.URL + "/collect", "direct " + other.URL + "/collect"}; strings.Join(refused, ",") != strings.Join(want, ",") {
 		t.Errorf("the audit has 502s for %q, want %q", refused, want)
 	}
-	if !strings.Contains(h.out.String(), `Cluster "recorded" answered a request with a redirect away from it`) {
+	if !strings.Contains(h.out.String(), `A cluster answered a request with a redirect away from it; Tether answered 502 instead (the audit line's location says where to) cluster="recorded"`) {
 		t.Error("the hub's log doesn't say that it refused a redirect")
 	}
 }

@@ -57,7 +57,7 @@ func TestAgentsFileReloads(t *testing.T) {
 	h.waitFor(t, time.Second, `TETHER_FLEET_AGENTS_FILE[0] (\"Not A Label\") needs a name that is a DNS label`)
 
 	publish(entry("first"))
-	h.waitFor(t, 10*time.Second, `The agents list changed for "second": disconnecting its agent`)
+	h.waitFor(t, 10*time.Second, `The agents list changed: disconnecting an agent agent="second"`)
 	if code := second.exit(t, 10*time.Second); code == 0 {
 		t.Error("the removed agent exited 0, want a refusal")
 	}

@@ -47,7 +47,7 @@ func hubAt(t *testing.T, addr string, extra map[string]string, names ...string) 
 		env[k] = v
 	}
 	h := start(t, "hub", env, "hub")
-	h.waitFor(t, 10*time.Second, "hub listening on")
+	h.waitFor(t, 10*time.Second, "Tether hub listening")
 	return h, "https://" + addr
 }
 
@@ -112,7 +112,7 @@ func TestAgentMakesTheClusterReady(t *testing.T) {
 	a := agent(t, "ready", hubURL, agentToken)
 	a.waitFor(t, 10*time.Second, `Connected to `+hubURL+` as "ready"`)
 	h.waitFor(t, 10*time.Second, `The agent of "ready" connected (Tether `)
-	h.waitFor(t, 15*time.Second, `Cluster "ready" is Ready (Kubernetes `+cluster.Version+`)`)
+	h.waitFor(t, 15*time.Second, `A cluster is Ready cluster="ready" kubernetesVersion=`+cluster.Version)
 	if cluster.Version != "v1.36.3" {
 		t.Errorf("the test API server is %s, want v1.36.3", cluster.Version)
 	}
@@ -128,7 +128,7 @@ func TestAgentMakesTheClusterReady(t *testing.T) {
 		t.Errorf("the agent exited %d on SIGTERM, want 0", code)
 	}
 	h.waitFor(t, 5*time.Second, `The agent of "ready" disconnected`)
-	h.waitFor(t, 5*time.Second, `Cluster "ready" is Unreachable: Its agent isn't connected.`)
+	h.waitFor(t, 5*time.Second, `A cluster is Unreachable cluster="ready" why="Its agent isn't connected."`)
 
 	h.signal(syscall.SIGTERM)
 	if code := h.exit(t, 40*time.Second); code != 0 {
@@ -233,7 +233,7 @@ func TestTakeover(t *testing.T) {
 	}
 	first.waitFor(t, time.Second, "The hub at "+hubURL+" refused this agent: another agent connected as it (do two clusters use the same name and token?).")
 	second.waitFor(t, 5*time.Second, `Connected to `+hubURL+` as "twin"`)
-	h.waitFor(t, 5*time.Second, `The agent of "twin" was taken over by another agent with the same name and token`)
+	h.waitFor(t, 5*time.Second, `An agent was taken over by another agent with the same name and token agent="twin"`)
 }
 
 func TestBadSettingsStopTheAgentAtOnce(t *testing.T) {

@@ -3,7 +3,6 @@ package watch
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"maps"
 	"slices"
@@ -93,7 +92,7 @@ func (w *Watcher) Stream(ctx context.Context, out io.Writer, opts StreamOptions)
 	}
 	sent += len(chunk)
 	chunk = nil
-	w.log.Info(fmt.Sprintf("Sent the hub the inventory: %d objects", sent), "waitedForLists", listed.Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond))
+	w.log.Info("Sent the hub the inventory", "objects", sent, "waitedForLists", listed.Round(time.Millisecond), "took", time.Since(began).Round(time.Millisecond))
 
 	for {
 		select {
