@@ -256,9 +256,10 @@ type accessCheck struct {
 	person       string // accessKey.person
 	budget       *reviewBudget
 
-	mu       sync.Mutex // guards the following
-	err      error      // the first review that failed
-	unasked  int        // namespaces (or a cluster-scoped kind) left out unasked
+	mu       sync.Mutex           // guards the following
+	kinds    map[string]kindFound // the kinds looked up, by name
+	err      error                // the first review that failed
+	unasked  int                  // namespaces (or a cluster-scoped kind) left out unasked
 	whyUnask string
 }
 
@@ -303,7 +304,7 @@ func (c *accessCheck) allow(ctx context.Context) store.Allow {
 		// Only a namespaced kind is listed in one namespace: a
 		// cluster-scoped one that an agent sent with a namespace (none
 		// does) counts as cluster-wide.
-		k, _ := inventory.LookupKind(kind)
+		k, _ := c.kind(kind)
 		if known && namespace != "" && k.Namespaced {
 			var allowed bool
 			if allowed, known = c.ask(ctx, kind, namespace); allowed {
@@ -327,6 +328,12 @@ func (c *accessCheck) ask(ctx context.Context, kind, namespace string) (allowed,
 		c.fail(errors.New("its agent isn't connected"))
 		return false, false
 	}
+	kd, ok := c.kind(kind)
+	if !ok {
+		// Not one the cluster announces (any more): nobody may list it,
+		// and nothing of it is asked about or kept.
+		return false, true
+	}
 	k := accessKey{person: c.person, kind: kind, namespace: namespace}
 	now := time.Now()
 	if allowed, ok := c.h.access.get(c.cluster, c.conn, k, now); ok {
@@ -349,7 +356,7 @@ func (c *accessCheck) ask(ctx context.Context, kind, namespace string) (allowed,
 		c.leaveOut(fmt.Sprintf("a person may have %d access reviews of one cluster every %s: ask again later", c.h.cfg.AccessReviewsPerPerson, c.h.cfg.AccessTTL))
 		return false, false
 	}
-	allowed, err := c.h.reviewAccess(ctx, c.conn, c.forwardToken, c.bearer, c.user, c.groups, kind, namespace)
+	allowed, err := c.h.reviewAccess(ctx, c.conn, c.forwardToken, c.bearer, c.user, c.groups, kd, namespace)
 	if err != nil {
 		c.h.log.Debug(fmt.Sprintf("Can't ask the cluster what %q may list", c.user), "cluster", c.cluster, "user", c.user, "kind", kind, "err", err)
 		c.fail(err)
@@ -384,12 +391,13 @@ func (c *accessCheck) failed() error {
 
 // leftOut says what the check left out unasked, and why; "" when nothing.
 func (c *accessCheck) leftOut(kind string) string {
+	k, _ := c.kind(kind)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.unasked == 0 {
 		return ""
 	}
-	if k, _ := inventory.LookupKind(kind); !k.Namespaced {
+	if !k.Namespaced {
 		return fmt.Sprintf("its %s left out, unchecked: %s", kind, c.whyUnask)
 	}
 	what := "namespaces"
@@ -401,15 +409,11 @@ func (c *accessCheck) leftOut(kind string) string {
 
 // reviewAccess sends a SelfSubjectAccessReview through c, the cluster's
 // agent connection, as the person, and returns the cluster's answer.
-func (wb *Web) reviewAccess(ctx context.Context, c hub.Upstream, forwardToken bool, bearer, user string, groups []string, kind, namespace string) (bool, error) {
-	k, ok := inventory.LookupKind(kind)
-	if !ok {
-		return false, fmt.Errorf("%w %q", inventory.ErrUnknownKind, kind)
-	}
+func (wb *Web) reviewAccess(ctx context.Context, c hub.Upstream, forwardToken bool, bearer, user string, groups []string, k inventory.Kind, namespace string) (bool, error) {
 	review := authorizationv1.SelfSubjectAccessReview{
 		TypeMeta: metav1.TypeMeta{Kind: "SelfSubjectAccessReview", APIVersion: "authorization.k8s.io/v1"},
 		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Verb: "list", Group: k.Group, Resource: k.Name, Namespace: namespace,
+			Verb: "list", Group: k.Group, Resource: k.Plural(), Namespace: namespace,
 		}},
 	}
 	body, err := json.Marshal(review)
