@@ -212,4 +212,9 @@ func TestDomainsFiltered(t *testing.T) {
 	if code, body, _ := call(t, "GET", h.url+"/api/clusters/ops/domains", aliceToken, nil); code != http.StatusNotFound {
 		t.Errorf("ops, which alice may not see: %d %s, want 404", code, body)
 	}
+	// A mistyped path names the endpoints, these among them.
+	if code, body, _ := call(t, "GET", h.url+"/api/clusters/open/domain", aliceToken, nil); code != http.StatusNotFound ||
+		!strings.Contains(body, "/api/clusters/<name>/domains, ") || !strings.Contains(body, "/api/clusters/<name>/events?namespace=…&object=Kind/name, ") {
+		t.Errorf("a mistyped path: %d %s", code, body)
+	}
 }
