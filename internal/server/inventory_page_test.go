@@ -30,6 +30,16 @@ import (
 // fc as before. Call it before any agent of fc starts.
 func answerAccessReviews(t *testing.T, fc *fakecluster.Cluster, may func(user, resource, namespace string) bool) {
 	t.Helper()
+	answerReviews(t, fc, func(user string, a *authorizationv1.ResourceAttributes) bool {
+		return a.Verb == "list" && may(user, a.Resource, a.Namespace)
+	})
+}
+
+// answerReviews is answerAccessReviews with the whole question: may is
+// given the impersonated user ("" for the agent's service account itself)
+// and the review's resource attributes.
+func answerReviews(t *testing.T, fc *fakecluster.Cluster, may func(user string, a *authorizationv1.ResourceAttributes) bool) {
+	t.Helper()
 	cert, err := fc.CA.IssueTLS(pki.Leaf{CommonName: "kube-apiserver", Hosts: []string{"kubernetes.default.svc", "127.0.0.1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +57,7 @@ func answerAccessReviews(t *testing.T, fc *fakecluster.Cluster, may func(user, r
 			return
 		}
 		a := review.Spec.ResourceAttributes
-		review.Status.Allowed = a != nil && a.Verb == "list" && may(r.Header.Get("Impersonate-User"), a.Resource, a.Namespace)
+		review.Status.Allowed = a != nil && may(r.Header.Get("Impersonate-User"), a)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		json.NewEncoder(w).Encode(review)

@@ -23,6 +23,8 @@ func (h *Hub) Handler() http.Handler {
 		mux.HandleFunc("GET "+base+"/api/clusters/{cluster}", h.web.ServeClusterJSON)
 		mux.HandleFunc("GET "+base+"/api/clusters/{cluster}/resources", h.web.ServeResources)
 		mux.HandleFunc("GET "+base+"/api/clusters/{cluster}/gateways", h.web.ServeGateways)
+		mux.HandleFunc("GET "+base+"/api/clusters/{cluster}/domains", h.web.ServeDomains)
+		mux.HandleFunc("GET "+base+"/api/clusters/{cluster}/events", h.web.ServeObjectEvents)
 		mux.HandleFunc("GET "+base+"/api/resources", h.web.ServeFleetResources)
 		mux.HandleFunc("GET "+base+"/api/events", h.web.ServeEvents)
 		mux.HandleFunc("GET "+base+"/{$}", h.web.ServePage)
@@ -90,8 +92,9 @@ func (h *Hub) serveNoAPI(w http.ResponseWriter, r *http.Request) {
 	}
 	base := strings.TrimSuffix(h.cfg.BasePath, "/")
 	http.Error(w, fmt.Sprintf("Tether has no API at %s. Its API: %s/api/clusters, %s/api/clusters/<name>, "+
-		"%s/api/clusters/<name>/resources?kind=…, %s/api/clusters/<name>/gateways?host=…, %s/api/resources?kind=…, "+
-		"%s/api/events and %s/api/kubeconfig.", r.URL.Path, base, base, base, base, base, base, base), http.StatusNotFound)
+		"%s/api/clusters/<name>/resources?kind=…, %s/api/clusters/<name>/gateways?host=…, "+
+		"%s/api/clusters/<name>/domains, %s/api/clusters/<name>/events?namespace=…&object=Kind/name, %s/api/resources?kind=…, "+
+		"%s/api/events and %s/api/kubeconfig.", r.URL.Path, base, base, base, base, base, base, base, base, base), http.StatusNotFound)
 }
 
 func (h *Hub) serveReady(w http.ResponseWriter, r *http.Request) {

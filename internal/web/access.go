@@ -21,6 +21,7 @@ import (
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/inventory/store"
+	"github.com/tetherhq/tether/internal/protocol"
 )
 
 // The bounds on access reviews. An agent decides how many namespaces its
@@ -255,10 +256,15 @@ type accessCheck struct {
 	groups       []string
 	person       string // accessKey.person
 	budget       *reviewBudget
+	// ceiling is set when the cluster owner's ceiling holds what the hub
+	// does as the person (strictMode, enforced): what it doesn't allow is
+	// out of their reach through Tether, whatever their RBAC says.
+	ceiling bool
 
-	mu       sync.Mutex // guards the following
-	err      error      // the first review that failed
-	unasked  int        // namespaces (or a cluster-scoped kind) left out unasked
+	mu       sync.Mutex           // guards the following
+	kinds    map[string]kindFound // the kinds looked up, by name
+	err      error                // the first review that failed
+	unasked  int                  // namespaces (or a cluster-scoped kind) left out unasked
 	whyUnask string
 }
 
@@ -287,6 +293,11 @@ func (wb *Web) checkAccess(name string, p auth.Person, budget *reviewBudget) *ac
 	}
 	c.visible = true
 	c.conn = wb.cfg.Clusters.Reach(name)
+	if c.conn != nil && !entry.ForwardToken {
+		// A person's own token isn't impersonation: no ceiling holds it.
+		ceiling, _ := c.conn.Ceiling()
+		c.ceiling = ceiling == protocol.CeilingEnforced
+	}
 	return c
 }
 
@@ -303,7 +314,7 @@ func (c *accessCheck) allow(ctx context.Context) store.Allow {
 		// Only a namespaced kind is listed in one namespace: a
 		// cluster-scoped one that an agent sent with a namespace (none
 		// does) counts as cluster-wide.
-		k, _ := inventory.LookupKind(kind)
+		k, _ := c.kind(kind)
 		if known && namespace != "" && k.Namespaced {
 			var allowed bool
 			if allowed, known = c.ask(ctx, kind, namespace); allowed {
@@ -323,9 +334,24 @@ func (c *accessCheck) allow(ctx context.Context) store.Allow {
 // namespace, kept or asked for, and whether it knows it: a review that
 // failed, or wasn't sent for the bounds, leaves it unknown.
 func (c *accessCheck) ask(ctx context.Context, kind, namespace string) (allowed, known bool) {
+	allowed, known = c.askPerson(ctx, kind, namespace)
+	if !allowed || !c.ceiling {
+		return allowed, known
+	}
+	return c.askCeiling(ctx, kind, namespace)
+}
+
+// askPerson is ask without the ceiling: the person's RBAC alone.
+func (c *accessCheck) askPerson(ctx context.Context, kind, namespace string) (allowed, known bool) {
 	if c.conn == nil {
 		c.fail(errors.New("its agent isn't connected"))
 		return false, false
+	}
+	kd, ok := c.kind(kind)
+	if !ok {
+		// Not one the cluster announces (any more): nobody may list it,
+		// and nothing of it is asked about or kept.
+		return false, true
 	}
 	k := accessKey{person: c.person, kind: kind, namespace: namespace}
 	now := time.Now()
@@ -349,7 +375,7 @@ func (c *accessCheck) ask(ctx context.Context, kind, namespace string) (allowed,
 		c.leaveOut(fmt.Sprintf("a person may have %d access reviews of one cluster every %s: ask again later", c.h.cfg.AccessReviewsPerPerson, c.h.cfg.AccessTTL))
 		return false, false
 	}
-	allowed, err := c.h.reviewAccess(ctx, c.conn, c.forwardToken, c.bearer, c.user, c.groups, kind, namespace)
+	allowed, err := c.h.reviewAccess(ctx, c.conn, c.forwardToken, c.bearer, c.user, c.groups, kd, namespace)
 	if err != nil {
 		c.h.log.Debug("Can't ask the cluster what a person may list", "cluster", c.cluster, "user", c.user, "kind", kind, "err", err)
 		c.fail(err)
@@ -384,12 +410,13 @@ func (c *accessCheck) failed() error {
 
 // leftOut says what the check left out unasked, and why; "" when nothing.
 func (c *accessCheck) leftOut(kind string) string {
+	k, _ := c.kind(kind)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.unasked == 0 {
 		return ""
 	}
-	if k, _ := inventory.LookupKind(kind); !k.Namespaced {
+	if !k.Namespaced {
 		return fmt.Sprintf("its %s left out, unchecked: %s", kind, c.whyUnask)
 	}
 	what := "namespaces"
@@ -401,15 +428,30 @@ func (c *accessCheck) leftOut(kind string) string {
 
 // reviewAccess sends a SelfSubjectAccessReview through c, the cluster's
 // agent connection, as the person, and returns the cluster's answer.
-func (wb *Web) reviewAccess(ctx context.Context, c hub.Upstream, forwardToken bool, bearer, user string, groups []string, kind, namespace string) (bool, error) {
-	k, ok := inventory.LookupKind(kind)
-	if !ok {
-		return false, fmt.Errorf("%w %q", inventory.ErrUnknownKind, kind)
+func (wb *Web) reviewAccess(ctx context.Context, c hub.Upstream, forwardToken bool, bearer, user string, groups []string, k inventory.Kind, namespace string) (bool, error) {
+	if forwardToken && bearer == "" {
+		return false, fmt.Errorf("no token of the person's to forward")
 	}
+	return wb.sendReview(ctx, c, "list", k, namespace, func(req *http.Request) {
+		if forwardToken {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+			return
+		}
+		req.Header.Set("Authorization", c.ServiceAccountAuth())
+		req.Header.Set("Impersonate-User", user)
+		for _, g := range groups {
+			req.Header.Add("Impersonate-Group", g)
+		}
+	})
+}
+
+// sendReview asks the cluster, through c, whether whoever as says may do
+// verb on k in namespace.
+func (wb *Web) sendReview(ctx context.Context, c hub.Upstream, verb string, k inventory.Kind, namespace string, as func(*http.Request)) (bool, error) {
 	review := authorizationv1.SelfSubjectAccessReview{
 		TypeMeta: metav1.TypeMeta{Kind: "SelfSubjectAccessReview", APIVersion: "authorization.k8s.io/v1"},
 		Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Verb: "list", Group: k.Group, Resource: k.Name, Namespace: namespace,
+			Verb: verb, Group: k.Group, Resource: k.Plural(), Namespace: namespace,
 		}},
 	}
 	body, err := json.Marshal(review)
@@ -424,18 +466,7 @@ func (wb *Web) reviewAccess(ctx context.Context, c hub.Upstream, forwardToken bo
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	if forwardToken {
-		if bearer == "" {
-			return false, fmt.Errorf("no token of the person's to forward")
-		}
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	} else {
-		req.Header.Set("Authorization", c.ServiceAccountAuth())
-		req.Header.Set("Impersonate-User", user)
-		for _, g := range groups {
-			req.Header.Add("Impersonate-Group", g)
-		}
-	}
+	as(req)
 	resp, err := c.RoundTrip(req)
 	if err != nil {
 		return false, err

@@ -24,7 +24,7 @@ func FuzzParseQuery(f *testing.F) {
 	f.Fuzz(func(t *testing.T, rawQuery string) {
 		r := httptest.NewRequest("GET", "/api/resources", nil)
 		r.URL.RawQuery = rawQuery
-		q, err := parseQuery(r)
+		q, err := parseQuery(r, nil)
 		if err != nil {
 			if strings.Contains(err.Error(), "\n") {
 				t.Fatalf("error on more than one line: %q", err)

@@ -26,15 +26,17 @@ import (
 const fleetQueryWorkers = 8
 
 // parseQuery reads ?kind=&namespace=&labelSelector=&ready= (SPEC section
-// 5). Its errors are for the person who wrote the query.
-func parseQuery(r *http.Request) (store.Query, error) {
+// 5). extra, when not nil, says whether a kind that isn't one of
+// inventory.Kinds is an extra kind the clusters asked about announce. Its
+// errors are for the person who wrote the query.
+func parseQuery(r *http.Request, extra func(kind string) bool) (store.Query, error) {
 	v := r.URL.Query()
 	q := store.Query{Kind: v.Get("kind"), Namespace: v.Get("namespace")}
 	if q.Kind == "" {
-		return q, fmt.Errorf("kind is required: one of %s", strings.Join(inventory.KindNames(), ", "))
+		return q, fmt.Errorf("kind is required: one of %s, or an extra kind the cluster's agent watches, like configmaps or appprojects.argoproj.io", strings.Join(inventory.KindNames(), ", "))
 	}
-	if _, ok := inventory.LookupKind(q.Kind); !ok {
-		return q, fmt.Errorf("kind %q is not one Tether keeps: use one of %s", q.Kind, strings.Join(inventory.KindNames(), ", "))
+	if _, ok := inventory.LookupKind(q.Kind); !ok && (extra == nil || !extra(q.Kind)) {
+		return q, fmt.Errorf("kind %q is not one Tether keeps: use one of %s, or an extra kind the cluster's agent watches (TETHER_INVENTORY_KINDS_EXTRA), named <resource>.<group>", q.Kind, strings.Join(inventory.KindNames(), ", "))
 	}
 	if q.Namespace != "" {
 		// No namespace has such a name: say so, rather than answer [].
@@ -86,7 +88,10 @@ func (wb *Web) ServeResources(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q, err := parseQuery(r)
+	q, err := parseQuery(r, func(kind string) bool {
+		_, ok := wb.kindOf(name, kind)
+		return ok
+	})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -128,7 +133,17 @@ func (wb *Web) ServeFleetResources(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	q, err := parseQuery(r)
+	names := wb.visibleNames(p)
+	q, err := parseQuery(r, func(kind string) bool {
+		// An extra kind of any cluster the person may see: the others
+		// have none of it, and add nothing to the answer.
+		for _, name := range names {
+			if _, ok := wb.kindOf(name, kind); ok {
+				return true
+			}
+		}
+		return false
+	})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -142,7 +157,7 @@ func (wb *Web) ServeFleetResources(w http.ResponseWriter, r *http.Request) {
 	go func() {
 		defer close(pending)
 		workers := make(chan struct{}, fleetQueryWorkers)
-		for _, name := range wb.visibleNames(p) {
+		for _, name := range names {
 			if ctx.Err() != nil {
 				return
 			}

@@ -20,7 +20,7 @@ func TestParseQuerySaysWhatIsWrong(t *testing.T) {
 		{"kind=nodes", ""},
 	} {
 		r := httptest.NewRequest("GET", "/api/resources?"+c.query, nil)
-		_, err := parseQuery(r)
+		_, err := parseQuery(r, nil)
 		if c.want == "" {
 			if err != nil {
 				t.Errorf("%q: %v", c.query, err)

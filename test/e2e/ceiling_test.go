@@ -93,6 +93,7 @@ clusterName: `+name+`
 agent: {hubUrl: https://tether.example.com, tokenSecret: agent-token}
 strictMode: true
 allowedNamespaces: [`+inside+`]
+inventory: {clusterScoped: true}
 access:
   - {group: platform, clusterRole: ceiling-e2e-editor}
 `)
@@ -238,6 +239,29 @@ access:
 			e.RequestURI == "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 	}) {
 		t.Errorf("the API server's audit log has no access review from %s as admin", sa)
+	}
+	// The filter asks the ceiling too, as the account itself: the API
+	// server answers that review as the ceiling's Roles grant (decision
+	// 029). admin may list namespaces, and the agent sends inside's
+	// (inventory.clusterScoped), but no one may list them through Tether.
+	for _, q := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"pods", "-n", inside}, "yes"},
+		{[]string{"pods", "-n", outside}, "no"},
+		{[]string{"namespaces"}, "no"},
+	} {
+		out, _ := kubectl(t, cluster.AdminKubeconfig, append([]string{"--token=" + string(token), "auth", "can-i", "impersonate-on:user-info:list"}, q.args...)...)
+		if got := strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:]); got != q.want {
+			t.Errorf("may the account impersonate-on:user-info:list %s? %q, want %s", strings.Join(q.args, " "), out, q.want)
+		}
+	}
+	if out, err := run(root, "get", "namespace", inside, "-o", "name"); err != nil {
+		t.Errorf("admin gets namespace %s as the agent's account: %v\n%s", inside, err, out)
+	}
+	if status, body := hubGet(t, hubURL+"/api/clusters/"+name+"/resources?kind=namespaces", adminToken); status != 200 || strings.TrimSpace(body) != "[]" {
+		t.Errorf("the hub's inventory of namespaces, as admin, under the ceiling: %d %s; want []", status, body)
 	}
 	t.Run("people's kubectl through the hub", func(t *testing.T) {
 		// The hub sends strict agents the request id as a domain-prefixed

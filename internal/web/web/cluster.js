@@ -33,14 +33,31 @@
     { kind: "pods", params: "&ready=false" },
     { kind: "applications", params: "" },
     { kind: "gateways", params: "" },
+    { kind: "rollouts", params: "" },
+    { kind: "workflows", params: "&ready=false" },
+    { kind: "sparkapplications", params: "&ready=false" },
+    { kind: "virtualservices", params: "" },
+    { kind: "resourcequotas", params: "" },
+    // Warning events, shown beside the objects they are about.
+    { kind: "events", params: "" },
   ];
-  const workloadKinds = { deployments: "Deployment", statefulsets: "StatefulSet", daemonsets: "DaemonSet", jobs: "Job", cronjobs: "CronJob" };
+  const workloadKinds = { deployments: "Deployment", statefulsets: "StatefulSet", daemonsets: "DaemonSet", jobs: "Job", cronjobs: "CronJob", rollouts: "Rollout" };
+  const runKinds = { workflows: "Workflow", sparkapplications: "SparkApplication" };
   // What people call a kind the cluster doesn't serve.
-  const missingText = { applications: "Argo CD isn't installed", gateways: "Istio isn't installed" };
+  const missingText = {
+    applications: "Argo CD isn't installed", gateways: "Istio isn't installed", virtualservices: "Istio isn't installed",
+    rollouts: "Argo Rollouts isn't installed", workflows: "Argo Workflows isn't installed",
+    sparkapplications: "the Spark operator isn't installed",
+  };
+  // WARNINGS is how many of an object's warnings its row shows: the hub
+  // keeps the last of each reason, and the newest say the most.
+  const WARNINGS = 3;
 
   const namespace = document.getElementById("namespace");
   const errorLine = document.getElementById("error");
   let lists = {};        // kind → the items last fetched
+  let domains = [];      // the cluster's domains last fetched
+  let warnings = new Map(); // "namespace\nKind/name" and "\nKind/name" → its warning events, newest first
   let missing = new Set(); // kinds the cluster doesn't serve
   let unwatched = new Set(); // kinds Tether can't watch, in some namespace or all
   let haveInventory = false; // the cluster has sent one
@@ -109,10 +126,14 @@
         return;
       }
       const wanted = queries.filter(q => !missing.has(q.kind));
-      const results = await Promise.all(wanted.map(q =>
-        getJSON(api + "/resources?kind=" + encodeURIComponent(q.kind) + q.params)));
+      const [results, gotDomains] = await Promise.all([
+        Promise.all(wanted.map(q => getJSON(api + "/resources?kind=" + encodeURIComponent(q.kind) + q.params))),
+        missing.has("gateways") ? [] : getJSON(api + "/domains"),
+      ]);
       lists = {};
       wanted.forEach((q, i) => { lists[q.kind] = results[i].sort(byName); });
+      domains = gotDomains;
+      warnings = indexWarnings(lists.events || []);
       loaded = true;
       renderInventory();
       errorLine.hidden = true;
@@ -123,6 +144,8 @@
         // Gone from the agents list, or no longer this person's to see:
         // nothing shown before still holds. An event brings it back.
         lists = {};
+        domains = [];
+        warnings = new Map();
         loaded = haveInventory = false;
         lastKey = latestKey = null;
         document.querySelector("#status .icon").textContent = "✖";
@@ -206,7 +229,7 @@
       items.push(li);
     }
     problems.replaceChildren(...items);
-    const notes = Array.from(missing).sort().map(k => missingText[k] || "The cluster doesn't serve " + k);
+    const notes = Array.from(new Set(Array.from(missing).sort().map(k => missingText[k] || "The cluster doesn't serve " + k)));
     const missingLine = document.getElementById("missing");
     missingLine.textContent = notes.length ? "Not watched: " + notes.join("; ") + "." : "";
     missingLine.hidden = notes.length === 0;
@@ -294,6 +317,53 @@
 
   const ok = (good, text) => [good ? "✔" : "✖", text];
 
+  // indexWarnings files warning events by the object they are about, the
+  // latest of each reason, newest first, as the hub's /events answers.
+  function indexWarnings(events) {
+    const latest = new Map();
+    for (const e of events) {
+      if (!e.object) continue;
+      for (const key of [(e.namespace || "") + "\n" + e.object, "\n" + e.object]) {
+        if (!latest.has(key)) latest.set(key, new Map());
+        const old = latest.get(key).get(e.reason);
+        if (!old || (old.lastSeen || "") < (e.lastSeen || "")) latest.get(key).set(e.reason, e);
+      }
+    }
+    const out = new Map();
+    for (const [key, byReason] of latest) {
+      out.set(key, Array.from(byReason.values()).sort((a, b) => (b.lastSeen || "").localeCompare(a.lastSeen || "")));
+    }
+    return out;
+  }
+
+  // withWarnings adds to td, an object's status, the warnings about it
+  // (object is "Kind/name"; namespace is "" for a cluster-scoped object,
+  // whose events Kubernetes files in any namespace), a line each.
+  function withWarnings(td, namespace, object) {
+    const list = warnings.get((namespace || "") + "\n" + object) || [];
+    for (const e of list.slice(0, WARNINGS)) {
+      const line = document.createElement("div");
+      line.className = "warning";
+      const icon = document.createElement("span");
+      icon.className = "icon";
+      icon.setAttribute("aria-hidden", "true");
+      icon.textContent = "⚠";
+      const t = document.createElement("time");
+      t.dateTime = e.lastSeen || "";
+      t.textContent = e.lastSeen ? e.lastSeen.replace("T", " ").replace(/Z$/, " UTC") : "";
+      line.append(icon, " " + e.reason + (e.count > 1 ? " ×" + e.count : "") + (e.lastSeen ? ", last " : ""), t,
+        e.message ? ": " + e.message : "");
+      td.append(line);
+    }
+    if (list.length > WARNINGS) {
+      const more = document.createElement("div");
+      more.className = "warning";
+      more.textContent = "and " + (list.length - WARNINGS) + " more warnings";
+      td.append(more);
+    }
+    return td;
+  }
+
   function statusCell(label, [icon, text]) {
     return cell(label, text, icon);
   }
@@ -342,7 +412,7 @@
     // Namespaces with anything in them, for the filter.
     const seen = new Set();
     for (const [kind, items] of Object.entries(lists)) {
-      if (kind === "nodes") continue;
+      if (kind === "nodes" || kind === "events") continue;
       for (const r of items) if (r.namespace) seen.add(r.namespace);
     }
     if (namespace.value) seen.add(namespace.value);
@@ -357,7 +427,7 @@
 
     renderSection("nodes", lists.nodes || [], r => [
       cell("Name", r.name),
-      statusCell("Status", ok(r.ready, (r.ready ? "Ready" : "Not ready") + reasons(r))),
+      withWarnings(statusCell("Status", ok(r.ready, (r.ready ? "Ready" : "Not ready") + reasons(r))), "", "Node/" + r.name),
       cell("Version", r.version || "—"),
     ], false, ["nodes"]);
 
@@ -368,14 +438,14 @@
       cell("Kind", workloadKinds[r.kind]),
       cell("Namespace", r.namespace),
       cell("Name", r.name),
-      statusCell("Status", workloadStatus(r)),
+      withWarnings(statusCell("Status", workloadStatus(r)), r.namespace, workloadKinds[r.kind] + "/" + r.name),
       cell("Ready", r.replicas || "—"),
     ], true, Object.keys(workloadKinds));
 
     renderSection("pods", lists.pods || [], r => [
       cell("Namespace", r.namespace),
       cell("Name", r.name),
-      cell("Status", (r.phase || "Unknown") + reasons(r), "✖"),
+      withWarnings(cell("Status", (r.phase || "Unknown") + reasons(r), "✖"), r.namespace, "Pod/" + r.name),
       cell("Restarts", String(r.restarts || 0)),
     ], true, ["pods"]);
 
@@ -392,9 +462,41 @@
       cell("Hosts", (r.hosts || []).join(", ") || "—"),
     ], true, ["gateways"]);
 
+    const runs = [];
+    for (const k of Object.keys(runKinds)) runs.push(...(lists[k] || []));
+    runs.sort(byName);
+    renderSection("runs", runs, r => [
+      cell("Kind", runKinds[r.kind]),
+      cell("Namespace", r.namespace),
+      cell("Name", r.name),
+      cell("Phase", r.phase || "Unknown", "✖"),
+      cell("Message", r.message || "—"),
+    ], true, Object.keys(runKinds));
+
+    renderSection("virtualservices", lists.virtualservices || [], r => [
+      cell("Namespace", r.namespace),
+      cell("Name", r.name),
+      cell("Hosts", (r.hosts || []).join(", ") || "—"),
+      cell("Gateways", (r.gateways || []).join(", ") || "—"),
+    ], true, ["virtualservices"]);
+
+    renderSection("domains", domains.map(d => ({ ...d, name: d.host })), d => [
+      cell("Host", d.host),
+      d.gateway ? cell("Gateway", d.gateway) : cell("Gateway", "Conflict: " + (d.candidates || []).join(", "), "⚠"),
+    ], false, ["gateways"]);
+
+    renderSection("quotas", lists.resourcequotas || [], r => [
+      cell("Namespace", r.namespace),
+      cell("Name", r.name),
+      cell("Used / hard", (r.quota || []).join(", ") || "—"),
+    ], true, ["resourcequotas"]);
+
     // A kind the cluster doesn't serve has no section; "Not watched" says why.
     document.getElementById("applications").hidden = missing.has("applications");
     document.getElementById("gateways").hidden = missing.has("gateways");
+    document.getElementById("domains").hidden = missing.has("gateways");
+    document.getElementById("virtualservices").hidden = missing.has("virtualservices");
+    document.getElementById("runs").hidden = Object.keys(runKinds).every(k => missing.has(k));
   }
 
   namespace.addEventListener("change", () => {
