@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -47,6 +48,10 @@ type ownKey struct{}
 func OwnRequest(ctx context.Context) context.Context {
 	return context.WithValue(ctx, ownKey{}, true)
 }
+
+// ErrProxyOff is a person's request to a cluster whose agent runs without
+// the proxy (TETHER_PROXY=false): the hub opens no stream for it.
+var ErrProxyOff = errors.New("the cluster's agent takes no one's requests (TETHER_PROXY=false)")
 
 // StreamLimitError is a request refused because the cluster's streams were
 // at MaxStreamsPerAgent.
