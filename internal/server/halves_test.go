@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/fakecluster"
@@ -85,5 +86,31 @@ func TestProxyOffCluster(t *testing.T) {
 	}
 	if fc.Count(reviewsPath) == reviews {
 		t.Errorf("no access review reached far's API server")
+	}
+}
+
+// TestHalvesInTheAPI: /api/clusters says which halves each connected agent
+// runs, from its hello, and nothing of a cluster whose agent isn't
+// connected.
+func TestHalvesInTheAPI(t *testing.T) {
+	fc := fakecluster.New(t)
+	people, err := auth.New(auth.Config{Users: testUsers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer people.Close()
+	h := startHub(t, Config{Agents: testAgents("eu-1", "us-1"), Auth: people})
+	a := startAgent(t, h.url, "eu-1", fc, func(c *agent.Config) { c.InventoryOff = true })
+	eventually(t, 5*time.Second, "eu-1 connects", a.Connected)
+	code, body, _ := call(t, "GET", h.url+"/api/clusters", aliceToken, nil)
+	var list []web.ClusterJSON
+	if code != http.StatusOK || json.Unmarshal([]byte(body), &list) != nil || len(list) != 2 {
+		t.Fatalf("/api/clusters: %d %s", code, body)
+	}
+	if c := list[0]; c.Name != "eu-1" || c.Halves == nil || !c.Halves.Proxy || c.Halves.Inventory {
+		t.Errorf("eu-1: %s halves %+v, want proxy true, inventory false", c.Name, c.Halves)
+	}
+	if c := list[1]; c.Name != "us-1" || c.Halves != nil {
+		t.Errorf("us-1, with no agent: halves %+v, want none", c.Halves)
 	}
 }
