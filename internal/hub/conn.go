@@ -47,11 +47,8 @@ type agentConn struct {
 	// ceiling is what its hello said of the cluster owner's ceiling (SPEC
 	// section 9): protocol.CeilingOff, …Enforced or …Unavailable, and
 	// ceilingError why it is unavailable, fit to show.
-	ceiling, ceilingError string
-	// proxyOff and inventoryOff are the halves its hello said it doesn't
-	// run (SPEC section 9): with proxyOff, dial opens no stream for a
-	// person's request and marks the hub's own.
-	proxyOff, inventoryOff bool
+	ceiling, ceilingError  string
+	proxyOff, inventoryOff bool // the halves its hello said it doesn't run (streams.go)
 	// ca is the DER of the certificates the agent sent for its API
 	// server. Not a CertPool: a pool with its index and the parsed
 	// certificate cost the hub 0.8 KiB more per idle agent, so a pool is
@@ -428,13 +425,7 @@ func (c *agentConn) pingSent(seq uint64) time.Time {
 // cluster's MaxStreamsPerAgent it opens none for a person's request
 // (*StreamLimitError); the hub's own (OwnRequest) have reservedStreams more.
 func (c *agentConn) dial(ctx context.Context) (net.Conn, error) {
-	own := ctx.Value(ownKey{}) != nil
-	if c.proxyOff && !own {
-		// kubeproxy answers before it gets here; this is the hub's
-		// own check, and the agent makes its own too (relay).
-		return nil, ErrProxyOff
-	}
-	count, err := c.takeStream(own)
+	count, err := c.takeStream(ctx.Value(ownKey{}) != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -445,13 +436,9 @@ func (c *agentConn) dial(ctx context.Context) (net.Conn, error) {
 	}
 	c.hub.metrics.streamsOpened.Inc()
 	st := &countingConn{Conn: raw, m: c.hub.metrics, release: func() { count.Add(-1) }}
-	if c.proxyOff {
-		// The mark the agent waits for before it dials. Written before
-		// the read deadline is set: the stream's window takes it at once.
-		if err := protocol.Write(raw, protocol.Message{Type: protocol.TypeOpen, Own: true}); err != nil {
-			st.Close()
-			return nil, fmt.Errorf("the agent's tunnel: %w", err)
-		}
+	if err := c.markOwn(raw); err != nil {
+		st.Close()
+		return nil, err
 	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
