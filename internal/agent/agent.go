@@ -73,6 +73,11 @@ type Agent struct {
 	hub       string // the hub's address as people write it, for log lines
 	connected atomic.Bool
 
+	// refusedLogged is set once a person's stream has been refused under
+	// ProxyOff and said so at Warn: a hub that keeps sending them is
+	// logged once, the rest at Debug.
+	refusedLogged atomic.Bool
+
 	ceilingMu   sync.Mutex // guards the following
 	lastCeiling ceiling    // the last one logged
 }
@@ -132,6 +137,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.log.Warn("The hub's address is plain http: the agent's token will cross the network in clear. Use https.", "hub", a.hub)
 	}
 	a.log.Info(fmt.Sprintf("Tether %s agent for %q, relaying to %s", version.Version, a.cfg.Name, a.cfg.APIServer))
+	if a.cfg.ProxyOff {
+		a.log.Info("The proxy is off (TETHER_PROXY=false): the agent carries the hub's own probes and access reviews, and no one's requests")
+	}
 
 	// The health server lives as long as Run: stopping it must not wait for
 	// the caller's ctx, or a refused agent would never exit.

@@ -59,6 +59,8 @@ func (a *Agent) connect(ctx context.Context) result {
 		APIServer:           a.cfg.APIServer,
 		Ceiling:             ceil.state,
 		CeilingError:        ceil.why,
+		ProxyOff:            a.cfg.ProxyOff,
+		InventoryOff:        a.cfg.InventoryOff,
 	}
 	if err := protocol.Write(ctl, hello); err != nil {
 		return failed(err)

@@ -54,6 +54,10 @@ type Options struct {
 	// and streams no inventory. Off rather than on, so that Options
 	// built in code keep the inventory, as they always did.
 	InventoryOff bool
+	// ProxyOff is TETHER_PROXY=false: the agent refuses every person's
+	// stream and carries only the hub's own probes and access reviews,
+	// which the hub marks (relay). Off rather than on, as InventoryOff.
+	ProxyOff bool
 	// ExtraKinds are TETHER_INVENTORY_KINDS_EXTRA: kinds watched besides
 	// the default ones, summarized generically.
 	ExtraKinds []inventory.Kind
@@ -147,6 +151,16 @@ func OptionsFromEnv(getenv Getenv) (Options, error) {
 		o.InventoryOff = true
 	default:
 		return Options{}, fmt.Errorf("TETHER_INVENTORY must be true or false, not %q", v)
+	}
+	switch v := strings.TrimSpace(getenv("TETHER_PROXY")); v {
+	case "", "true":
+	case "false":
+		o.ProxyOff = true
+	default:
+		return Options{}, fmt.Errorf("TETHER_PROXY must be true or false, not %q", v)
+	}
+	if o.ProxyOff && o.InventoryOff {
+		return Options{}, errors.New("TETHER_PROXY and TETHER_INVENTORY are both false: the agent would do nothing; leave one of them on")
 	}
 	if o.ExtraKinds, err = inventory.ParseExtraKinds(getenv("TETHER_INVENTORY_KINDS_EXTRA")); errors.Is(err, inventory.ErrSecrets) {
 		return Options{}, fmt.Errorf("TETHER_INVENTORY_KINDS_EXTRA (chart: inventory.extraKinds) names Secrets: %w; take them out of the list", err)

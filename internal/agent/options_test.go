@@ -56,13 +56,13 @@ func TestOptionsFromEnv(t *testing.T) {
 	}
 	o, err = OptionsFromEnv(env(map[string]string{"TETHER_HEALTH_ADDR": "0", "KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443", "TETHER_HUB_CA": hubCA, "TETHER_TOKEN_REREAD_SECONDS": "5",
 		"TETHER_ALLOWED_NAMESPACES": " team-a, team-b,team-a,", "TETHER_ISTIO_GATEWAY_TIE_BREAKER": "istio-system/public",
-		"TETHER_STRICT_MODE": "true", "TETHER_INVENTORY": "false", "TETHER_INVENTORY_KINDS_EXTRA": "cert-manager.io/v1/certificates"}))
+		"TETHER_STRICT_MODE": "true", "TETHER_INVENTORY": "false", "TETHER_PROXY": "true", "TETHER_INVENTORY_KINDS_EXTRA": "cert-manager.io/v1/certificates"}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.HealthAddr != "" || o.APIServer != "[fd00::1]:6443" || o.TokenReread != 5*time.Second ||
 		!slices.Equal(o.AllowedNamespaces, []string{"team-a", "team-b"}) || o.GatewayTieBreaker != "istio-system/public" || !o.StrictMode ||
-		!o.InventoryOff || len(o.ExtraKinds) != 1 || o.ExtraKinds[0].Name != "certificates.cert-manager.io" {
+		!o.InventoryOff || o.ProxyOff || len(o.ExtraKinds) != 1 || o.ExtraKinds[0].Name != "certificates.cert-manager.io" {
 		t.Errorf("overrides: %+v", o)
 	}
 
@@ -112,6 +112,8 @@ func TestOptionsFromEnv(t *testing.T) {
 		{"bad tie breaker", map[string]string{"TETHER_ISTIO_GATEWAY_TIE_BREAKER": "public"}, `TETHER_ISTIO_GATEWAY_TIE_BREAKER must name an Istio Gateway as namespace/name, like istio-system/public, not "public"`},
 		{"strict mode not a boolean", map[string]string{"TETHER_STRICT_MODE": "yes"}, `TETHER_STRICT_MODE must be true or false, not "yes"`},
 		{"inventory neither true nor false", map[string]string{"TETHER_INVENTORY": "no"}, `TETHER_INVENTORY must be true or false, not "no"`},
+		{"proxy neither true nor false", map[string]string{"TETHER_PROXY": "off"}, `TETHER_PROXY must be true or false, not "off"`},
+		{"both halves off", map[string]string{"TETHER_PROXY": "false", "TETHER_INVENTORY": "false"}, `TETHER_PROXY and TETHER_INVENTORY are both false: the agent would do nothing`},
 		{"extra kinds naming Secrets", map[string]string{"TETHER_INVENTORY_KINDS_EXTRA": "v1/configmaps,v1/secrets"},
 			`TETHER_INVENTORY_KINDS_EXTRA (chart: inventory.extraKinds) names Secrets: "v1/secrets": the inventory never reads Secrets`},
 		{"extra kinds malformed", map[string]string{"TETHER_INVENTORY_KINDS_EXTRA": "configmaps"},

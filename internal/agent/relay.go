@@ -23,9 +23,13 @@ const resetGrace = 5 * time.Second
 // relay serves one stream the hub opened: it dials the API server, the only
 // target an agent ever dials (the protocol has no way to name another), tells
 // the hub how the dial went, and copies bytes both ways until both are done.
+// Under ProxyOff it first makes sure the stream is the hub's own (ownStream).
 // relay closes st.
 func (a *Agent) relay(ctx context.Context, st net.Conn) {
 	defer st.Close()
+	if a.cfg.ProxyOff && !a.ownStream(st) {
+		return
+	}
 	dctx, cancel := context.WithTimeout(ctx, apiDialTimeout)
 	api, err := a.cfg.DialAPIServer(dctx, "tcp", a.cfg.APIServer)
 	cancel()
@@ -40,6 +44,43 @@ func (a *Agent) relay(ctx context.Context, st net.Conn) {
 		return
 	}
 	Splice(st, api)
+}
+
+// openTimeout bounds how long a proxy-off agent waits for the open message
+// that marks a stream as the hub's own.
+const openTimeout = 10 * time.Second
+
+// MessageProxyOff is what a proxy-off agent answers a stream that isn't
+// marked as the hub's own: the hub shows it as the agent's words.
+const MessageProxyOff = "this agent takes no one's requests (TETHER_PROXY=false): only the hub's own probes and access reviews"
+
+// ownStream reports whether st, a stream the hub opened, begins with the
+// open message that marks it as the hub's own (protocol.TypeOpen, Own),
+// before anything reaches the API server. Any other first bytes, a
+// person's TLS from a hub that sends no mark (an older hub, or a mistake)
+// included, and the stream is refused with a dial error: nothing of it is
+// ever written to the API server. The mark holds against mistakes on the
+// hub's side and against people, not against a hostile hub, which could
+// mark anything (decision 030).
+func (a *Agent) ownStream(st net.Conn) bool {
+	st.SetReadDeadline(time.Now().Add(openTimeout))
+	m, err := protocol.Read(st)
+	st.SetReadDeadline(time.Time{})
+	if err == nil && m.Type == protocol.TypeOpen && m.Own {
+		return true
+	}
+	why := "no open message marking it as the hub's own"
+	if err != nil {
+		why += ": " + err.Error()
+	}
+	if a.refusedLogged.CompareAndSwap(false, true) {
+		a.log.Warn("The hub opened a stream for someone's request, and the proxy is off (TETHER_PROXY=false): refused; later ones are logged at Debug", "stream", streamID(st), "err", why)
+	} else {
+		a.log.Debug("Refused a stream for someone's request (TETHER_PROXY=false)", "stream", streamID(st), "err", why)
+	}
+	st.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	_ = protocol.Write(st, protocol.Message{Type: protocol.TypeDial, Error: MessageProxyOff})
+	return false
 }
 
 // Splice copies both ways between a and b. When one direction ends cleanly

@@ -153,6 +153,8 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent, to
 		agentVersion: m.AgentVersion,
 		apiServer:    m.APIServer,
 		ceiling:      ceilingOf(m),
+		proxyOff:     m.ProxyOff,
+		inventoryOff: m.InventoryOff,
 		ca:           ca,
 		saAuth:       authorization(m.ServiceAccountToken),
 		since:        h.clock.Now(),

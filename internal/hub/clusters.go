@@ -35,6 +35,9 @@ type Upstream interface {
 	// (protocol.CeilingOff, …Enforced or …Unavailable), and why it is
 	// unavailable, fit to show.
 	Ceiling() (ceiling, why string)
+	// Halves says which halves the agent runs (SPEC section 9): proxy
+	// false means it carries no one's requests, only the hub's own.
+	Halves() (proxy, inventory bool)
 }
 
 // Reach returns the way to cluster name's API server, or nil when no agent
@@ -69,6 +72,7 @@ func (c *agentConn) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 func (c *agentConn) Context() context.Context  { return c.ctx }
 func (c *agentConn) Ceiling() (string, string) { return c.ceiling, c.ceilingError }
+func (c *agentConn) Halves() (bool, bool)      { return !c.proxyOff, !c.inventoryOff }
 
 // broker tells subscribers which clusters changed. A slow stream never
 // holds up the hub: changes pile up as a set of names, collapsed per

@@ -47,7 +47,8 @@ type agentConn struct {
 	// ceiling is what its hello said of the cluster owner's ceiling (SPEC
 	// section 9): protocol.CeilingOff, …Enforced or …Unavailable, and
 	// ceilingError why it is unavailable, fit to show.
-	ceiling, ceilingError string
+	ceiling, ceilingError  string
+	proxyOff, inventoryOff bool // the halves its hello said it doesn't run (streams.go)
 	// ca is the DER of the certificates the agent sent for its API
 	// server. Not a CertPool: a pool with its index and the parsed
 	// certificate cost the hub 0.8 KiB more per idle agent, so a pool is
@@ -435,6 +436,10 @@ func (c *agentConn) dial(ctx context.Context) (net.Conn, error) {
 	}
 	c.hub.metrics.streamsOpened.Inc()
 	st := &countingConn{Conn: raw, m: c.hub.metrics, release: func() { count.Add(-1) }}
+	if err := c.markOwn(raw); err != nil {
+		st.Close()
+		return nil, err
+	}
 	deadline, ok := ctx.Deadline()
 	if !ok {
 		deadline = time.Now().Add(30 * time.Second)

@@ -43,6 +43,17 @@ type ClusterStatus struct {
 	// the cluster's API server caps what comes through Tether (strictMode),
 	// else protocol.CeilingOff.
 	Ceiling string
+	// Halves is which halves the connected agent runs; nil when no agent
+	// is connected.
+	Halves *Halves
+}
+
+// Halves is which halves of Tether a cluster's agent runs (SPEC section
+// 9): the proxy of people's requests, and the inventory. An agent from
+// before TETHER_PROXY and TETHER_INVENTORY runs both.
+type Halves struct {
+	Proxy     bool `json:"proxy"`
+	Inventory bool `json:"inventory"`
 }
 
 // String is the status as people see it: "Ready" or "Unreachable: <why>".
@@ -148,6 +159,7 @@ func (h *Hub) clusterLocked(name string) ClusterStatus {
 		st.ConnectedSince = c.since
 		st.LastSeen = time.Unix(0, c.lastHeard.Load())
 		st.AgentVersion = c.agentVersion
+		st.Halves = &Halves{Proxy: !c.proxyOff, Inventory: !c.inventoryOff}
 	} else {
 		st.ConnectedSince = time.Time{}
 	}

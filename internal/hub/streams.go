@@ -2,11 +2,18 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"sync/atomic"
+
+	"github.com/tetherhq/tether/internal/protocol"
 )
+
+// An agent without the proxy (its hello's proxyOff, SPEC section 9) gets
+// no stream for a person's request (takeStream), and the open frame at the
+// head of the hub's own (markOwn).
 
 // The streams to a cluster's API server through its agent are bounded:
 // MaxStreamsPerAgent for people's requests, reservedStreams more for the
@@ -17,6 +24,11 @@ import (
 // returns the count it is in. At the people's bound it first closes their
 // clients' idle connections, whose streams count too, and tries once more.
 func (c *agentConn) takeStream(own bool) (*atomic.Int64, error) {
+	if c.proxyOff && !own {
+		// kubeproxy answers before it gets here; this is the hub's
+		// own check, and the agent makes its own too (agent.relay).
+		return nil, ErrProxyOff
+	}
 	count, limit := &c.streams, int64(c.hub.cfg.MaxStreamsPerAgent)
 	if own {
 		count, limit = &c.ownStreams, reservedStreams
@@ -38,6 +50,20 @@ func (c *agentConn) takeStream(own bool) (*atomic.Int64, error) {
 	return nil, &StreamLimitError{cluster: c.name, limit: c.hub.cfg.MaxStreamsPerAgent}
 }
 
+// markOwn writes, on a stream the hub just opened for its own request to
+// an agent without the proxy, the open frame that agent waits for before
+// it dials (decision 030). Other agents are sent nothing: they dial at
+// once, and would pass the frame on to their API server.
+func (c *agentConn) markOwn(st net.Conn) error {
+	if !c.proxyOff {
+		return nil
+	}
+	if err := protocol.Write(st, protocol.Message{Type: protocol.TypeOpen, Own: true}); err != nil {
+		return fmt.Errorf("the agent's tunnel: %w", err)
+	}
+	return nil
+}
+
 // ownKey marks the context of a request the hub sends for itself: a probe
 // or an access review.
 type ownKey struct{}
@@ -47,6 +73,10 @@ type ownKey struct{}
 func OwnRequest(ctx context.Context) context.Context {
 	return context.WithValue(ctx, ownKey{}, true)
 }
+
+// ErrProxyOff is a person's request to a cluster whose agent runs without
+// the proxy (TETHER_PROXY=false): the hub opens no stream for it.
+var ErrProxyOff = errors.New("the cluster's agent takes no one's requests (TETHER_PROXY=false)")
 
 // StreamLimitError is a request refused because the cluster's streams were
 // at MaxStreamsPerAgent.

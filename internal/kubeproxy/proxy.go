@@ -131,6 +131,12 @@ func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		WriteStatus(rw, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Cluster %q is Unreachable: %s", name, hub.MessageNotConnected))
 		return
 	}
+	if proxy, _ := rt.conn.Halves(); !proxy {
+		// The agent would refuse the stream (and the hub opens none):
+		// say so before anything is counted or sent.
+		WriteStatus(rw, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf(MessageProxyOff, name))
+		return
+	}
 	if ceiling, why := rt.conn.Ceiling(); ceiling == protocol.CeilingUnavailable && !entry.ForwardToken {
 		// Its API server would refuse the request, in words about
 		// impersonation: say what the cluster's owner must fix instead.
@@ -156,6 +162,10 @@ func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	px.proxy.ServeHTTP(rw, r.WithContext(context.WithValue(ctx, clusterKey{}, rt)))
 }
+
+// MessageProxyOff is the 503 Status message, given the cluster's name, of
+// a request to a cluster whose agent runs without the proxy.
+const MessageProxyOff = "Cluster %q takes no requests through Tether: its agent runs without the proxy (TETHER_PROXY=false, the chart's proxy.enabled: false). The hub still shows its status and inventory."
 
 // ImpersonationWarning answers a request that came with Impersonate-*
 // headers, which the hub removes (SPEC section 3): kubectl prints it, so

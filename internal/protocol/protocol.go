@@ -43,6 +43,11 @@ const (
 	TypeGoAway  = "goaway"  // hub → agent, the hub is closing this connection (Reason says why)
 	TypeBye     = "bye"     // agent → hub, the agent is stopping
 	TypeDial    = "dial"    // agent → hub, first message on a hub-opened stream: the dial's result
+	// TypeOpen is hub → agent, the first message on a stream the hub opens
+	// to an agent whose hello said ProxyOff, before the agent dials: Own
+	// marks the hub's own probes and access reviews, the only streams such
+	// an agent carries. Other agents are sent none: they dial at once.
+	TypeOpen = "open"
 )
 
 // Ceilings in a hello.
@@ -88,6 +93,13 @@ type Message struct {
 	// CeilingError, with CeilingUnavailable, says why, in words for
 	// people: every request through this agent would be refused.
 	CeilingError string `json:"ceilingError,omitempty"`
+	// ProxyOff and InventoryOff say which half the agent doesn't run
+	// (TETHER_PROXY=false, TETHER_INVENTORY=false; SPEC section 9). Off
+	// rather than on, so that absent, as from an agent from before them,
+	// means both run. With ProxyOff the hub sends people's requests no
+	// stream, and begins each of its own with an open message.
+	ProxyOff     bool `json:"proxyOff,omitempty"`
+	InventoryOff bool `json:"inventoryOff,omitempty"`
 
 	// welcome
 	HubVersion      string `json:"hubVersion,omitempty"`
@@ -98,6 +110,10 @@ type Message struct {
 
 	// ping, pong
 	Seq uint64 `json:"seq,omitempty"`
+
+	// open: the stream is the hub's own (a probe or an access review),
+	// not a person's request.
+	Own bool `json:"own,omitempty"`
 
 	// goaway
 	Reason               string `json:"reason,omitempty"`
@@ -170,7 +186,7 @@ func (m *Message) Validate() error {
 		if m.ReconnectAfterMillis < 0 || m.ReconnectAfterMillis > MaxMillis {
 			return fmt.Errorf("protocol: goaway needs a reconnectAfterMillis from 0 to %d (a year), not %d", MaxMillis, m.ReconnectAfterMillis)
 		}
-	case TypePing, TypePong, TypeBye, TypeDial:
+	case TypePing, TypePong, TypeBye, TypeDial, TypeOpen:
 	default:
 		return fmt.Errorf("protocol: unknown message type %q", m.Type)
 	}

@@ -21,6 +21,7 @@ func TestRoundTrip(t *testing.T) {
 		{Type: TypeHello, Protocol: Version, CACert: "pem", ServiceAccountToken: "sa", APIServer: "10.0.0.1:443", Ceiling: CeilingEnforced},
 		{Type: TypeHello, Protocol: Version, CACert: "pem", ServiceAccountToken: "sa", APIServer: "10.0.0.1:443", Ceiling: CeilingUnavailable,
 			CeilingError: "strictMode needs constrained impersonation, Kubernetes 1.36 or later; this cluster runs 1.33"},
+		{Type: TypeHello, Protocol: Version, CACert: "pem", ServiceAccountToken: "sa", APIServer: "10.0.0.1:443", ProxyOff: true, InventoryOff: true},
 		{Type: TypeWelcome, HubVersion: "v1", HeartbeatMillis: 30000},
 		{Type: TypeRefused, Status: 401, Error: "no"},
 		{Type: TypePing, Seq: 7},
@@ -29,6 +30,7 @@ func TestRoundTrip(t *testing.T) {
 		{Type: TypeGoAway, Reason: ReasonShutdown, ReconnectAfterMillis: 1234},
 		{Type: TypeBye},
 		{Type: TypeDial, Error: "dial tcp: refused"},
+		{Type: TypeOpen, Own: true},
 	}
 	var buf bytes.Buffer
 	for _, m := range msgs {
@@ -118,6 +120,9 @@ func FuzzRead(f *testing.F) {
 	f.Add(seed.Bytes())
 	seed.Reset()
 	_ = Write(&seed, Message{Type: TypeHello, Protocol: 1, CACert: "c", ServiceAccountToken: "t", APIServer: "a:1", Ceiling: CeilingUnavailable, CeilingError: "1.33"})
+	f.Add(seed.Bytes())
+	seed.Reset()
+	_ = Write(&seed, Message{Type: TypeOpen, Own: true})
 	f.Add(seed.Bytes())
 	f.Add([]byte{0, 0, 0, 2, '{', '}'})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})

@@ -30,6 +30,11 @@ type ClusterJSON struct {
 	// Ceiling is "enforced" when the cluster's API server caps what comes
 	// through Tether (the agent's strictMode, SPEC section 9), else "off".
 	Ceiling string `json:"ceiling"`
+	// Halves is which halves the connected agent runs: "proxy": false
+	// when it takes no one's requests (TETHER_PROXY=false), "inventory":
+	// false when it streams no inventory. Absent while no agent is
+	// connected.
+	Halves *hub.Halves `json:"halves,omitempty"`
 	// Summary and Inventory are absent until the agent's first inventory
 	// snapshot arrives.
 	Summary   *store.Summary `json:"summary,omitempty"`
@@ -47,6 +52,7 @@ func (wb *Web) clusterJSON(st hub.ClusterStatus) ClusterJSON {
 		KubernetesVersion: st.KubernetesVersion,
 		AgentVersion:      st.AgentVersion,
 		Ceiling:           st.Ceiling,
+		Halves:            st.Halves,
 	}
 	if entry, ok := wb.cfg.Clusters.Entry(st.Name); ok && len(entry.Labels) > 0 {
 		c.Labels = entry.Labels

@@ -125,6 +125,12 @@ ceiling:
 access:
   - {user: alice, clusterRole: "system:aggregate-to-view"}
 `},
+	// The proxy off (decision 030): the impersonation RBAC stays, for
+	// the hub's access reviews.
+	{name: "agent-proxy-off", values: agentValues + `
+proxy:
+  enabled: false
+`},
 	// Names YAML 1.1 reads as booleans (as Kubernetes' YAML does) stay
 	// text: the chart quotes every name it is given.
 	{name: "no", ns: "on", sa: "yes", namespaces: []string{"y", "off"}, values: `

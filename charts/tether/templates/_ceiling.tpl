@@ -42,10 +42,18 @@ tether.strictImpersonation is the agent's ClusterRole under strictMode
 */}}
 {{- define "tether.strictImpersonation" -}}
 {{- $v := .root.Values }}
+{{- if not $v.proxy.enabled }}
+# strictMode with the proxy off: no one's requests go through Tether, so
+# the agent may act as a person for the hub's access reviews alone (they
+# filter the inventory), and GET /version as tether:ceiling-check (its
+# check that constrained impersonation holds). Even a hub that marks a
+# person's request as its own gets nothing else past the API server.
+{{- else }}
 # strictMode: the agent may act as a person only for what the
 # impersonate-on:user-info:<verb> rules below and in the allowed
 # namespaces' <release>-ceiling Roles grant, never with the plain
 # impersonate verb, which would let it act as anyone for anything.
+{{- end }}
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
@@ -67,13 +75,22 @@ rules:
     {{- with $v.rbac.impersonate.groups }}
     resourceNames: {{ toJson . }}
     {{- end }}
+  {{- if $v.proxy.enabled }}
   - apiGroups: [authentication.k8s.io]
     resources: [{{ printf "userextras/%s" (include "tether.requestIdExtra" $) | quote }}]
     verbs: ["impersonate:user-info"]
+  {{- end }}
   # What Tether asks as the person wherever the ceiling lies: the hub's
   # access reviews, kubectl auth can-i and whoami (each tells a person only
   # their own rights), and discovery. Anything else cluster-wide comes
   # from ceiling.clusterRules.
+  {{- if not $v.proxy.enabled }}
+  - apiGroups: [authorization.k8s.io]
+    resources: [selfsubjectaccessreviews]
+    verbs: ["impersonate-on:user-info:create"]
+  - nonResourceURLs: [/version]
+    verbs: ["impersonate-on:user-info:get"]
+  {{- else }}
   - apiGroups: [authorization.k8s.io]
     resources: [selfsubjectaccessreviews, selfsubjectrulesreviews]
     verbs: ["impersonate-on:user-info:create"]
@@ -88,6 +105,7 @@ rules:
   {{- if not $v.allowedNamespaces }}
   # No allowedNamespaces: the ceiling's rules hold cluster-wide.
   {{- include "tether.impersonateOn" $v.ceiling.rules | trim | nindent 2 }}
+  {{- end }}
   {{- end }}
 {{- end -}}
 

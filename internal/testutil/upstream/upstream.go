@@ -21,6 +21,8 @@ type Fake struct {
 	Ctx       context.Context // Context; nil means one never done
 	// CeilingIs and CeilingWhy are Ceiling's; "" means protocol.CeilingOff.
 	CeilingIs, CeilingWhy string
+	// ProxyOff and InventoryOff are the halves Halves says are off.
+	ProxyOff, InventoryOff bool
 }
 
 var _ hub.Upstream = (*Fake)(nil)
@@ -49,6 +51,8 @@ func (f *Fake) Context() context.Context {
 	}
 	return f.Ctx
 }
+
+func (f *Fake) Halves() (bool, bool) { return !f.ProxyOff, !f.InventoryOff }
 
 func (f *Fake) Ceiling() (string, string) {
 	if f.CeilingIs == "" {
