@@ -32,6 +32,7 @@ FUZZ_TARGETS = \
 	./internal/inventory/watch:FuzzParseDiscovery \
 	./internal/inventory/watch:FuzzSummarize \
 	./internal/inventory/watch:FuzzFollowWatch \
+	./internal/inventory/watch:FuzzDecodeList \
 	./internal/hub:FuzzAgentUpgradeHeaders \
 	./internal/hub:FuzzCheckHello \
 	./internal/hub:FuzzParseCA \
