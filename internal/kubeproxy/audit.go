@@ -236,7 +236,7 @@ type countingWriter struct {
 	// the flush after it (gather.go).
 	gather *gather.Conn
 	// sessions, when set, holds the client's connection once hijacked,
-	// for the hub to close at the end (conn); serveCluster takes it off.
+	// for the hub to close at the end (conn); ServeHTTP takes it off.
 	sessions *sessionSet
 	conn     net.Conn
 	// open, when set, is the request's entry in the hub's open requests

@@ -155,7 +155,7 @@ func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rw.open = open
 	rw.Header().Del("Warning") // ModifyResponse or proxyError adds it again
 	// The body goes to the API server, for as long as it takes
-	// (closeUnreadBodies); a request with none, most, costs nothing here.
+	// (CloseUnreadBodies); a request with none, most, costs nothing here.
 	if bodyBounded(r) {
 		rw.Header().Del("Connection")
 		http.NewResponseController(w).SetReadDeadline(time.Time{})

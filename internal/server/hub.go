@@ -104,7 +104,7 @@ type Config struct {
 	InventoryMaxBytes int
 	// FormTimeout bounds the wait for the body of a request the hub reads
 	// or leaves before it knows who sent it (the sign-in form, a refused
-	// request): closeUnreadBodies. Zero means 10 s.
+	// request): kubeproxy.CloseUnreadBodies. Zero means 10 s.
 	FormTimeout time.Duration
 	// MaxStreamsPerAgent bounds the streams to a cluster's API server open
 	// at once through its agent for people's requests

@@ -84,7 +84,7 @@ func (wb *Web) ServeLogin(w http.ResponseWriter, r *http.Request) {
 	// gets the hub to read megabytes.
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginForm)
 	// Nor to wait for a form that never comes: the server has no read
-	// deadline of its own (closeUnreadBodies). Once the form is read, the
+	// deadline of its own (kubeproxy.CloseUnreadBodies). Once the form is read, the
 	// deadline goes, or it would end the request's context when it passed.
 	rc := http.NewResponseController(w)
 	rc.SetReadDeadline(time.Now().Add(wb.cfg.FormTimeout))
