@@ -295,8 +295,12 @@ func (wb *Web) checkAccess(name string, p auth.Person, budget *reviewBudget) *ac
 	c.conn = wb.cfg.Clusters.Reach(name)
 	if c.conn != nil && !entry.ForwardToken {
 		// A person's own token isn't impersonation: no ceiling holds it.
+		// Nor does one with the proxy off, where the chart grants the
+		// agent's account the access reviews alone (decision 030): no one's
+		// requests go through, and the inventory follows people's own RBAC.
 		ceiling, _ := c.conn.Ceiling()
-		c.ceiling = ceiling == protocol.CeilingEnforced
+		proxy, _ := c.conn.Halves()
+		c.ceiling = ceiling == protocol.CeilingEnforced && proxy
 	}
 	return c
 }

@@ -3,6 +3,7 @@ package web
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -76,16 +77,19 @@ func (rv *reviewer) count(who string) int {
 // where the ceiling lets the agent's account list pods as a person: asked
 // as the account itself (no impersonation), with the verb
 // impersonate-on:user-info:list, and kept for everyone. Without the
-// ceiling, they see every pod.
+// ceiling, or with the proxy off (whose chart grants the account the
+// reviews alone), they see every pod.
 func TestCeilingFiltersInventory(t *testing.T) {
 	for _, c := range []struct {
-		ceiling string
-		want    string
+		ceiling  string
+		proxyOff bool
+		want     string
 	}{
-		{protocol.CeilingEnforced, "team-a/web"},
-		{protocol.CeilingOff, "kube-system/dns team-a/web team-b/db"}, // as Select sorts them
+		{protocol.CeilingEnforced, false, "team-a/web"},
+		{protocol.CeilingOff, false, "kube-system/dns team-a/web team-b/db"}, // as Select sorts them
+		{protocol.CeilingEnforced, true, "kube-system/dns team-a/web team-b/db"},
 	} {
-		t.Run(c.ceiling, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s, proxy off %v", c.ceiling, c.proxyOff), func(t *testing.T) {
 			rv := &reviewer{may: func(user, verb, namespace string) bool {
 				if user == "" {
 					return verb == ceilingVerb && namespace == "team-a"
@@ -99,7 +103,7 @@ func TestCeilingFiltersInventory(t *testing.T) {
 			}
 			r.Apply(&protocol.Update{Snapshot: true, Complete: true, Kinds: []protocol.KindState{{Kind: "pods"}},
 				Upserts: []protocol.Resource{pod("team-a", "web"), pod("team-b", "db"), pod("kube-system", "dns")}}, time.Now())
-			wb := New(Config{Clusters: &oneCluster{up: &upstream.Fake{Name: "eu-1", Auth: "Bearer sa", Transport: rv, CeilingIs: c.ceiling}, inv: inv}})
+			wb := New(Config{Clusters: &oneCluster{up: &upstream.Fake{Name: "eu-1", Auth: "Bearer sa", Transport: rv, CeilingIs: c.ceiling, ProxyOff: c.proxyOff}, inv: inv}})
 			query := func(who string) string {
 				check := wb.checkAccess("eu-1", auth.Person{Name: who}, newReviewBudget(100))
 				items, _ := inv.Select("eu-1", store.Query{Kind: "pods"}, check.allow(t.Context()))
@@ -120,7 +124,7 @@ func TestCeilingFiltersInventory(t *testing.T) {
 			if got := query("bob"); got != want {
 				t.Errorf("bob sees %q, want %q", got, want)
 			}
-			if c.ceiling == protocol.CeilingOff {
+			if c.ceiling == protocol.CeilingOff || c.proxyOff {
 				if first != 0 {
 					t.Errorf("%d reviews of the ceiling when none holds", first)
 				}

@@ -103,7 +103,7 @@ proxy: {enabled: false}
 	a := start(t, "agent "+name, env, "agent")
 	a.waitFor(t, 10*time.Second, "strictMode: the API server enforces the ceiling (constrained impersonation)")
 	a.waitFor(t, 10*time.Second, `Connected to `+hubURL+` as "`+name+`"`)
-	h.waitFor(t, 15*time.Second, `Cluster "`+name+`" is Ready (Kubernetes `+cluster.Version+`)`)
+	h.waitFor(t, 15*time.Second, `A cluster is Ready cluster="`+name+`" kubernetesVersion=`+cluster.Version)
 
 	path := "/api/clusters/" + name + "/resources?kind=pods"
 	var names []string
