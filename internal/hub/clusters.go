@@ -38,13 +38,21 @@ type Upstream interface {
 	// Halves says which halves the agent runs (SPEC section 9): proxy
 	// false means it carries no one's requests, only the hub's own.
 	Halves() (proxy, inventory bool)
+	// Replica is the hub replica that holds the agent connection, when
+	// it is not this one (claims.go); "" for an agent connected here.
+	Replica() string
 }
 
 // Reach returns the way to cluster name's API server, or nil when no agent
-// of it is connected.
+// of it is connected, here or to another replica.
 func (h *Hub) Reach(name string) Upstream {
-	if c := h.connected(name); c != nil {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c := h.agents[name]; c != nil {
 		return c
+	}
+	if c := h.claimLocked(name); c != nil {
+		return c.Upstream
 	}
 	return nil
 }
@@ -73,6 +81,7 @@ func (c *agentConn) RoundTrip(r *http.Request) (*http.Response, error) {
 func (c *agentConn) Context() context.Context  { return c.ctx }
 func (c *agentConn) Ceiling() (string, string) { return c.ceiling, c.ceilingError }
 func (c *agentConn) Halves() (bool, bool)      { return !c.proxyOff, !c.inventoryOff }
+func (c *agentConn) Replica() string           { return "" }
 
 // broker tells subscribers which clusters changed. A slow stream never
 // holds up the hub: changes pile up as a set of names, collapsed per

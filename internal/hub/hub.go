@@ -68,6 +68,9 @@ type Config struct {
 	// InventoryMaxBytes bounds every cluster's inventory together, in
 	// bytes of heap; zero means store.DefaultMaxBytes.
 	InventoryMaxBytes int
+	// Replica is this replica's name (TETHER_REPLICA_NAME) when the hub
+	// runs as one of several (SPEC section 8); claims.go.
+	Replica string
 	// MaxStreamsPerAgent bounds the streams to a cluster's API server open
 	// at once through its agent for people's requests
 	// (TETHER_MAX_STREAMS_PER_AGENT); past it a request is answered 429.
@@ -111,6 +114,9 @@ type Hub struct {
 	agents map[string]*agentConn // the connected agent of each cluster
 	status map[string]*clusterStatus
 	lastCA map[string]string // SHA-256 of the CA each agent sent last, to warn when it changes
+	// claims are the other replicas' claims of clusters whose agents they
+	// hold, by cluster and replica (claims.go).
+	claims map[string]map[string]*Claim
 }
 
 // goAwayWorkers is how many agents the hub says goodbye to at once.
@@ -218,6 +224,7 @@ func New(cfg Config) (*Hub, error) {
 		agents:   map[string]*agentConn{},
 		status:   map[string]*clusterStatus{},
 		lastCA:   map[string]string{},
+		claims:   map[string]map[string]*Claim{},
 	}
 	h.inventory = store.New(store.Config{MaxBytes: cfg.InventoryMaxBytes, Dropped: h.inventoryDropped})
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -83,6 +84,13 @@ const maxHistory = 50
 func (h *Hub) History(name string) []StatusChange {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.historyLocked(name)
+}
+
+func (h *Hub) historyLocked(name string) []StatusChange {
+	if c := h.claimLocked(name); c != nil && h.agents[name] == nil {
+		return slices.Clone(c.History)
+	}
 	s, ok := h.status[name]
 	if !ok {
 		return nil
@@ -123,6 +131,9 @@ func (h *Hub) Clusters() []ClusterStatus {
 	for n := range h.agents {
 		names[n] = true
 	}
+	for n := range h.claims {
+		names[n] = true
+	}
 	out := make([]ClusterStatus, 0, len(names))
 	for n := range names {
 		out = append(out, h.clusterLocked(n))
@@ -137,7 +148,8 @@ func (h *Hub) Cluster(name string) (ClusterStatus, bool) {
 	_, known := h.cfg.Agents.Lookup(name)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if _, connected := h.agents[name]; !known && !connected {
+	_, connected := h.agents[name]
+	if _, claimed := h.claims[name]; !known && !connected && !claimed {
 		return ClusterStatus{}, false
 	}
 	return h.clusterLocked(name), true
@@ -160,6 +172,9 @@ func (h *Hub) clusterLocked(name string) ClusterStatus {
 		st.LastSeen = time.Unix(0, c.lastHeard.Load())
 		st.AgentVersion = c.agentVersion
 		st.Halves = &Halves{Proxy: !c.proxyOff, Inventory: !c.inventoryOff}
+	} else if c := h.claimLocked(name); c != nil {
+		st = c.Status
+		st.Name = name
 	} else {
 		st.ConnectedSince = time.Time{}
 	}

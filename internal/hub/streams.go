@@ -74,6 +74,20 @@ func OwnRequest(ctx context.Context) context.Context {
 	return context.WithValue(ctx, ownKey{}, true)
 }
 
+// IsOwnRequest reports whether ctx is OwnRequest's: a replica that
+// carries another's request to a cluster says so (internal/peers).
+func IsOwnRequest(ctx context.Context) bool { return ctx.Value(ownKey{}) != nil }
+
+// StreamLimit is the error of a request refused at MaxStreamsPerAgent
+// streams to cluster: one replica carrying another's request gives back
+// the one its agent's connection gave.
+func StreamLimit(cluster string, limit int) *StreamLimitError {
+	return &StreamLimitError{cluster: cluster, limit: limit}
+}
+
+// Limit is the bound the request met.
+func (e *StreamLimitError) Limit() int { return e.limit }
+
 // ErrProxyOff is a person's request to a cluster whose agent runs without
 // the proxy (TETHER_PROXY=false): the hub opens no stream for it.
 var ErrProxyOff = errors.New("the cluster's agent takes no one's requests (TETHER_PROXY=false)")

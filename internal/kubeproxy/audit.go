@@ -41,6 +41,10 @@ type AuditRecord struct {
 	// Ended says why the hub ended a request before its end (open.go):
 	// "revoked" or "expired"; "" for every other.
 	Ended string `json:"ended,omitempty"`
+	// Replica is the hub replica that carried a request to the cluster
+	// whose agent it holds, when that is not the one that received it
+	// (SPEC section 8); "" for a request this replica carried itself.
+	Replica string `json:"replica,omitempty"`
 }
 
 // audit writes one line for a request to a cluster, and counts it.
@@ -75,6 +79,9 @@ func (px *Proxy) audit(r *http.Request, rt route, cluster string, w *countingWri
 		Remote:    r.RemoteAddr,
 		Location:  w.location,
 		Ended:     w.open.endedWhy(),
+	}
+	if rt.conn != nil {
+		rec.Replica = rt.conn.Replica()
 	}
 	rec.bound()
 	px.auditMu.Lock()
@@ -121,7 +128,7 @@ const cutMark = "…(1000000000 bytes)"
 // bound cuts rec's fields to their bounds, marking each cut (cutMark).
 func (rec *AuditRecord) bound() {
 	rec.Path = cutField(rec.Path, maxAuditPath)
-	for _, f := range []*string{&rec.Person, &rec.Source, &rec.Cluster, &rec.Verb, &rec.Method, &rec.RequestID, &rec.Remote, &rec.Location} {
+	for _, f := range []*string{&rec.Person, &rec.Source, &rec.Cluster, &rec.Verb, &rec.Method, &rec.RequestID, &rec.Remote, &rec.Location, &rec.Replica} {
 		*f = cutField(*f, maxAuditField)
 	}
 	rec.Groups = boundGroups(rec.Groups)

@@ -60,6 +60,10 @@ func (rec *AuditRecord) appendJSON(b []byte) []byte {
 		b = append(b, `,"ended":`...)
 		b = appendJSONString(b, rec.Ended)
 	}
+	if rec.Replica != "" {
+		b = append(b, `,"replica":`...)
+		b = appendJSONString(b, rec.Replica)
+	}
 	return append(b, '}')
 }
 

@@ -23,6 +23,8 @@ type Fake struct {
 	CeilingIs, CeilingWhy string
 	// ProxyOff and InventoryOff are the halves Halves says are off.
 	ProxyOff, InventoryOff bool
+	// ReplicaName is Replica's: the replica said to hold the agent.
+	ReplicaName string
 }
 
 var _ hub.Upstream = (*Fake)(nil)
@@ -53,6 +55,8 @@ func (f *Fake) Context() context.Context {
 }
 
 func (f *Fake) Halves() (bool, bool) { return !f.ProxyOff, !f.InventoryOff }
+
+func (f *Fake) Replica() string { return f.ReplicaName }
 
 func (f *Fake) Ceiling() (string, string) {
 	if f.CeilingIs == "" {

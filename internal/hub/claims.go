@@ -1,0 +1,150 @@
+package hub
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Hub replicas (SPEC section 8): each replica holds the agents that
+// connected to it, and tells the others which clusters those are
+// (internal/peers). What it hears of another replica's clusters is kept
+// here as claims, so that Reach, Clusters and Subscribe answer for every
+// cluster of the fleet, wherever its agent is.
+
+// Claim is a replica's word that it holds the agent of a cluster.
+type Claim struct {
+	// Replica is the replica that holds the agent.
+	Replica string
+	// Since is when the agent connected there. Of two claims on one
+	// cluster the newer wins, as the newest agent does on one hub; equal
+	// times go to the replica whose name sorts last.
+	Since time.Time
+	// Status and History are the cluster's status and recent changes as
+	// the holder sees them (History newest first).
+	Status  ClusterStatus
+	History []StatusChange
+	// Upstream is the way to the cluster's API server through the holder;
+	// nil in what Held returns.
+	Upstream Upstream
+}
+
+// newer reports whether c is a newer claim than one of replica since then.
+func (c *Claim) newer(replica string, since time.Time) bool {
+	if !c.Since.Equal(since) {
+		return c.Since.After(since)
+	}
+	return c.Replica > replica
+}
+
+// Held returns this replica's claim of cluster name, if an agent of it is
+// connected here: what the peers are told.
+func (h *Hub) Held(name string) (Claim, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c := h.agents[name]
+	if _, direct := h.cfg.Direct[name]; c == nil || direct {
+		// The clusters the hub reaches itself are every replica's own.
+		return Claim{}, false
+	}
+	return Claim{Replica: h.cfg.Replica, Since: c.since, Status: h.clusterLocked(name), History: h.historyLocked(name)}, true
+}
+
+// HeldNames returns the clusters whose agents are connected here, but the
+// clusters the hub reaches itself.
+func (h *Hub) HeldNames() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	names := make([]string, 0, len(h.agents))
+	for n := range h.agents {
+		if _, direct := h.cfg.Direct[n]; !direct {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Local returns the way to cluster name's API server through an agent
+// connected to this replica, or nil: a replica asked by another to carry a
+// request never passes it on again.
+func (h *Hub) Local(name string) Upstream {
+	if c := h.connected(name); c != nil {
+		return c
+	}
+	return nil
+}
+
+// SetClaim records replica's claim of cluster name, or, with a nil claim,
+// that replica no longer holds it. An agent of the cluster connected here
+// before the claim's agent connected there has been taken over, and is
+// told so (SPEC section 2), as on one hub.
+func (h *Hub) SetClaim(replica, name string, claim *Claim) {
+	h.mu.Lock()
+	if claim == nil {
+		delete(h.claims[name], replica)
+		if len(h.claims[name]) == 0 {
+			delete(h.claims, name)
+		}
+	} else {
+		if h.claims[name] == nil {
+			h.claims[name] = map[string]*Claim{}
+		}
+		claim.Replica = replica
+		h.claims[name][replica] = claim
+	}
+	var taken *agentConn
+	if c := h.agents[name]; c != nil && claim != nil && claim.newer(h.cfg.Replica, c.since) {
+		taken = c
+	}
+	h.mu.Unlock()
+	h.events.changed(name)
+	if taken == nil {
+		return
+	}
+	h.metrics.takeovers.Inc()
+	h.log.Warn("An agent was taken over by another agent with the same name and token",
+		"agent", name, "replica", replica, "previousRemote", taken.remote)
+	h.conns.Add(1)
+	go func() {
+		defer h.conns.Done()
+		taken.goAway(goAwayTakeover, 0)
+	}()
+}
+
+// ForgetReplica drops every claim of replica: it has gone, or can't be
+// reached. Its clusters are Unreachable until their agents connect again,
+// to a replica that is still here.
+func (h *Hub) ForgetReplica(replica string) {
+	h.mu.Lock()
+	var names []string
+	for name, byReplica := range h.claims {
+		if _, ok := byReplica[replica]; ok {
+			delete(byReplica, replica)
+			if len(byReplica) == 0 {
+				delete(h.claims, name)
+			}
+			names = append(names, name)
+		}
+	}
+	h.mu.Unlock()
+	for _, n := range names {
+		h.events.changed(n)
+	}
+}
+
+// claimLocked returns the newest claim of cluster name, or nil.
+func (h *Hub) claimLocked(name string) *Claim {
+	var best *Claim
+	for _, c := range h.claims[name] {
+		if best == nil || c.newer(best.Replica, best.Since) {
+			best = c
+		}
+	}
+	return best
+}
+
+// String describes a claim for logs and tests.
+func (c *Claim) String() string {
+	return fmt.Sprintf("%s since %s: %s", c.Replica, c.Since.UTC().Format(time.RFC3339Nano), c.Status)
+}

@@ -1,0 +1,206 @@
+package peers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/internal/hub"
+)
+
+// A request for a cluster whose agent another replica holds goes to that
+// replica as the API server would get it: the replica that received it has
+// authenticated the person, checked who may see the cluster, counted it
+// against their bounds and set the impersonation headers, and writes its
+// audit line. The holder only puts the agent's service account token in
+// (it never leaves the replica that holds it) and sends it through the
+// agent, bytes spliced both ways, upgrades included.
+
+// Headers between replicas. The holder takes them only from a replica:
+// the peer port's TLS takes no one else.
+const (
+	// headerServiceAccount asks the holder to authenticate the request
+	// as the agent's service account, in place of the placeholder.
+	headerServiceAccount = "Tether-Peer-Service-Account"
+	// headerOwn marks the hub's own request (probes, access reviews:
+	// hub.OwnRequest), which goes on the agent's reserved streams.
+	headerOwn = "Tether-Peer-Own"
+	// headerError carries why the holder couldn't send the request, so
+	// the replica that received it answers as it would for an agent of
+	// its own: stream-limit (with the limit), not-held, or failed.
+	headerError = "Tether-Peer-Error"
+	headerLimit = "Tether-Peer-Limit"
+
+	peerHeaderPrefix = "Tether-Peer-"
+)
+
+// serviceAccountPlaceholder is what ServiceAccountAuth gives for a cluster
+// another replica holds: RoundTrip turns it into headerServiceAccount.
+const serviceAccountPlaceholder = "Tether-Peer service-account"
+
+// upstream is the way to a cluster's API server through the replica that
+// holds its agent: a hub.Upstream, for the kubeproxy and web of this one.
+type upstream struct {
+	l       *link
+	cluster string
+	since   time.Time
+	ctx     context.Context
+	cancel  context.CancelFunc
+
+	mu               sync.Mutex // guards the following, which the claims stream updates
+	ceiling, why     string
+	proxy, inventory bool
+}
+
+func (l *link) newUpstream(cluster string, since time.Time) *upstream {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &upstream{l: l, cluster: cluster, since: since, ctx: ctx, cancel: cancel}
+}
+
+func (u *upstream) set(m message) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.ceiling, u.why, u.proxy, u.inventory = m.Ceiling, m.CeilingWhy, m.Proxy, m.Inventory
+}
+
+var _ hub.Upstream = (*upstream)(nil)
+
+func (u *upstream) Cluster() string            { return u.cluster }
+func (u *upstream) Host() string               { return hub.APIServerName }
+func (u *upstream) ServiceAccountAuth() string { return serviceAccountPlaceholder }
+func (u *upstream) Context() context.Context   { return u.ctx }
+func (u *upstream) Replica() string            { return u.l.name }
+
+func (u *upstream) Ceiling() (string, string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.ceiling, u.why
+}
+
+func (u *upstream) Halves() (bool, bool) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.proxy, u.inventory
+}
+
+// RoundTrip sends r to the holder, on the peer port.
+func (u *upstream) RoundTrip(r *http.Request) (*http.Response, error) {
+	out := new(http.Request)
+	*out = *r
+	prefix := clustersPath + u.cluster
+	out.URL = &url.URL{Scheme: "https", Host: u.l.addr, Path: prefix + r.URL.Path, RawQuery: r.URL.RawQuery}
+	if r.URL.RawPath != "" {
+		out.URL.RawPath = prefix + r.URL.RawPath
+	}
+	out.Host = u.l.addr
+	out.Header = r.Header.Clone()
+	// Only this replica says what the holder is to do: a person's request
+	// that names a peer header itself (to borrow the agent's service
+	// account, say) has it dropped.
+	for k := range out.Header {
+		if len(k) >= len(peerHeaderPrefix) && strings.EqualFold(k[:len(peerHeaderPrefix)], peerHeaderPrefix) {
+			delete(out.Header, k)
+		}
+	}
+	if out.Header.Get("Authorization") == serviceAccountPlaceholder {
+		out.Header.Del("Authorization")
+		out.Header.Set(headerServiceAccount, "1")
+	}
+	if hub.IsOwnRequest(r.Context()) {
+		out.Header.Set(headerOwn, "1")
+	}
+	resp, err := u.l.transport.RoundTrip(out)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("the hub replica %q, which holds its agent, can't be reached: %w", u.l.name, err)
+	}
+	kind := resp.Header.Get(headerError)
+	if kind == "" {
+		return resp, nil
+	}
+	why, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	switch kind {
+	case "stream-limit":
+		limit, _ := strconv.Atoi(resp.Header.Get(headerLimit))
+		return nil, hub.StreamLimit(u.cluster, limit)
+	case "not-held":
+		return nil, fmt.Errorf("its agent left the hub replica %q", u.l.name)
+	}
+	return nil, errors.New(strings.TrimSpace(string(why)))
+}
+
+// upstreamKey holds, in a carried request's context, the agent connection
+// it goes through.
+type upstreamKey struct{}
+
+// newForwarder is the holder's side: a reverse proxy to the agents
+// connected here.
+func (p *Peers) newForwarder() http.Handler {
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			up := pr.In.Context().Value(upstreamKey{}).(hub.Upstream)
+			prefix := clustersPath + up.Cluster()
+			out := pr.Out
+			out.URL = &url.URL{Scheme: "https", Host: up.Host(), Path: strings.TrimPrefix(pr.In.URL.Path, prefix), RawQuery: pr.In.URL.RawQuery}
+			if raw := pr.In.URL.RawPath; raw != "" {
+				out.URL.RawPath = strings.TrimPrefix(raw, prefix)
+			}
+			out.Host = up.Host()
+			if out.Header.Get(headerServiceAccount) != "" {
+				out.Header.Set("Authorization", up.ServiceAccountAuth())
+			}
+			out.Header.Del(headerServiceAccount)
+			out.Header.Del(headerOwn)
+		},
+		Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			return r.Context().Value(upstreamKey{}).(hub.Upstream).RoundTrip(r)
+		}),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, context.Canceled) {
+				return // the replica that asked went away
+			}
+			var limit *hub.StreamLimitError
+			switch {
+			case errors.As(err, &limit):
+				w.Header().Set(headerError, "stream-limit")
+				w.Header().Set(headerLimit, strconv.Itoa(limit.Limit()))
+			default:
+				w.Header().Set(headerError, "failed")
+			}
+			http.Error(w, err.Error(), http.StatusBadGateway)
+		},
+		// A carried answer cut short midway is the replica's that asked to
+		// tell: its proxy logs it.
+		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("cluster")
+		up := p.cfg.Hub.Local(name)
+		if up == nil {
+			w.Header().Set(headerError, "not-held")
+			http.Error(w, fmt.Sprintf("the agent of %q is not connected to this replica", name), http.StatusBadGateway)
+			return
+		}
+		ctx := context.WithValue(r.Context(), upstreamKey{}, up)
+		if r.Header.Get(headerOwn) != "" {
+			ctx = hub.OwnRequest(ctx)
+		}
+		proxy.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -1,0 +1,150 @@
+// Package peers is the link between hub replicas (SPEC section 8): each
+// replica tells every other which clusters' agents it holds (claims.go),
+// and carries the requests they receive for those clusters to their agents
+// (forward.go). Who the replicas are, and the TLS that proves it both ways,
+// come from a Membership (internal/replicas: a Lease per replica).
+package peers
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/internal/hub"
+)
+
+// Peer is another replica: its name and where it takes peer connections.
+type Peer struct {
+	Name, Addr string
+}
+
+// Membership says who the replicas are, and gives the TLS between them.
+type Membership interface {
+	// Self is this replica's name.
+	Self() string
+	// Peers are the other replicas alive now.
+	Peers() []Peer
+	// Changed gets a value whenever Peers changes.
+	Changed() <-chan struct{}
+	// ServerTLS is the peer listener's: it takes only live replicas.
+	ServerTLS() *tls.Config
+	// ClientTLS is for dialing replica name: it takes only that replica.
+	ClientTLS(name string) *tls.Config
+}
+
+// Config is everything Peers needs. Zero durations take the defaults.
+type Config struct {
+	Logger  *slog.Logger
+	Hub     *hub.Hub
+	Members Membership
+	// Ping is how often a claims stream with nothing to say sends a
+	// ping; a stream silent for three of them is taken for dead, and its
+	// replica's claims are dropped. Zero means 2 s.
+	Ping time.Duration
+}
+
+// Peers keeps a link to every other replica, and serves theirs.
+type Peers struct {
+	cfg     Config
+	log     *slog.Logger
+	forward http.Handler // carries other replicas' requests (forward.go)
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex       // guards links
+	links map[string]*link // by replica
+}
+
+// New starts the links to the replicas Members names, and keeps them in
+// step as it changes. Close stops them.
+func New(cfg Config) *Peers {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Ping == 0 {
+		cfg.Ping = 2 * time.Second
+	}
+	p := &Peers{cfg: cfg, log: cfg.Logger, links: map[string]*link{}}
+	p.forward = p.newForwarder()
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			p.reconcile()
+			select {
+			case <-p.ctx.Done():
+				return
+			case <-cfg.Members.Changed():
+			}
+		}
+	}()
+	return p
+}
+
+// Handler serves the peer port: another replica's claims stream, and the
+// requests it carries to the clusters whose agents this one holds.
+func (p *Peers) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+claimsPath, p.serveClaims)
+	mux.Handle(clustersPath+"{cluster}/{path...}", p.forward)
+	return mux
+}
+
+// Server returns the peer listener's server for handler: TLS from
+// Members, HTTP/1.1 only (upgrades pass as they do to an API server).
+func (p *Peers) Server(handler http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		TLSConfig:         p.cfg.Members.ServerTLS(),
+		TLSNextProto:      map[string]func(*http.Server, *tls.Conn, http.Handler){},
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+		BaseContext:       func(net.Listener) context.Context { return p.ctx },
+	}
+}
+
+// Close ends the links, drops what they said, and waits for them.
+func (p *Peers) Close() error {
+	p.cancel()
+	p.wg.Wait()
+	p.mu.Lock()
+	links := p.links
+	p.links = map[string]*link{}
+	p.mu.Unlock()
+	for _, l := range links {
+		l.stop()
+	}
+	return nil
+}
+
+// reconcile starts a link to each replica that has none, and stops those
+// to replicas gone or moved.
+func (p *Peers) reconcile() {
+	want := map[string]Peer{}
+	for _, peer := range p.cfg.Members.Peers() {
+		want[peer.Name] = peer
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name, l := range p.links {
+		if peer, ok := want[name]; !ok || peer.Addr != l.addr {
+			delete(p.links, name)
+			l.stop()
+		}
+	}
+	if p.ctx.Err() != nil {
+		return
+	}
+	for name, peer := range want {
+		if p.links[name] == nil {
+			p.links[name] = p.startLink(peer)
+		}
+	}
+}

@@ -1,0 +1,347 @@
+package peers
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/listfile"
+	"github.com/tetherhq/tether/internal/logging"
+	"github.com/tetherhq/tether/internal/testutil/agenttest"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testToken = "0123456789abcdef0123456789abcdef-agent-token"
+
+// members is a Membership of replicas known from the start, each with a
+// self-signed certificate, as internal/replicas gives them from their
+// Leases.
+type members struct {
+	self   string
+	all    *fleetOfReplicas
+	change chan struct{}
+}
+
+type fleetOfReplicas struct {
+	mu    sync.Mutex
+	addrs map[string]string
+	certs map[string]tls.Certificate
+}
+
+func (m *members) Self() string { return m.self }
+
+func (m *members) Peers() []Peer {
+	m.all.mu.Lock()
+	defer m.all.mu.Unlock()
+	var out []Peer
+	for n, a := range m.all.addrs {
+		if n != m.self && a != "" {
+			out = append(out, Peer{Name: n, Addr: a})
+		}
+	}
+	return out
+}
+
+func (m *members) Changed() <-chan struct{} { return m.change }
+
+func (m *members) cert(name string) (tls.Certificate, bool) {
+	m.all.mu.Lock()
+	defer m.all.mu.Unlock()
+	c, ok := m.all.certs[name]
+	return c, ok && m.all.addrs[name] != ""
+}
+
+func (m *members) ServerTLS() *tls.Config {
+	own, _ := m.cert(m.self)
+	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{own}, ClientAuth: tls.RequireAnyClientCert,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			for _, p := range m.Peers() {
+				if c, ok := m.cert(p.Name); ok && len(raw) > 0 && bytes.Equal(raw[0], c.Certificate[0]) {
+					return nil
+				}
+			}
+			return errors.New("not a replica")
+		}}
+}
+
+func (m *members) ClientTLS(name string) *tls.Config {
+	own, _ := m.cert(m.self)
+	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{own}, InsecureSkipVerify: true,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if c, ok := m.cert(name); ok && len(raw) > 0 && bytes.Equal(raw[0], c.Certificate[0]) {
+				return nil
+			}
+			return errors.New("not replica " + name)
+		}}
+}
+
+func selfSigned(t *testing.T, name string) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	tmpl.Subject.CommonName = name
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// replica is a registry with its peers, an agents' address and a peer
+// port, as one `tether hub` of several has.
+type replica struct {
+	name  string
+	hub   *hub.Hub
+	peers *Peers
+	url   string // where agents connect
+	logs  *syncbuf.Buffer
+	peer  *http.Server
+}
+
+func startReplicas(t *testing.T, names ...string) []*replica {
+	t.Helper()
+	f := &fleetOfReplicas{addrs: map[string]string{}, certs: map[string]tls.Certificate{}}
+	var rs []*replica
+	var changes []chan struct{}
+	for _, n := range names {
+		f.certs[n] = selfSigned(t, n)
+	}
+	for _, n := range names {
+		logs := &syncbuf.Buffer{}
+		log := slog.New(logging.NewTextHandler(logs, nil))
+		h, err := hub.New(hub.Config{Logger: log, Agents: testAgents("eu-1"), Replica: n, Heartbeat: time.Second, ProbeInterval: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		agents := httptest.NewServer(http.HandlerFunc(h.ServeAgent))
+		ch := make(chan struct{}, 1)
+		changes = append(changes, ch)
+		m := &members{self: n, all: f, change: ch}
+		p := New(Config{Logger: log, Hub: h, Members: m, Ping: 200 * time.Millisecond})
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := p.Server(p.Handler())
+		go srv.ServeTLS(ln, "", "")
+		r := &replica{name: n, hub: h, peers: p, url: agents.URL, logs: logs, peer: srv}
+		f.mu.Lock()
+		f.addrs[n] = ln.Addr().String()
+		f.mu.Unlock()
+		rs = append(rs, r)
+		t.Cleanup(func() {
+			srv.Close()
+			p.Close()
+			agents.Config.Shutdown(context.Background())
+			h.Close()
+			agents.Close()
+			if t.Failed() {
+				t.Logf("log of replica %s:\n%s", n, logs)
+			}
+		})
+	}
+	for _, ch := range changes {
+		ch <- struct{}{}
+	}
+	return rs
+}
+
+// stop takes r's peer port away, as a replica killed would go.
+func (r *replica) stop() {
+	r.peer.Close()
+	r.peers.Close()
+}
+
+func testAgents(names ...string) *fleet.Agents {
+	var list []fleet.Agent
+	for _, n := range names {
+		list = append(list, fleet.Agent{Name: n, TokenHashes: []listfile.Hash{listfile.HashToken(testToken)}, Groups: fleet.Groups{Everyone: true}})
+	}
+	return fleet.New(list)
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func statusOf(h *hub.Hub, name string) string {
+	st, ok := h.Cluster(name)
+	if !ok {
+		return "unknown"
+	}
+	return st.String()
+}
+
+// get sends a request through up as kubeproxy would, with the service
+// account's placeholder unless auth says otherwise.
+func get(t *testing.T, up hub.Upstream, path, auth string, header http.Header) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "https://"+up.Host()+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	if auth == "" {
+		auth = up.ServiceAccountAuth()
+	}
+	req.Header.Set("Authorization", auth)
+	resp, err := up.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func TestAReplicaReachesAClusterAnotherHolds(t *testing.T) {
+	fc := fakecluster.New(t)
+	rs := startReplicas(t, "hub-a", "hub-b")
+	a, b := rs[0], rs[1]
+	ag := agenttest.Start(t, a.url, "eu-1", testToken, fc.SADir, fc.Addr())
+	eventually(t, 5*time.Second, "replica b sees eu-1 Ready through replica a", func() bool {
+		return statusOf(b.hub, "eu-1") == hub.Ready
+	})
+	up := b.hub.Reach("eu-1")
+	if up == nil || up.Replica() != "hub-a" {
+		t.Fatalf("Reach on b = %v, want the way through hub-a", up)
+	}
+	if h := b.hub.History("eu-1"); len(h) == 0 || h[0].Status != hub.Ready {
+		t.Errorf("b's history of eu-1 = %v, want a's, Ready last", h)
+	}
+
+	// A request as a person, impersonating, goes as the agent's service
+	// account, which never leaves replica a.
+	resp := get(t, up, "/x/a%2Fb?q=1", "", http.Header{"Impersonate-User": {"alice"}})
+	var seen struct {
+		Path   string
+		Header http.Header
+	}
+	json.NewDecoder(resp.Body).Decode(&seen)
+	resp.Body.Close()
+	sa, _ := os.ReadFile(filepath.Join(fc.SADir, "token"))
+	if resp.StatusCode != http.StatusOK || seen.Path != "/x/a%2Fb?q=1" || seen.Header.Get("Impersonate-User") != "alice" ||
+		seen.Header.Get("Authorization") != "Bearer "+strings.TrimSpace(string(sa)) {
+		t.Errorf("the API server got %d %+v", resp.StatusCode, seen)
+	}
+	for k := range seen.Header {
+		if strings.HasPrefix(k, "Tether-Peer") {
+			t.Errorf("a peer header reached the API server: %s", k)
+		}
+	}
+
+	// An upgrade is spliced both ways.
+	req, _ := http.NewRequest(http.MethodGet, "https://"+up.Host()+"/echo-upgrade", nil)
+	req.Header.Set("Authorization", up.ServiceAccountAuth())
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "echo")
+	resp, err := up.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	rw := resp.Body.(io.ReadWriteCloser)
+	rw.Write([]byte("hello\n"))
+	line, err := bufio.NewReader(rw).ReadString('\n')
+	rw.Close()
+	if line != "hello\n" {
+		t.Errorf("the upgraded connection echoed %q, %v", line, err)
+	}
+
+	// The agent gone, its cluster is Unreachable everywhere, and routes
+	// nowhere.
+	ag.Stop(t)
+	eventually(t, 5*time.Second, "replica b drops the claim", func() bool { return b.hub.Reach("eu-1") == nil })
+	if got := statusOf(b.hub, "eu-1"); got != hub.Unreachable+": "+hub.MessageNotConnected {
+		t.Errorf("b's status of eu-1 = %q", got)
+	}
+}
+
+// TestAPersonCantBorrowTheServiceAccount: a person's own request (a
+// forwardToken cluster's, with their bearer token) that names the peer
+// header asking for the agent's service account goes with their token all
+// the same.
+func TestAPersonCantBorrowTheServiceAccount(t *testing.T) {
+	fc := fakecluster.New(t)
+	rs := startReplicas(t, "hub-a", "hub-b")
+	agenttest.Start(t, rs[0].url, "eu-1", testToken, fc.SADir, fc.Addr())
+	eventually(t, 5*time.Second, "b reaches eu-1", func() bool { return rs[1].hub.Reach("eu-1") != nil })
+	resp := get(t, rs[1].hub.Reach("eu-1"), "/who", "Bearer person-token",
+		http.Header{"Tether-Peer-Service-Account": {"1"}, "tether-peer-own": {"1"}})
+	resp.Body.Close()
+	if got := fc.LastToken(); got != "person-token" {
+		t.Errorf("the API server got token %q, want the person's", got)
+	}
+}
+
+// TestTakeoverAcrossReplicas: the newest agent wins wherever it landed;
+// the older one is told it was taken over, and stops.
+func TestTakeoverAcrossReplicas(t *testing.T) {
+	fc := fakecluster.New(t)
+	rs := startReplicas(t, "hub-a", "hub-b")
+	first := agenttest.Start(t, rs[0].url, "eu-1", testToken, fc.SADir, fc.Addr())
+	eventually(t, 5*time.Second, "b knows a holds eu-1", func() bool { return rs[1].hub.Reach("eu-1") != nil })
+	agenttest.Start(t, rs[1].url, "eu-1", testToken, fc.SADir, fc.Addr())
+	err := first.Wait(t, 5*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "another agent connected as it") {
+		t.Fatalf("the first agent ended with %v, want a takeover", err)
+	}
+	eventually(t, 5*time.Second, "a routes eu-1 to b", func() bool {
+		up := rs[0].hub.Reach("eu-1")
+		return up != nil && up.Replica() == "hub-b"
+	})
+}
+
+// TestAReplicaGoneDropsItsClaims: once a replica's claims stream ends,
+// its clusters route nowhere, rather than to a replica that can't answer.
+func TestAReplicaGoneDropsItsClaims(t *testing.T) {
+	fc := fakecluster.New(t)
+	rs := startReplicas(t, "hub-a", "hub-b")
+	agenttest.Start(t, rs[0].url, "eu-1", testToken, fc.SADir, fc.Addr())
+	eventually(t, 5*time.Second, "b reaches eu-1", func() bool { return rs[1].hub.Reach("eu-1") != nil })
+	rs[0].stop()
+	eventually(t, 5*time.Second, "b drops a's claims", func() bool { return rs[1].hub.Reach("eu-1") == nil })
+}
+
+func TestDecodeRefusesClaimsWithoutACluster(t *testing.T) {
+	for _, line := range []string{`{"type":"claim","cluster":"eu-1"}`, `{"type":"claim","status":{}}`, `{"type":"unclaim"}`, `{`} {
+		if _, err := decode([]byte(line)); err == nil {
+			t.Errorf("decode(%s) took it", line)
+		}
+	}
+}
