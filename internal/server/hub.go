@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,6 +122,9 @@ type Hub struct {
 	registry *hub.Hub
 	proxy    *kubeproxy.Proxy
 	web      *web.Web
+	// draining is set while a stopping hub waits out its drain delay
+	// (Options.DrainDelay): its /readyz answers 503.
+	draining atomic.Bool
 }
 
 // New assembles a Hub. Call Close to disconnect its agents.

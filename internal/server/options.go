@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
@@ -49,10 +52,47 @@ type Options struct {
 	// MaxStreamsPerAgent bounds the streams open through one agent for
 	// people's requests (TETHER_MAX_STREAMS_PER_AGENT).
 	MaxStreamsPerAgent int
+	// Coordination is how replicas of the hub coordinate (SPEC section 8,
+	// TETHER_COORDINATION): CoordinationNone, one hub with its state in
+	// memory, or CoordinationKubernetes.
+	Coordination string
+	// Replica says who this replica is and where the others reach it;
+	// read only with CoordinationKubernetes.
+	Replica ReplicaOptions
+	// DrainDelay is how long a stopping hub goes on taking requests, its
+	// /readyz answering 503, so load balancers take it out first
+	// (TETHER_DRAIN_DELAY_SECONDS).
+	DrainDelay time.Duration
 	// Listener, when set, is used instead of listening on Addr: for tests
 	// and `tether dev`, which pick their address first.
 	Listener net.Listener
 }
+
+// The values of TETHER_COORDINATION.
+const (
+	CoordinationNone       = "none"
+	CoordinationKubernetes = "kubernetes"
+)
+
+// ReplicaOptions are the settings of a replica under CoordinationKubernetes.
+type ReplicaOptions struct {
+	// Namespace holds the replicas' Leases (TETHER_COORDINATION_NAMESPACE;
+	// by default the pod's own).
+	Namespace string
+	// Name is this replica's (TETHER_REPLICA_NAME; by default the host
+	// name, which is the pod's).
+	Name string
+	// PeerAddr is where the other replicas reach this one
+	// (TETHER_PEER_ADDR), and PeerListenAddr where it listens for them
+	// (TETHER_PEER_LISTEN_ADDR).
+	PeerAddr, PeerListenAddr string
+	// Kubeconfig is KUBECONFIG: the API server to coordinate through when
+	// set, else the pod's own (in-cluster).
+	Kubeconfig string
+}
+
+// podNamespaceFile is where a pod finds its namespace.
+const podNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // OptionsFromEnv reads and checks the hub's settings. Each error is one line
 // that names the setting and says what it must be. publicURLRequired is
@@ -153,6 +193,12 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 	if o.Auth, err = auth.OptionsFromEnv(getenv); err != nil {
 		return Options{}, err
 	}
+	if o.DrainDelay, err = seconds(getenv, "TETHER_DRAIN_DELAY_SECONDS", 0, 0); err != nil {
+		return Options{}, err
+	}
+	if err := o.readCoordination(getenv); err != nil {
+		return Options{}, err
+	}
 	if publicURLRequired && !o.Auth.Configured() {
 		// Only `tether dev` may start without a way for people to sign in.
 		return Options{}, auth.ErrNothingConfigured
@@ -226,3 +272,60 @@ func orDefault(v, def string) string {
 	}
 	return v
 }
+
+// readCoordination reads TETHER_COORDINATION and, for kubernetes, the
+// replica's settings (SPEC section 8).
+func (o *Options) readCoordination(getenv func(string) string) error {
+	o.Coordination = orDefault(strings.TrimSpace(getenv("TETHER_COORDINATION")), CoordinationNone)
+	switch o.Coordination {
+	case CoordinationNone:
+		return nil
+	case CoordinationKubernetes:
+	default:
+		return fmt.Errorf("TETHER_COORDINATION must be none (one hub) or kubernetes (replicas coordinating through the Kubernetes API), not %q", o.Coordination)
+	}
+	if o.Auth.SigningKeyFile == "" {
+		return errors.New("TETHER_COORDINATION=kubernetes needs TETHER_TOKEN_SIGNING_KEY_FILE, the same on every replica: each accepts the tokens the others sign, and proves with it that it is a replica")
+	}
+	r := ReplicaOptions{
+		Namespace:      strings.TrimSpace(getenv("TETHER_COORDINATION_NAMESPACE")),
+		Name:           strings.TrimSpace(getenv("TETHER_REPLICA_NAME")),
+		PeerAddr:       strings.TrimSpace(getenv("TETHER_PEER_ADDR")),
+		PeerListenAddr: orDefault(strings.TrimSpace(getenv("TETHER_PEER_LISTEN_ADDR")), ":8444"),
+		Kubeconfig:     getenv("KUBECONFIG"),
+	}
+	if r.Namespace == "" {
+		b, err := os.ReadFile(podNamespaceFile)
+		if err != nil {
+			return errors.New("TETHER_COORDINATION_NAMESPACE must name the namespace of the replicas' Leases: this hub runs outside a pod, so it has no namespace of its own")
+		}
+		r.Namespace = strings.TrimSpace(string(b))
+	}
+	if errs := validation.IsDNS1123Label(r.Namespace); len(errs) > 0 {
+		return fmt.Errorf("TETHER_COORDINATION_NAMESPACE must be a namespace's name, not %q", r.Namespace)
+	}
+	if r.Name == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("TETHER_REPLICA_NAME is not set, and the host name can't be read: %w", err)
+		}
+		r.Name = h
+	}
+	if errs := validation.IsDNS1123Subdomain(LeasePrefix + r.Name); len(errs) > 0 || len(r.Name) > 63 {
+		return fmt.Errorf("TETHER_REPLICA_NAME must be a DNS name of at most 63 characters, like a pod's, not %q", r.Name)
+	}
+	if r.PeerAddr == "" {
+		return errors.New("TETHER_PEER_ADDR must be set, to the host:port where the other replicas reach this one (the chart sets it from the pod's IP)")
+	}
+	if _, port, err := net.SplitHostPort(r.PeerAddr); err != nil || port == "" {
+		return fmt.Errorf("TETHER_PEER_ADDR must be a host:port, like 10.0.3.7:8444, not %q", r.PeerAddr)
+	}
+	if _, _, err := net.SplitHostPort(r.PeerListenAddr); err != nil {
+		return fmt.Errorf("TETHER_PEER_LISTEN_ADDR must be an address like :8444, not %q", r.PeerListenAddr)
+	}
+	o.Replica = r
+	return nil
+}
+
+// LeasePrefix starts the name of each replica's Lease.
+const LeasePrefix = "tether-replica-"

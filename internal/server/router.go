@@ -98,7 +98,7 @@ func (h *Hub) serveNoAPI(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Hub) serveReady(w http.ResponseWriter, r *http.Request) {
-	if h.registry.Closing() {
+	if h.registry.Closing() || h.draining.Load() {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}

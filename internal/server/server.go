@@ -196,6 +196,17 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	case runErr = <-serveErr:
 	}
 
+	if opts.DrainDelay > 0 && runErr == nil {
+		// Load balancers take a stopping pod out seconds after it is
+		// told to stop: until then requests keep coming, and are served.
+		// /readyz says it is going, so they take it out sooner.
+		h.draining.Store(true)
+		log.Info("Draining: taking requests while load balancers take this hub out", "drainDelay", opts.DrainDelay)
+		select {
+		case <-time.After(opts.DrainDelay):
+		case runErr = <-serveErr:
+		}
+	}
 	log.Info("Shutting down: open requests may finish", "grace", opts.ShutdownGrace)
 	graceCtx, cancel := context.WithTimeout(context.Background(), opts.ShutdownGrace)
 	// Watches never finish: they end at their next event's end, as the API

@@ -221,3 +221,43 @@ func TestShutdownEndsEventStreams(t *testing.T) {
 		t.Errorf("an open event stream held the stopping hub for %s (the whole grace):\n%s", d.Round(time.Second), logs)
 	}
 }
+
+// TestDrainKeepsServingWhileReadyzSaysGoing: with a drain delay, a hub told
+// to stop answers /readyz 503 at once, so load balancers take it out, and
+// goes on serving people and agents until the delay is over; then it shuts
+// down as without one.
+func TestDrainKeepsServingWhileReadyzSaysGoing(t *testing.T) {
+	fc := fakecluster.New(t)
+	addr, logs, stop, served := serveForShutdown(t, "TETHER_DRAIN_DELAY_SECONDS", "5")
+	a := startAgent(t, "http://"+addr, "eu-1", fc)
+	eventually(t, 5*time.Second, "connected", a.Connected)
+	status := func(path string) int {
+		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
+		req.Header.Set("Authorization", "Bearer "+annToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := status("/readyz"); got != http.StatusOK {
+		t.Fatalf("/readyz before: %d", got)
+	}
+	stop()
+	eventually(t, 5*time.Second, "/readyz says the hub is going", func() bool { return status("/readyz") == http.StatusServiceUnavailable })
+	if got := status("/clusters/eu-1/version"); got != http.StatusOK {
+		t.Errorf("a request while draining answered %d, want 200", got)
+	}
+	if !strings.Contains(logs.String(), "Draining: taking requests while load balancers take this hub out drainDelay=5s") {
+		t.Errorf("hub log:\n%s", logs)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("Serve didn't return after the drain:\n%s", logs)
+	}
+}
