@@ -82,19 +82,21 @@ func (h *Hub) Local(name string) Upstream {
 func (h *Hub) SetClaim(replica, name string, claim *Claim) {
 	h.mu.Lock()
 	if claim == nil {
-		delete(h.claims[name], replica)
-		if len(h.claims[name]) == 0 {
-			delete(h.claims, name)
+		gone := h.dropClaimLocked(name, replica)
+		h.mu.Unlock()
+		h.events.changed(name)
+		if gone != nil {
+			h.setStatus(name, gone.Status.AgentVersion, notConnected(h.clock.Now()))
 		}
-	} else {
-		if h.claims[name] == nil {
-			h.claims[name] = map[string]*Claim{}
-		}
-		claim.Replica = replica
-		h.claims[name][replica] = claim
+		return
 	}
+	if h.claims[name] == nil {
+		h.claims[name] = map[string]*Claim{}
+	}
+	claim.Replica = replica
+	h.claims[name][replica] = claim
 	var taken *agentConn
-	if c := h.agents[name]; c != nil && claim != nil && claim.newer(h.cfg.Replica, c.since) {
+	if c := h.agents[name]; c != nil && claim.newer(h.cfg.Replica, c.since) {
 		taken = c
 	}
 	h.mu.Unlock()
@@ -118,19 +120,39 @@ func (h *Hub) SetClaim(replica, name string, claim *Claim) {
 func (h *Hub) ForgetReplica(replica string) {
 	h.mu.Lock()
 	var names []string
+	gone := map[string]*Claim{}
 	for name, byReplica := range h.claims {
 		if _, ok := byReplica[replica]; ok {
-			delete(byReplica, replica)
-			if len(byReplica) == 0 {
-				delete(h.claims, name)
-			}
 			names = append(names, name)
+			if c := h.dropClaimLocked(name, replica); c != nil {
+				gone[name] = c
+			}
 		}
 	}
 	h.mu.Unlock()
 	for _, n := range names {
 		h.events.changed(n)
 	}
+	now := h.clock.Now()
+	for n, c := range gone {
+		h.setStatus(n, c.Status.AgentVersion, notConnected(now))
+	}
+}
+
+// dropClaimLocked drops replica's claim of cluster name. If that leaves
+// the cluster with no agent here or elsewhere, it returns the claim
+// dropped: the cluster's status here becomes its agent's absence, with
+// the time it went, as when an agent connected here leaves.
+func (h *Hub) dropClaimLocked(name, replica string) *Claim {
+	c := h.claims[name][replica]
+	delete(h.claims[name], replica)
+	if len(h.claims[name]) == 0 {
+		delete(h.claims, name)
+	}
+	if c == nil || h.agents[name] != nil || h.claimLocked(name) != nil {
+		return nil
+	}
+	return c
 }
 
 // claimLocked returns the newest claim of cluster name, or nil.

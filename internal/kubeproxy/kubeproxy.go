@@ -34,6 +34,9 @@ type Clusters interface {
 	Reach(name string) hub.Upstream
 	// Entry returns cluster name's entry in the agents list in force.
 	Entry(name string) (fleet.Agent, bool)
+	// Cluster returns cluster name's status: when its agent was last
+	// heard from says whether it is likely back soon.
+	Cluster(name string) (hub.ClusterStatus, bool)
 }
 
 // Config is everything a Proxy needs.

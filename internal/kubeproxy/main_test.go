@@ -30,6 +30,10 @@ type oneCluster struct{}
 
 func (oneCluster) Reach(string) hub.Upstream { return nil }
 
+func (oneCluster) Cluster(name string) (hub.ClusterStatus, bool) {
+	return hub.ClusterStatus{Name: name, Status: hub.Unreachable, Message: hub.MessageNotConnected}, name == "c"
+}
+
 func (oneCluster) Entry(name string) (fleet.Agent, bool) {
 	if name != "c" {
 		return fleet.Agent{}, false

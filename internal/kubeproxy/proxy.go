@@ -128,6 +128,12 @@ func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rt.conn = px.cfg.Clusters.Reach(name)
 	if rt.conn == nil {
+		if st, ok := px.cfg.Clusters.Cluster(name); ok && !st.LastSeen.IsZero() && time.Since(st.LastSeen) < comingBack {
+			// Its agent was here a moment ago: a replica that held it
+			// went, or it is reconnecting. client-go waits and sends the
+			// request again, so people see no failure if it is back.
+			rw.Header().Set("Retry-After", "1")
+		}
 		WriteStatus(rw, http.StatusServiceUnavailable, "ServiceUnavailable", fmt.Sprintf("Cluster %q is Unreachable: %s", name, hub.MessageNotConnected))
 		return
 	}
@@ -162,6 +168,11 @@ func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	px.proxy.ServeHTTP(rw, r.WithContext(context.WithValue(ctx, clusterKey{}, rt)))
 }
+
+// comingBack is how long after its agent was last heard from a cluster
+// without one is answered with Retry-After: about the time agents take to
+// connect to another replica after theirs is killed (issue 35: 20 s).
+const comingBack = 30 * time.Second
 
 // MessageProxyOff is the 503 Status message, given the cluster's name, of
 // a request to a cluster whose agent runs without the proxy.

@@ -92,8 +92,75 @@ func (u *upstream) Halves() (bool, bool) {
 	return u.proxy, u.inventory
 }
 
-// RoundTrip sends r to the holder, on the peer port.
+// RoundTrip sends r to the holder, on the peer port. A holder whose agent
+// has just left (it moved to another replica, or went) sent nothing to the
+// API server: r goes to the next holder, once its claim is in.
 func (u *upstream) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := u.roundTrip(r)
+	for hop := 1; errors.Is(err, errNotHeld) && hop <= maxHops; hop++ {
+		next := u.l.p.nextHolder(r.Context(), u)
+		if next == nil {
+			return nil, fmt.Errorf("its agent left the hub replica %q, and hasn't connected again", u.l.name)
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			if r.GetBody == nil {
+				return nil, fmt.Errorf("its agent left the hub replica %q as the request went", u.l.name)
+			}
+			if r.Body, err = r.GetBody(); err != nil {
+				return nil, err
+			}
+		}
+		nu, ok := next.(*upstream)
+		if !ok {
+			// The agent connected here: the request goes as the proxy
+			// would have sent it through it.
+			r = r.Clone(r.Context())
+			if r.Header.Get("Authorization") == serviceAccountPlaceholder {
+				r.Header.Set("Authorization", next.ServiceAccountAuth())
+			}
+			return next.RoundTrip(r)
+		}
+		u = nu
+		resp, err = u.roundTrip(r)
+	}
+	return resp, err
+}
+
+// maxHops bounds how often a request follows its cluster's agent from
+// replica to replica.
+const maxHops = 3
+
+// errNotHeld is the holder's answer when the agent is no longer connected
+// to it.
+var errNotHeld = errors.New("the agent is not connected to that replica")
+
+// nextHolderWait bounds the wait for another replica's claim of a cluster
+// whose agent left the one a request went to.
+const nextHolderWait = 3 * time.Second
+
+// nextHolder waits for the way to cluster u's through another replica or
+// this one, and returns it, or nil if none came in time.
+func (p *Peers) nextHolder(ctx context.Context, u *upstream) hub.Upstream {
+	sub := p.cfg.Hub.Subscribe()
+	defer sub.Close()
+	timer := time.NewTimer(nextHolderWait)
+	defer timer.Stop()
+	for {
+		if next := p.cfg.Hub.Reach(u.cluster); next != nil && next != hub.Upstream(u) {
+			return next
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+			return nil
+		case <-sub.Wake():
+			sub.Take()
+		}
+	}
+}
+
+func (u *upstream) roundTrip(r *http.Request) (*http.Response, error) {
 	out := new(http.Request)
 	*out = *r
 	prefix := clustersPath + u.cluster
@@ -136,7 +203,7 @@ func (u *upstream) RoundTrip(r *http.Request) (*http.Response, error) {
 		limit, _ := strconv.Atoi(resp.Header.Get(headerLimit))
 		return nil, hub.StreamLimit(u.cluster, limit)
 	case "not-held":
-		return nil, fmt.Errorf("its agent left the hub replica %q", u.l.name)
+		return nil, errNotHeld
 	}
 	return nil, errors.New(strings.TrimSpace(string(why)))
 }

@@ -345,3 +345,30 @@ func TestDecodeRefusesClaimsWithoutACluster(t *testing.T) {
 		}
 	}
 }
+
+// TestARequestFollowsTheAgent: a request that reaches a replica its
+// cluster's agent has just left goes to the replica the agent connected
+// to next, here or another, as the API server would have got it.
+func TestARequestFollowsTheAgent(t *testing.T) {
+	fc := fakecluster.New(t)
+	rs := startReplicas(t, "hub-a", "hub-b", "hub-c")
+	sa, _ := os.ReadFile(filepath.Join(fc.SADir, "token"))
+	for _, to := range []int{2, 1} { // another replica, then the one asking
+		ag := agenttest.Start(t, rs[0].url, "eu-1", testToken, fc.SADir, fc.Addr())
+		eventually(t, 5*time.Second, "b reaches eu-1 through a", func() bool {
+			up := rs[1].hub.Reach("eu-1")
+			return up != nil && up.Replica() == "hub-a"
+		})
+		stale := rs[1].hub.Reach("eu-1")
+		ag.Stop(t)
+		eventually(t, 5*time.Second, "a lets eu-1 go", func() bool { return rs[0].hub.Local("eu-1") == nil })
+		next := agenttest.Start(t, rs[to].url, "eu-1", testToken, fc.SADir, fc.Addr())
+		resp := get(t, stale, "/followed", "", nil)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || fc.LastToken() != strings.TrimSpace(string(sa)) {
+			t.Errorf("to %s: %d, token %q", rs[to].name, resp.StatusCode, fc.LastToken())
+		}
+		next.Stop(t)
+		eventually(t, 5*time.Second, "eu-1 let go", func() bool { return rs[1].hub.Reach("eu-1") == nil })
+	}
+}
