@@ -61,7 +61,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.1
 OUT     ?= bin/tether-static
 STATIC_LDFLAGS = -s -w -X github.com/tetherhq/tether/internal/version.Version=$(VERSION)
 
-.PHONY: dev test kube helm chromium vet unit perf-check fuzz build static bench bench-inventory soak
+.PHONY: dev test kube helm chromium haproxy vet unit perf-check fuzz build static bench bench-inventory soak
 
 ## dev: run a local API server, a hub and an agent (tether dev).
 dev:
@@ -72,7 +72,7 @@ build:
 	$(GO) build -o bin/tether ./cmd/tether
 
 ## test: everything CI runs: the Kubernetes build (cached), vet, the tests with -race, the short performance check, and a short fuzz of every target.
-test: kube helm chromium vet unit perf-check fuzz
+test: kube helm chromium haproxy vet unit perf-check fuzz
 
 ## bench: the full performance suite (about 10 minutes once the Kubernetes build is cached); writes docs/PERFORMANCE.md and bench/results.json.
 bench:
@@ -107,6 +107,13 @@ chromium:
 	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	elif [ -n "$$CI" ]; then echo "Browser tests need Chromium, and only root can install it here: sudo apt-get install chromium"; exit 1; \
 	else echo "Browser tests need Chromium: sudo apt-get install chromium"; fi
+
+## haproxy: install Debian's HAProxy, the load balancer in front of the hub replicas in the end-to-end tests, when it is missing (as root: apt-get).
+haproxy:
+	@if command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
+	elif [ -n "$$CI" ]; then echo "The hub replicas' tests need HAProxy, and only root can install it here: sudo apt-get install haproxy"; exit 1; \
+	else echo "The hub replicas' tests need HAProxy: sudo apt-get install haproxy"; fi
 
 vet:
 	$(GO) vet ./...

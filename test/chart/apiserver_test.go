@@ -100,6 +100,9 @@ func TestTheAPIServerAcceptsTheChart(t *testing.T) {
 			if strings.HasPrefix(c.name, "agent") {
 				checkAgentRBAC(t, k, c, ns)
 			}
+			if c.name == "hub-replicas" {
+				checkReplicasRBAC(t, k, ns, c.name+"-hub")
+			}
 		})
 	}
 }

@@ -147,7 +147,6 @@ serviceAccount:
 	{name: "agent-options", sa: "edge-agent", values: `
 mode: agent
 clusterName: edge-1
-replicaCount: 5
 agent:
   hubUrl: https://tether.example.com/base
   tokenSecret: agent-token
@@ -211,7 +210,6 @@ networkPolicy:
         matchLabels: {kubernetes.io/metadata.name: monitoring}
 ` + podOptions},
 	{name: "hub-plain", values: hubValues + `
-replicaCount: 2
 hub:
   publicUrl: http://tether.internal
   usersSecret: tether-users
@@ -221,6 +219,13 @@ service:
   port: 8080
 ingress:
   enabled: true
+networkPolicy:
+  enabled: true
+`},
+	// Replicas coordinating through Leases (SPEC section 8): the Role,
+	// the PodDisruptionBudget and the peer port's NetworkPolicy rule.
+	{name: "hub-replicas", values: hubValues + `  signingKeySecret: hub-signing-key
+  replicas: 3
 networkPolicy:
   enabled: true
 `},

@@ -54,7 +54,10 @@ type deployment struct {
 	Metadata struct{ Name string }
 	Spec     struct {
 		Replicas *int
-		Strategy struct{ Type string }
+		Strategy struct {
+			Type          string
+			RollingUpdate *struct{ MaxUnavailable, MaxSurge any }
+		}
 		Template struct {
 			Metadata struct{ Labels, Annotations map[string]string }
 			Spec     podSpec
@@ -74,6 +77,7 @@ type podSpec struct {
 	ImagePullSecrets              []struct{ Name string }
 	Containers                    []container
 	Volumes                       []volume
+	TopologySpreadConstraints     []map[string]any
 }
 
 type volume struct {
@@ -96,10 +100,15 @@ type container struct {
 	SecurityContext map[string]any
 	Args            []string
 	Env             []envVar
-	ReadinessProbe  *probe
-	LivenessProbe   *probe
-	Resources       struct{ Requests, Limits map[string]string }
-	VolumeMounts    []struct {
+	Ports           []struct {
+		Name          string
+		ContainerPort int
+		Protocol      string
+	}
+	ReadinessProbe *probe
+	LivenessProbe  *probe
+	Resources      struct{ Requests, Limits map[string]string }
+	VolumeMounts   []struct {
 		Name, MountPath, SubPath string
 	}
 }
@@ -112,6 +121,7 @@ type envVar struct {
 			Name, Key string
 			Optional  *bool
 		}
+		FieldRef *struct{ FieldPath string }
 	}
 }
 
@@ -120,7 +130,8 @@ type probe struct {
 		Path, Scheme string
 		Port         int
 	}
-	TCPSocket *struct{ Port int }
+	TCPSocket                       *struct{ Port int }
+	PeriodSeconds, FailureThreshold int
 }
 
 func (c container) envVar(name string) *envVar {

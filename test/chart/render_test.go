@@ -48,7 +48,10 @@ func TestSchemaRefuses(t *testing.T) {
 		{"misspelled key in a list", agentValues + "tolerations:\n  - {key: a, operatr: Exists}\n", `at '/tolerations/0': additional properties 'operatr' not allowed`},
 		{"misspelled key in a security context", agentValues + "securityContext:\n  readOnlyRootFilesytem: true\n", `additional properties 'readOnlyRootFilesytem' not allowed`},
 		{"text for a boolean", agentValues + "rbac:\n  create: \"yes\"\n", `at '/rbac/create': got string, want boolean`},
-		{"text for a number", agentValues + "replicaCount: \"3\"\n", `at '/replicaCount': got string, want integer`},
+		{"text for a number", hubValues + "  replicas: \"3\"\n", `at '/hub/replicas': got string, want integer`},
+		{"no replicas", hubValues + "  replicas: 0\n", `at '/hub/replicas'`},
+		{"a negative drain delay", hubValues + "  drainDelaySeconds: -1\n", `at '/hub/drainDelaySeconds'`},
+		{"a misspelled spread constraint", agentValues + "topologySpreadConstraints:\n  - {maxSkew: 1, topologyKey: zone, whenUnsatisfiable: ScheduleAnyway, labelSelecter: {}}\n", `additional properties 'labelSelecter' not allowed`},
 		{"a string for a list", agentValues + "allowedNamespaces: team-a\n", `at '/allowedNamespaces': got string, want array`},
 		{"a number for a user id", agentValues + "podSecurityContext:\n  runAsUser: root\n", `at '/podSecurityContext/runAsUser': got string, want integer`},
 		{"unknown mode", "mode: relay\n", `at '/mode'`},
@@ -93,6 +96,12 @@ func TestRequiredValues(t *testing.T) {
 		{"access outside allowedNamespaces", agentValues + "allowedNamespaces: [team-a, team-b]\naccess:\n  - {group: dev, clusterRole: view, namespaces: [team-a]}\n  - {group: ops, clusterRole: edit, namespaces: [team-b, kube-system]}\n",
 			`access[1] names namespace "kube-system", which allowedNamespaces (team-a, team-b) doesn't list`},
 		{"no ServiceAccount", agentValues + "serviceAccount:\n  create: false\n", "serviceAccount.name must name an existing ServiceAccount"},
+		// replicaCount is gone (SPEC section 8): once it made independent
+		// hubs, each with some of the agents. Any value fails, 1 too.
+		{"replicaCount on a hub", hubValues + "replicaCount: 3\n", "replicaCount is gone: set hub.replicas"},
+		{"replicaCount 1", hubValues + "replicaCount: 1\n", "replicaCount is gone: set hub.replicas"},
+		{"replicaCount on an agent", agentValues + "replicaCount: 1\n", "replicaCount is gone: set hub.replicas"},
+		{"replicas without a signing key", hubValues + "  replicas: 3\n", "hub.signingKeySecret must name a Secret whose key `signing-key.pem`"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := h.Template("t", "default", tc.values)
@@ -110,8 +119,8 @@ func TestAgentDeployment(t *testing.T) {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
-			// Whatever replicaCount says, the agent runs one replica.
-			objs := render(t, h, c.name, "tether", c.values+"\nreplicaCount: 3\n")
+			// Whatever hub.replicas says, the agent runs one replica.
+			objs := render(t, h, c.name, "tether", c.values+"\nhub:\n  replicas: 3\n")
 			for _, o := range objs {
 				if o.Kind() == "Service" || o.Kind() == "Ingress" {
 					t.Errorf("agent mode renders a %s %q; the agent has none", o.Kind(), o.Name())
@@ -336,8 +345,8 @@ func TestHubDeployment(t *testing.T) {
 	objs = render(t, h, "hub-plain", "tether", caseValues(t, "hub-plain"))
 	decode(t, only(t, objs, "Deployment"), &d)
 	ctr = d.Spec.Template.Spec.Containers[0]
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
-		t.Errorf("hub replicas %s, want replicaCount's 2", js(d.Spec.Replicas))
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
+		t.Errorf("hub replicas %s, want 1 by default", js(d.Spec.Replicas))
 	}
 	if env(ctr, "TETHER_METRICS_ADDR") != "0" || env(ctr, "TETHER_TLS_CERT_FILE") != "" || ctr.ReadinessProbe.HTTPGet.Scheme != "HTTP" {
 		t.Errorf("hub-plain: env %s, probe %s", js(ctr.Env), js(ctr.ReadinessProbe))

@@ -68,6 +68,26 @@ tolerations:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- with .Values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- else }}
+{{- if include "tether.hubReplicated" . }}
+# One replica per node where it can be, so losing a node loses one
+# replica; ScheduleAnyway, so fewer nodes than replicas still run them
+# all.
+# pod-template-hash counts only the pods of the same revision, so a
+# rolling update spreads the new pods too.
+topologySpreadConstraints:
+  - maxSkew: 1
+    topologyKey: kubernetes.io/hostname
+    whenUnsatisfiable: ScheduleAnyway
+    labelSelector:
+      matchLabels:
+        {{- include "tether.selectorLabels" . | nindent 8 }}
+    matchLabelKeys: [pod-template-hash]
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{- define "tether.podMetadata" -}}
@@ -96,3 +116,25 @@ annotations:
 {{- define "tether.hubPortName" -}}
 {{- if .Values.hub.tls.secretName }}https{{ else }}http{{ end -}}
 {{- end -}}
+
+{{/*
+tether.hubReplicated is "true" for a hub of more than one replica, which
+coordinates through Kubernetes, and empty otherwise.
+*/}}
+{{- define "tether.hubReplicated" -}}
+{{- if and (eq .Values.mode "hub") (gt (int .Values.hub.replicas) 1) }}true{{ end -}}
+{{- end -}}
+
+{{/*
+tether.checkRemoved fails the render on a value the chart no longer has,
+saying what replaced it: the schema lets it through so that this message,
+not a bare "additional properties", is what people read.
+*/}}
+{{- define "tether.checkRemoved" -}}
+{{- if hasKey .Values "replicaCount" }}
+{{- fail "replicaCount is gone: set hub.replicas for the hub's replicas (above 1 they coordinate through Kubernetes and need hub.signingKeySecret); the agent always runs one" }}
+{{- end }}
+{{- end -}}
+
+{{/* tether.peerPort is the port hub replicas reach each other on (TETHER_PEER_LISTEN_ADDR). */}}
+{{- define "tether.peerPort" -}}8444{{- end -}}
