@@ -52,12 +52,14 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request, own bool) {
 		}
 	}()
 	h.mu.Lock()
-	closed := h.closed
-	if !closed {
+	closed, draining := h.closed, h.draining
+	if !closed && !draining {
 		h.conns.Add(1)
 	}
 	h.mu.Unlock()
-	if closed {
+	if closed || draining {
+		// Another replica takes it: the load balancer sends it elsewhere
+		// next time, this one being on its way out.
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "The hub is shutting down.", http.StatusServiceUnavailable)
 		return
@@ -155,6 +157,7 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent, to
 		ceiling:      ceilingOf(m),
 		proxyOff:     m.ProxyOff,
 		inventoryOff: m.InventoryOff,
+		moves:        m.Moves,
 		ca:           ca,
 		saAuth:       authorization(m.ServiceAccountToken),
 		since:        h.clock.Now(),

@@ -97,7 +97,12 @@ func (h *Hub) SetClaim(replica, name string, claim *Claim) {
 	h.claims[name][replica] = claim
 	var taken *agentConn
 	if c := h.agents[name]; c != nil && claim.newer(h.cfg.Replica, c.since) {
-		taken = c
+		if c.moving.Load() {
+			// The move this hub asked for: no takeover.
+			h.retireLocked(c)
+		} else {
+			taken = c
+		}
 	}
 	h.mu.Unlock()
 	h.events.changed(name)

@@ -49,6 +49,10 @@ type agentConn struct {
 	// ceilingError why it is unavailable, fit to show.
 	ceiling, ceilingError  string
 	proxyOff, inventoryOff bool // the halves its hello said it doesn't run (streams.go)
+	// moves says its hello said it can move (moves.go); moving, that the
+	// hub asked it to.
+	moves  bool
+	moving atomic.Bool
 	// ca is the DER of the certificates the agent sent for its API
 	// server. Not a CertPool: a pool with its index and the parsed
 	// certificate cost the hub 0.8 KiB more per idle agent, so a pool is
@@ -205,6 +209,7 @@ func (h *Hub) finish(c *agentConn, err error) {
 	c.closeIdleConnections()
 
 	h.mu.Lock()
+	delete(h.retired, c)
 	current := h.agents[c.name] == c
 	if current {
 		delete(h.agents, c.name)

@@ -117,6 +117,10 @@ type Hub struct {
 	// claims are the other replicas' claims of clusters whose agents they
 	// hold, by cluster and replica (claims.go).
 	claims map[string]map[string]*Claim
+	// retired are the connections of agents that moved to another
+	// replica, open while their streams finish (moves.go).
+	retired  map[*agentConn]struct{}
+	draining bool // Drain was called: agents are refused
 }
 
 // goAwayWorkers is how many agents the hub says goodbye to at once.
@@ -225,6 +229,7 @@ func New(cfg Config) (*Hub, error) {
 		status:   map[string]*clusterStatus{},
 		lastCA:   map[string]string{},
 		claims:   map[string]map[string]*Claim{},
+		retired:  map[*agentConn]struct{}{},
 	}
 	h.inventory = store.New(store.Config{MaxBytes: cfg.InventoryMaxBytes, Dropped: h.inventoryDropped})
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -260,6 +265,9 @@ func (h *Hub) Close() error {
 	h.closed = true
 	conns := make([]*agentConn, 0, len(h.agents))
 	for _, c := range h.agents {
+		conns = append(conns, c)
+	}
+	for c := range h.retired {
 		conns = append(conns, c)
 	}
 	h.mu.Unlock()

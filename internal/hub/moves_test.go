@@ -1,0 +1,107 @@
+package hub
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/testutil/agenttest"
+	"github.com/tetherhq/tether/internal/testutil/fakecluster"
+)
+
+// helloAs connects a raw agent of cluster name that says moves or not, and
+// returns its control stream once welcomed.
+func helloAs(t *testing.T, h *testHub, fc *fakecluster.Cluster, name string, moves bool) net.Conn {
+	t.Helper()
+	sess := agenttest.Raw(t, h.url, name, testToken)
+	ctl, err := sess.Open(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello := helloFor(fc)
+	hello.Moves = moves
+	if err := protocol.Write(ctl, hello); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := protocol.Read(ctl); err != nil || m.Type != protocol.TypeWelcome {
+		t.Fatalf("hello answered %+v, %v", m, err)
+	}
+	return ctl
+}
+
+// nextMessage reads ctl's next message other than a ping.
+func nextMessage(ctl net.Conn) (protocol.Message, error) {
+	for {
+		ctl.SetReadDeadline(time.Now().Add(5 * time.Second))
+		m, err := protocol.Read(ctl)
+		if err != nil || m.Type != protocol.TypePing {
+			return m, err
+		}
+	}
+}
+
+// TestDrainMovesAgentsWithoutTakeover: a draining hub asks agents that can
+// move to connect again elsewhere; once another replica claims the cluster
+// it routes there, and lets the old connection go without telling it of a
+// takeover. An agent from before moves gets no move, and a newer claim
+// takes it over as before. New agents are refused while draining.
+func TestDrainMovesAgentsWithoutTakeover(t *testing.T) {
+	fc := fakecluster.New(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1", "us-1"), Replica: "hub-a", Heartbeat: time.Hour, ProbeInterval: time.Hour})
+	mover := helloAs(t, h, fc, "eu-1", true)
+	old := helloAs(t, h, fc, "us-1", false)
+	eventually(t, 5*time.Second, "both registered", func() bool { return h.Local("eu-1") != nil && h.Local("us-1") != nil })
+
+	h.Drain()
+	if m, err := nextMessage(mover); err != nil || m.Type != protocol.TypeGoAway || m.Reason != protocol.ReasonMove {
+		t.Fatalf("the agent that can move got %+v, %v; want a goaway to move", m, err)
+	}
+	if h.Local("eu-1") == nil {
+		t.Error("the agent asked to move was dropped before its new connection came")
+	}
+	if code := upgradeStatus(t, h.url, "eu-1"); code != 503 {
+		t.Errorf("a new agent while draining: %d, want 503", code)
+	}
+
+	later := time.Now().Add(time.Hour)
+	h.SetClaim("hub-b", "eu-1", &Claim{Since: later, Upstream: claimUpstream{}})
+	h.SetClaim("hub-b", "us-1", &Claim{Since: later, Upstream: claimUpstream{}})
+	if up := h.Reach("eu-1"); up != (claimUpstream{}) {
+		t.Errorf("Reach(eu-1) = %v, want hub-b's", up)
+	}
+	if h.Local("eu-1") != nil {
+		t.Error("the moved agent's connection still takes requests")
+	}
+	m, err := nextMessage(mover)
+	if err == nil && m.Type == protocol.TypeGoAway && m.Reason == protocol.ReasonTakeover {
+		t.Errorf("the agent that moved was told of a takeover")
+	}
+	if err == nil {
+		t.Errorf("the moved connection, with no streams open, got %+v and stayed open", m)
+	}
+	if m, err := nextMessage(old); err != nil || m.Type != protocol.TypeGoAway || m.Reason != protocol.ReasonTakeover {
+		t.Errorf("the agent from before moves got %+v, %v; want a takeover", m, err)
+	}
+}
+
+// upgradeStatus is the status of an agent's WebSocket upgrade as cluster
+// name, the token right.
+func upgradeStatus(t *testing.T, hubURL, name string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, hubURL+"/api/agent", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	req.Header.Set(protocol.AgentHeader, name)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
