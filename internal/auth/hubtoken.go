@@ -61,7 +61,7 @@ func newHubTokens(cfg Config, log *slog.Logger) (*hubTokens, error) {
 	var privs []ed25519.PrivateKey
 	if cfg.SigningKeyFile != "" {
 		var err error
-		if privs, err = readSigningKeys(cfg.SigningKeyFile); err != nil {
+		if privs, err = ReadSigningKeys(cfg.SigningKeyFile); err != nil {
 			return nil, err
 		}
 	} else {
@@ -99,8 +99,10 @@ func newHubTokens(cfg Config, log *slog.Logger) (*hubTokens, error) {
 	return h, nil
 }
 
-// readSigningKeys reads a PEM file of Ed25519 private keys in PKCS #8.
-func readSigningKeys(path string) ([]ed25519.PrivateKey, error) {
+// ReadSigningKeys reads TETHER_TOKEN_SIGNING_KEY_FILE: a PEM file of Ed25519 private keys in
+// PKCS #8, the first of which signs and any of which verifies (so a key can be rotated). Hub
+// replicas also sign their peer identities with it (internal/replicas).
+func ReadSigningKeys(path string) ([]ed25519.PrivateKey, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s can't be read: %w", SettingSigningKeyFile, err)
