@@ -73,6 +73,12 @@ const (
 	ReasonShutdown = "shutdown" // the hub is stopping: reconnect after ReconnectAfterMillis
 	ReasonTakeover = "takeover" // another agent connected with this name and token: stop
 	ReasonRemoved  = "removed"  // the agents list no longer admits this agent: reconnect (and be refused)
+	// ReasonMove: the hub is draining (a replica stopping in a rolling
+	// update). Connect again now, to whichever replica the load balancer
+	// gives, with Move in the hello, and keep this connection: the
+	// streams open on it go on until the hub closes it. Sent only to an
+	// agent whose hello said Moves; others get ReasonShutdown.
+	ReasonMove = "move"
 )
 
 // Message is every control message. Type says which fields mean something;
@@ -100,6 +106,15 @@ type Message struct {
 	// stream, and begins each of its own with an open message.
 	ProxyOff     bool `json:"proxyOff,omitempty"`
 	InventoryOff bool `json:"inventoryOff,omitempty"`
+	// Moves says the agent understands a goaway with ReasonMove: it
+	// connects again before it lets go of this connection. Every agent
+	// since moves were added sends it.
+	Moves bool `json:"moves,omitempty"`
+	// Move says this connection is the agent moving at a hub's request
+	// (ReasonMove), not a new agent: its earlier connection lives on
+	// while its streams finish, and the hub tells it nothing of a
+	// takeover. Only with Moves.
+	Move bool `json:"move,omitempty"`
 
 	// welcome
 	HubVersion      string `json:"hubVersion,omitempty"`
@@ -157,6 +172,9 @@ func (m *Message) Validate() error {
 		}
 		if m.APIServer == "" || m.CACert == "" || m.ServiceAccountToken == "" {
 			return fmt.Errorf("protocol: hello needs caCert, serviceAccountToken and apiServer")
+		}
+		if m.Move && !m.Moves {
+			return fmt.Errorf("protocol: hello says move without moves")
 		}
 		switch m.Ceiling {
 		case "", CeilingOff, CeilingEnforced:

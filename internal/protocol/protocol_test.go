@@ -22,12 +22,15 @@ func TestRoundTrip(t *testing.T) {
 		{Type: TypeHello, Protocol: Version, CACert: "pem", ServiceAccountToken: "sa", APIServer: "10.0.0.1:443", Ceiling: CeilingUnavailable,
 			CeilingError: "strictMode needs constrained impersonation, Kubernetes 1.36 or later; this cluster runs 1.33"},
 		{Type: TypeHello, Protocol: Version, CACert: "pem", ServiceAccountToken: "sa", APIServer: "10.0.0.1:443", ProxyOff: true, InventoryOff: true},
+		{Type: TypeHello, Protocol: Version, CACert: "pem", ServiceAccountToken: "sa", APIServer: "10.0.0.1:443", Moves: true},
+		{Type: TypeHello, Protocol: Version, CACert: "pem", ServiceAccountToken: "sa", APIServer: "10.0.0.1:443", Moves: true, Move: true},
 		{Type: TypeWelcome, HubVersion: "v1", HeartbeatMillis: 30000},
 		{Type: TypeRefused, Status: 401, Error: "no"},
 		{Type: TypePing, Seq: 7},
 		{Type: TypePong, Seq: 7},
 		{Type: TypeToken, ServiceAccountToken: "new"},
 		{Type: TypeGoAway, Reason: ReasonShutdown, ReconnectAfterMillis: 1234},
+		{Type: TypeGoAway, Reason: ReasonMove},
 		{Type: TypeBye},
 		{Type: TypeDial, Error: "dial tcp: refused"},
 		{Type: TypeOpen, Own: true},
@@ -75,6 +78,7 @@ func TestReadRejects(t *testing.T) {
 		{"unavailable ceiling without why", frame(`{"type":"hello","protocol":1,"caCert":"x","serviceAccountToken":"y","apiServer":"z:1","ceiling":"unavailable"}`), "needs a ceilingError of 1 to 1024 bytes, not 0"},
 		{"unavailable ceiling, why too long", frame(`{"type":"hello","protocol":1,"caCert":"x","serviceAccountToken":"y","apiServer":"z:1","ceiling":"unavailable","ceilingError":"` + strings.Repeat("x", 1025) + `"}`), "not 1025"},
 		{"a ceilingError with the ceiling enforced", frame(`{"type":"hello","protocol":1,"caCert":"x","serviceAccountToken":"y","apiServer":"z:1","ceiling":"enforced","ceilingError":"no"}`), "ceilingError with ceiling"},
+		{"a move from an agent that doesn't move", frame(`{"type":"hello","protocol":1,"caCert":"x","serviceAccountToken":"y","apiServer":"z:1","move":true}`), "move without moves"},
 		{"welcome without heartbeat", frame(`{"type":"welcome"}`), "heartbeatMillis"},
 		{"negative goaway delay", frame(`{"type":"goaway","reconnectAfterMillis":-1}`), "not -1"},
 		// A time.Duration in nanoseconds holds 292 years: a heartbeat that
@@ -123,6 +127,12 @@ func FuzzRead(f *testing.F) {
 	f.Add(seed.Bytes())
 	seed.Reset()
 	_ = Write(&seed, Message{Type: TypeOpen, Own: true})
+	f.Add(seed.Bytes())
+	seed.Reset()
+	_ = Write(&seed, Message{Type: TypeHello, Protocol: 1, CACert: "c", ServiceAccountToken: "t", APIServer: "a:1", Moves: true, Move: true})
+	f.Add(seed.Bytes())
+	seed.Reset()
+	_ = Write(&seed, Message{Type: TypeGoAway, Reason: ReasonMove})
 	f.Add(seed.Bytes())
 	f.Add([]byte{0, 0, 0, 2, '{', '}'})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
@@ -277,5 +287,27 @@ func TestReadAllocatesWhatArrives(t *testing.T) {
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
 		t.Fatalf("Read allocated %d bytes for %d that arrived", n, len(in))
+	}
+}
+
+// TestMoveOnTheWire pins the names a hub of another version reads: a
+// hello's moves and move, and the goaway reason move.
+func TestMoveOnTheWire(t *testing.T) {
+	tests := []struct {
+		m    Message
+		want string
+	}{
+		{Message{Type: TypeHello, Moves: true, Move: true}, `"moves":true,"move":true`},
+		{Message{Type: TypeHello, Moves: true}, `"moves":true}`},
+		{Message{Type: TypeGoAway, Reason: ReasonMove}, `{"type":"goaway","reason":"move"}`},
+	}
+	for _, tt := range tests {
+		b, err := json.Marshal(tt.m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), tt.want) {
+			t.Errorf("%s encodes as %s, want %s in it", tt.m, b, tt.want)
+		}
 	}
 }
