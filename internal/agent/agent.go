@@ -68,10 +68,15 @@ type Config struct {
 // Agent keeps one connection to the hub up. Create it with New, run it with
 // Run.
 type Agent struct {
-	cfg       Config
-	log       *slog.Logger
-	hub       string // the hub's address as people write it, for log lines
-	connected atomic.Bool
+	cfg Config
+	log *slog.Logger
+	hub string // the hub's address as people write it, for log lines
+
+	// live counts the welcomed connections not yet ended: the agent's
+	// own and those it moved from (draining), which still carry streams.
+	// The agent is connected while any lives, through a move too.
+	live     atomic.Int32
+	draining atomic.Int32
 
 	// refusedLogged is set once a person's stream has been refused under
 	// ProxyOff and said so at Warn: a hub that keeps sending them is
@@ -126,7 +131,7 @@ func New(cfg Config) (*Agent, error) {
 }
 
 // Connected reports whether the agent has a working connection to the hub.
-func (a *Agent) Connected() bool { return a.connected.Load() }
+func (a *Agent) Connected() bool { return a.live.Load() > 0 }
 
 // Run keeps the agent connected until ctx is done, when it closes the
 // connection cleanly and returns nil. It returns a *RefusedError when the
@@ -143,10 +148,12 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	// The health server lives as long as Run: stopping it must not wait for
 	// the caller's ctx, or a refused agent would never exit.
-	ctx, stop := context.WithCancel(ctx)
+	// A takeover on a connection the agent moved from stops it with the
+	// RefusedError as the cause.
+	ctx, stop := context.WithCancelCause(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer stop()
+	defer stop(nil)
 	if a.cfg.HealthAddr != "" {
 		ln, err := net.Listen("tcp", a.cfg.HealthAddr)
 		if err != nil {
@@ -167,7 +174,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	for {
 		res := a.connect(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return a.stopped(ctx)
 		}
 		var refused *RefusedError
 		if errors.As(res.err, &refused) {
@@ -176,6 +183,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		if res.connected {
 			attempt = 0
+		}
+		if old := res.moved; old != nil {
+			a.log.Info("The hub asked this agent to move to another replica", "hub", a.hub)
+			wg.Add(1)
+			go func() { defer wg.Done(); old.drain(ctx, stop) }()
+			if err := a.cfg.Sleep(ctx, time.Duration(a.cfg.Random()*float64(moveSpread))); err != nil {
+				return a.stopped(ctx)
+			}
+			continue
 		}
 		wait := res.wait
 		if wait < 0 {
@@ -187,9 +203,21 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		a.log.Info(fmt.Sprintf("Connecting again in %d s: %v", int(math.Round(wait.Seconds())), res.err))
 		if err := a.cfg.Sleep(ctx, wait); err != nil {
-			return nil
+			return a.stopped(ctx)
 		}
 	}
+}
+
+// stopped is what Run returns once ctx is done: nil when the agent was
+// stopped, the refusal when a takeover on a connection it moved from
+// stopped it.
+func (a *Agent) stopped(ctx context.Context) error {
+	var refused *RefusedError
+	if errors.As(context.Cause(ctx), &refused) {
+		a.log.Error(refused.Error())
+		return refused
+	}
+	return nil
 }
 
 // RefusedError is the hub's refusal of this agent. Its text is the line the

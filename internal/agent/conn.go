@@ -25,12 +25,16 @@ type result struct {
 	err       error         // why it ended, for the log
 	wait      time.Duration // how long to wait before the next attempt; < 0 means backoff
 	goodbye   bool          // the agent ends a working connection: it tells the hub so first
+	// moved is the connection the hub asked the agent to move from
+	// (protocol.ReasonMove): it goes on serving its streams, and the
+	// agent connects again at once.
+	moved *conn
 }
 
 func failed(err error) result { return result{err: err, wait: -1} }
 
 // connect makes one connection to the hub and serves it until it ends.
-func (a *Agent) connect(ctx context.Context) result {
+func (a *Agent) connect(ctx context.Context) (res result) {
 	sa, err := a.cfg.ReadServiceAccount()
 	if err != nil {
 		return failed(err)
@@ -43,7 +47,12 @@ func (a *Agent) connect(ctx context.Context) result {
 	if err != nil {
 		return a.dialFailed(resp, err)
 	}
-	defer sess.Close()
+	defer func() {
+		// A connection moved from lives on: drain closes it.
+		if res.moved == nil {
+			sess.Close()
+		}
+	}()
 
 	ctl, err := sess.Open(hctx)
 	if err != nil {
@@ -61,6 +70,10 @@ func (a *Agent) connect(ctx context.Context) result {
 		CeilingError:        ceil.why,
 		ProxyOff:            a.cfg.ProxyOff,
 		InventoryOff:        a.cfg.InventoryOff,
+		Moves:               true,
+		// A move while the connection moved from still serves; once it
+		// has ended, the agent comes back as after any disconnect.
+		Move: a.draining.Load() > 0,
 	}
 	if err := protocol.Write(ctl, hello); err != nil {
 		return failed(err)
@@ -78,9 +91,12 @@ func (a *Agent) connect(ctx context.Context) result {
 	}
 	ctl.SetDeadline(time.Time{})
 
-	a.log.Info(fmt.Sprintf("Connected to %s as %q", a.hub, a.cfg.Name), "hubVersion", answer.HubVersion)
-	a.connected.Store(true)
-	defer a.connected.Store(false)
+	if hello.Move {
+		a.log.Info("Moved to another hub replica", "hub", a.hub, "hubVersion", answer.HubVersion)
+	} else {
+		a.log.Info(fmt.Sprintf("Connected to %s as %q", a.hub, a.cfg.Name), "hubVersion", answer.HubVersion)
+	}
+	a.live.Add(1)
 	c := &conn{
 		a:         a,
 		sess:      sess,
@@ -90,8 +106,14 @@ func (a *Agent) connect(ctx context.Context) result {
 		ca:        sa.CACert,
 		ceiling:   ceil,
 	}
-	res := c.serve(ctx)
+	res = c.serve(ctx)
 	res.connected = true
+	if res.moved != nil {
+		// The connection lives on (drain) until the hub closes it.
+		a.draining.Add(1)
+	} else {
+		a.live.Add(-1)
+	}
 	return res
 }
 
@@ -213,6 +235,15 @@ type conn struct {
 	mu        sync.Mutex // guards the following
 	lastHeard time.Time
 	token     string // the service account token the hub has now
+
+	// The session's loops (readControl, watchSilence) serve it as long as
+	// it lives, after a move too; the first way it ends goes on ended.
+	loops  sync.WaitGroup
+	ended  chan result
+	cancel context.CancelCauseFunc // stops the loops; the session's end
+
+	endMu sync.Mutex // guards moved
+	moved bool       // the hub asked the agent to move from this connection
 }
 
 func (c *conn) send(m protocol.Message) error {
@@ -223,54 +254,106 @@ func (c *conn) send(m protocol.Message) error {
 }
 
 // serve runs the connection's loops until one ends it, and waits for all.
+// A move ends only its duties as the agent's connection (the token, the
+// ceiling, the inventory), which pass to the next; the session and its
+// loops go on, and the caller drains it.
 func (c *conn) serve(parent context.Context) result {
-	ctx, cancel := context.WithCancelCause(parent)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer c.sess.Close()
-	defer cancel(nil)
+	sctx, scancel := context.WithCancelCause(parent)
+	c.cancel = scancel
+	c.ended = make(chan result, 8)
 
 	c.mu.Lock()
 	c.lastHeard = time.Now()
 	c.mu.Unlock()
 
-	ended := make(chan result, 4)
-	end := func(r result) {
-		select {
-		case ended <- r:
-		default:
-		}
-		cancel(r.err)
-	}
 	// The control stream alone decides how the connection ended: when the
 	// session closes, a goaway may still wait in its buffer, and it says
 	// more than the accept loop's "session closed".
 	// Every stream the hub opens is relayed in a goroutine of its own, which
 	// the session's Close waits for.
-	c.sess.Handle(func(st net.Conn) { c.a.relay(ctx, st) })
-	wg.Add(2)
-	go func() { defer wg.Done(); end(c.readControl()) }()
-	go func() { defer wg.Done(); c.watch(ctx, end) }()
+	c.sess.Handle(func(st net.Conn) { c.a.relay(sctx, st) })
+	c.loops.Add(2)
+	go func() { defer c.loops.Done(); c.readControl() }()
+	go func() { defer c.loops.Done(); c.watchSilence(sctx) }()
+
+	ctx, cancel := context.WithCancel(sctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); c.watchToken(ctx) }()
 	if c.a.cfg.Inventory != nil {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.streamInventory(ctx) }()
 	}
 	if c.a.cfg.StrictMode {
 		wg.Add(1)
-		go func() { defer wg.Done(); c.recheckCeiling(ctx, end) }()
+		go func() { defer wg.Done(); c.recheckCeiling(ctx, c.endDuty) }()
 	}
 
+	var r result
 	select {
-	case r := <-ended:
+	case r = <-c.ended:
+		if r.moved != nil {
+			// The inventory stream ends here, so that the next
+			// connection's can begin: the watcher streams to one at
+			// a time.
+			cancel()
+			wg.Wait()
+			return r
+		}
 		if r.goodbye {
 			c.goodbye("agent connecting again")
 		}
-		return r
 	case <-parent.Done():
 		// Stopping (SIGTERM).
 		c.goodbye("agent stopping")
-		return result{err: parent.Err(), wait: -1}
+		r = result{err: parent.Err(), wait: -1}
 	}
+	c.close()
+	cancel()
+	wg.Wait()
+	return r
+}
+
+// close ends the session and waits for its loops and relays.
+func (c *conn) close() {
+	c.cancel(nil)
+	c.sess.Close()
+	c.loops.Wait()
+}
+
+// end ends the connection for r's reason; a move (r.moved) ends only its
+// duties as the agent's connection. The first reason counts, and after a
+// move the first after it.
+func (c *conn) end(r result) {
+	c.endMu.Lock()
+	defer c.endMu.Unlock()
+	if r.moved != nil {
+		c.moved = true
+	}
+	select {
+	case c.ended <- r:
+	default:
+	}
+	if r.moved == nil {
+		c.cancel(r.err)
+	}
+}
+
+// endDuty is end for the duties that pass to the next connection on a
+// move: after one, they end no connection.
+func (c *conn) endDuty(r result) {
+	c.endMu.Lock()
+	moved := c.moved
+	c.endMu.Unlock()
+	if !moved {
+		c.end(r)
+	}
+}
+
+func (c *conn) hasMoved() bool {
+	c.endMu.Lock()
+	defer c.endMu.Unlock()
+	return c.moved
 }
 
 // goodbye tells the hub the agent is leaving, so the hub logs a clean
@@ -281,12 +364,14 @@ func (c *conn) goodbye(reason string) {
 	c.sess.CloseWithReason(1000, reason)
 }
 
-// readControl handles what the hub says on the control stream.
-func (c *conn) readControl() result {
+// readControl handles what the hub says on the control stream, until it
+// ends.
+func (c *conn) readControl() {
 	for {
 		m, err := protocol.Read(c.ctl)
 		if err != nil {
-			return result{err: fmt.Errorf("the connection ended: %w", err), wait: -1}
+			c.end(result{err: fmt.Errorf("the connection ended: %w", err), wait: -1})
+			return
 		}
 		c.mu.Lock()
 		c.lastHeard = time.Now()
@@ -294,31 +379,46 @@ func (c *conn) readControl() result {
 		switch m.Type {
 		case protocol.TypePing:
 			if err := c.send(protocol.Message{Type: protocol.TypePong, Seq: m.Seq}); err != nil {
-				return result{err: err, wait: -1}
+				c.end(result{err: err, wait: -1})
+				return
 			}
 		case protocol.TypeGoAway:
-			switch m.Reason {
-			case protocol.ReasonTakeover:
-				return result{err: &RefusedError{Hub: c.a.hub, Reason: reasonTakeover}}
-			default:
-				if m.Reason == protocol.ReasonShutdown {
-					return result{err: errors.New("the hub is shutting down"), wait: time.Duration(m.ReconnectAfterMillis) * time.Millisecond}
+			if r, ok := c.goAway(m); ok {
+				c.end(r)
+				if r.moved == nil {
+					return
 				}
-				return result{err: fmt.Errorf("the hub closed the connection: %q", m.Reason), wait: -1}
 			}
 		}
 	}
 }
 
-// watch reads the service account again every reread interval, and ends
-// the connection when the hub has been silent for two heartbeats and a
-// second: the network dropped it without a word.
-func (c *conn) watch(ctx context.Context, end func(result)) {
+// goAway sorts a goaway into how the connection ends; not ok when it
+// doesn't. After a move only a takeover counts: the hub closes the
+// connection moved from when its streams are done, and a shutdown or
+// another move says nothing new.
+func (c *conn) goAway(m protocol.Message) (result, bool) {
+	moved := c.hasMoved()
+	switch {
+	case m.Reason == protocol.ReasonTakeover:
+		return result{err: &RefusedError{Hub: c.a.hub, Reason: reasonTakeover}}, true
+	case moved:
+		return result{}, false
+	case m.Reason == protocol.ReasonMove:
+		return result{moved: c}, true
+	case m.Reason == protocol.ReasonShutdown:
+		return result{err: errors.New("the hub is shutting down"), wait: time.Duration(m.ReconnectAfterMillis) * time.Millisecond}, true
+	default:
+		return result{err: fmt.Errorf("the hub closed the connection: %q", m.Reason), wait: -1}, true
+	}
+}
+
+// watchSilence ends the connection when the hub has been silent for two
+// heartbeats and a second: the network dropped it without a word.
+func (c *conn) watchSilence(ctx context.Context) {
 	silence := 2*c.heartbeat + time.Second
 	check := time.NewTicker(min(c.heartbeat/4, time.Second))
 	defer check.Stop()
-	reread := time.NewTicker(c.a.cfg.TokenReread)
-	defer reread.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -330,12 +430,24 @@ func (c *conn) watch(ctx context.Context, end func(result)) {
 			if quiet > silence {
 				err := fmt.Errorf("Nothing from the hub in %d s", int(silence.Round(time.Second).Seconds()))
 				c.a.log.Warn(err.Error())
-				end(result{err: err, wait: -1})
+				c.end(result{err: err, wait: -1})
 				return
 			}
+		}
+	}
+}
+
+// watchToken reads the service account again every reread interval.
+func (c *conn) watchToken(ctx context.Context) {
+	reread := time.NewTicker(c.a.cfg.TokenReread)
+	defer reread.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
 		case <-reread.C:
 			if err := c.reread(); err != nil {
-				end(result{err: err, wait: -1, goodbye: true})
+				c.endDuty(result{err: err, wait: -1, goodbye: true})
 				return
 			}
 		}
