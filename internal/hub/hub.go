@@ -7,6 +7,7 @@
 package hub
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -267,10 +268,16 @@ func (h *Hub) Close() error {
 	for _, c := range h.agents {
 		conns = append(conns, c)
 	}
+	var retired []*agentConn
 	for c := range h.retired {
-		conns = append(conns, c)
+		retired = append(retired, c)
 	}
 	h.mu.Unlock()
+	// The agents that moved have their new connections, and ignore a
+	// goaway here: the hub just closes the old ones.
+	for _, c := range retired {
+		c.end(errors.New("the hub is shutting down"))
+	}
 	gs := make([]goodbye, len(conns))
 	for i, c := range conns {
 		gs[i] = goodbye{c, goAwayShutdown, h.spreadDelay()}

@@ -113,6 +113,9 @@ type Config struct {
 	// The hub's own probes and access reviews have reservedStreams more.
 	// Zero means hub.DefaultMaxStreamsPerAgent.
 	MaxStreamsPerAgent int
+	// Replica is this replica's name when the hub is one of several
+	// (TETHER_REPLICA_NAME); "" for a hub on its own.
+	Replica string
 }
 
 // Hub is a whole hub: the registry of clusters, the proxy for people, the
@@ -159,6 +162,7 @@ func New(cfg Config) (*Hub, error) {
 		IdleTimeout:        cfg.IdleTimeout,
 		InventoryMaxBytes:  cfg.InventoryMaxBytes,
 		MaxStreamsPerAgent: cfg.MaxStreamsPerAgent,
+		Replica:            cfg.Replica,
 	})
 	if err != nil {
 		return nil, err

@@ -99,9 +99,17 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		Limits:                 opts.Limits,
 		InventoryMaxBytes:      opts.InventoryMaxBytes,
 		MaxStreamsPerAgent:     opts.MaxStreamsPerAgent,
+		Replica:                opts.Replica.Name,
 	})
 	if err != nil {
 		return err
+	}
+	var rs *replicaSet
+	if opts.Coordination == CoordinationKubernetes {
+		if rs, err = joinReplicas(ctx, opts, log, h.registry); err != nil {
+			h.Close()
+			return err
+		}
 	}
 
 	ln := opts.Listener
@@ -170,6 +178,12 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 			serveErr <- err
 		}
 	}()
+	var replicasDone <-chan struct{}
+	if rs != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); rs.serve(serveErr) }()
+		replicasDone = rs.members.Done()
+	}
 	ownCtx, stopOwn := context.WithCancel(context.Background())
 	ownDone := make(chan struct{})
 	go func() { defer close(ownDone); own.run(ownCtx) }()
@@ -194,6 +208,8 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	select {
 	case <-ctx.Done():
 	case runErr = <-serveErr:
+	case <-replicasDone:
+		runErr = fmt.Errorf("this replica lost its place among the others: %w", rs.members.Err())
 	}
 
 	if opts.DrainDelay > 0 && runErr == nil {
@@ -202,6 +218,9 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		// /readyz says it is going, so they take it out sooner.
 		h.draining.Store(true)
 		log.Info("Draining: taking requests while load balancers take this hub out", "drainDelay", opts.DrainDelay)
+		if rs != nil {
+			h.registry.Drain() // the agents move to the other replicas meanwhile
+		}
 		select {
 		case <-time.After(opts.DrainDelay):
 		case runErr = <-serveErr:
@@ -227,6 +246,9 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	ownSrv.Close()
 	h.Close()
 	srv.Close()
+	if rs != nil {
+		rs.close()
+	}
 	// The requests the closing cut short end now: their audit lines are
 	// written before the audit file closes (deferred above).
 	endCtx, cancelEnd := context.WithTimeout(context.Background(), requestsEndTimeout)
