@@ -1,0 +1,258 @@
+package e2e
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/listfile"
+	"github.com/tetherhq/tether/internal/testutil/lb"
+)
+
+// replicaSet is three (or n) real `tether hub` processes coordinated
+// through the test bed's API server, behind a real HAProxy (round robin,
+// no stickiness, TCP: TLS, WebSockets and HTTP/2 pass through).
+type replicaSet struct {
+	lb    *lb.LB
+	url   string   // the load balancer's, as people and agents open it
+	addrs []string // each replica's own public address
+	hubs  []*proc
+	envs  []map[string]string
+}
+
+// startReplicas starts n replicas admitting the named clusters.
+func startReplicas(t *testing.T, n int, names ...string) *replicaSet {
+	t.Helper()
+	ns := unique("hub")
+	admin(t, "create", "namespace", ns)
+	key := signingKeyFile(t)
+	var list strings.Builder
+	for _, name := range names {
+		list.WriteString(fleet.AgentsEntry(name, listfile.TokenSHA256(agentToken)))
+	}
+	rs := &replicaSet{}
+	for range n {
+		rs.addrs = append(rs.addrs, freeAddr(t))
+	}
+	rs.lb = lb.Start(t, rs.addrs)
+	rs.url = "https://" + rs.lb.Addr()
+	for i, addr := range rs.addrs {
+		certFile, keyFile := hubCert(t)
+		peer := freeAddr(t)
+		env := map[string]string{
+			"TETHER_ADDR":                   addr,
+			"TETHER_PUBLIC_URL":             rs.url,
+			"TETHER_TLS_CERT_FILE":          certFile,
+			"TETHER_TLS_KEY_FILE":           keyFile,
+			"TETHER_METRICS_ADDR":           "0",
+			"TETHER_FLEET_AGENTS":           list.String(),
+			"TETHER_HEARTBEAT_SECONDS":      "1",
+			"TETHER_USERS":                  testUsers,
+			"TETHER_TOKEN_SIGNING_KEY_FILE": key,
+			"TETHER_COORDINATION":           "kubernetes",
+			"TETHER_COORDINATION_NAMESPACE": ns,
+			"TETHER_REPLICA_NAME":           fmt.Sprintf("hub-%d", i),
+			"TETHER_PEER_ADDR":              peer,
+			"TETHER_PEER_LISTEN_ADDR":       peer,
+			"TETHER_DRAIN_DELAY_SECONDS":    "3",
+			"TETHER_SHUTDOWN_GRACE_SECONDS": "10",
+			"KUBECONFIG":                    cluster.AdminKubeconfig,
+		}
+		rs.envs = append(rs.envs, env)
+		rs.hubs = append(rs.hubs, start(t, fmt.Sprintf("hub-%d", i), env, "hub"))
+	}
+	for _, h := range rs.hubs {
+		h.waitFor(t, 30*time.Second, "Tether hub listening")
+	}
+	return rs
+}
+
+// restart starts replica i again, as a Deployment's new pod would.
+func (rs *replicaSet) restart(t *testing.T, i int) {
+	t.Helper()
+	env := map[string]string{}
+	for k, v := range rs.envs[i] {
+		env[k] = v
+	}
+	rs.hubs[i] = start(t, fmt.Sprintf("hub-%d (again)", i), env, "hub")
+	rs.hubs[i].waitFor(t, 60*time.Second, "Tether hub listening")
+}
+
+// signingKeyFile writes a new Ed25519 signing key, as the chart's Secret
+// holds it.
+func signingKeyFile(t *testing.T) string {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "signing-key.pem")
+	if err := os.WriteFile(f, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// statuses returns the clusters' statuses as the hub at url shows them to
+// the admin.
+func statuses(t *testing.T, url string) map[string]string {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(hubCA.CertPEM)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer client.CloseIdleConnections()
+	req, _ := http.NewRequest("GET", url+"/api/clusters", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var list []struct {
+		Name, Status string
+	}
+	if json.NewDecoder(resp.Body).Decode(&list) != nil {
+		return nil
+	}
+	out := map[string]string{}
+	for _, c := range list {
+		out[c.Name] = c.Status
+	}
+	return out
+}
+
+// allReady reports whether every replica still running shows every named
+// cluster Ready.
+func (rs *replicaSet) allReady(t *testing.T, skip int, names ...string) bool {
+	for i, addr := range rs.addrs {
+		if i == skip {
+			continue
+		}
+		st := statuses(t, "https://"+addr)
+		for _, n := range names {
+			if st[n] != "Ready" {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// TestReplicasServeAsOneHub: three replicas behind a load balancer give
+// people what one hub would, whichever replica a request and an agent land
+// on: every cluster Ready on every replica, and kubectl's requests,
+// streams, exec and port-forward reaching clusters whose agents other
+// replicas hold.
+func TestReplicasServeAsOneHub(t *testing.T) {
+	names := []string{"rep-a", "rep-b", "rep-c"}
+	rs := startReplicas(t, 3, names...)
+	for _, n := range names {
+		agent(t, n, rs.url, agentToken)
+	}
+	within(t, 30*time.Second, "every replica shows every cluster Ready", func() bool { return rs.allReady(t, -1, names...) })
+
+	ns := unique("replicas")
+	admin(t, "create", "namespace", ns)
+	setUpPeople(t, unique("ra"), unique("rb"))
+	for _, n := range names {
+		k := staticKubeconfig(t, rs.url, n, adminToken)
+		// Round robin: three requests land on three replicas, two of
+		// which forward to the one holding the agent.
+		for i := range 3 {
+			if out, err := kubectl(t, k, "get", "namespace", ns, "-o", "name"); err != nil || strings.TrimSpace(out) != "namespace/"+ns {
+				t.Fatalf("%s, request %d: %q, %v", n, i, out, err)
+			}
+		}
+	}
+
+	root := staticKubeconfig(t, rs.url, "rep-a", adminToken)
+	work := t.TempDir()
+	createPod(t, ns, "clock", map[string]any{"command": []string{"sh", "-c", "echo hello; while true; do date; sleep 1; done"}, "workingDir": work}, "Always")
+	if out, err := kubectl(t, root, "wait", "-n", ns, "pod/clock", "--for=condition=Ready", "--timeout=60s"); err != nil {
+		t.Fatalf("wait: %v %s", err, out)
+	}
+	for _, tr := range transports {
+		for i := range 3 { // each lands on another replica
+			cmd := cluster.KubectlCommand(t.Context(), root, "exec", "-i", "-n", ns, "clock", "--", "cat")
+			cmd.Env = append(cmd.Env, tr.env...)
+			cmd.Stdin = strings.NewReader("ping\n")
+			out, err := cmd.CombinedOutput()
+			if err != nil || string(out) != "ping\n" {
+				t.Errorf("exec over %s, %d: %q, %v", tr.name, i, out, err)
+			}
+		}
+		portForward(t, ns, "echo-"+tr.name, func(env []string, args ...string) *exec.Cmd {
+			cmd := cluster.KubectlCommand(t.Context(), root, args...)
+			cmd.Env = append(cmd.Env, env...)
+			return cmd
+		}, tr.env)
+	}
+}
+
+// TestTakeoverAcrossReplicas: an agent connecting as a cluster whose agent
+// another replica holds takes it over, as on one hub: the older one is told
+// another agent connected as it, and stops.
+func TestTakeoverAcrossReplicas(t *testing.T) {
+	rs := startReplicas(t, 2, "twice")
+	first := agent(t, "twice", "https://"+rs.addrs[0], agentToken)
+	first.waitFor(t, 10*time.Second, `Connected to https://`+rs.addrs[0]+` as "twice"`)
+	within(t, 20*time.Second, "both replicas show it Ready", func() bool { return rs.allReady(t, -1, "twice") })
+	agent(t, "twice", "https://"+rs.addrs[1], agentToken)
+	first.waitFor(t, 10*time.Second, "another agent connected as it")
+	if code := first.exit(t, 10*time.Second); code == 0 {
+		t.Errorf("the agent taken over exited %d", code)
+	}
+	within(t, 20*time.Second, "it is Ready again on both", func() bool { return rs.allReady(t, -1, "twice") })
+}
+
+// TestAReplicaKilled: SIGKILL a replica; its agents connect to the others,
+// and every cluster is Ready again on every replica left within 20 s.
+func TestAReplicaKilled(t *testing.T) {
+	names := []string{"kill-a", "kill-b", "kill-c", "kill-d"}
+	rs := startReplicas(t, 3, names...)
+	for _, n := range names {
+		agent(t, n, rs.url, agentToken)
+	}
+	within(t, 30*time.Second, "every cluster Ready everywhere", func() bool { return rs.allReady(t, -1, names...) })
+	rs.hubs[0].signal(syscall.SIGKILL)
+	killed := time.Now()
+	within(t, 30*time.Second, "every cluster Ready again on the replicas left", func() bool { return rs.allReady(t, 0, names...) })
+	if d := time.Since(killed); d > 20*time.Second {
+		t.Errorf("the clusters took %s to be Ready again, want at most 20 s", d.Round(time.Second))
+	}
+}
+
+// TestTwoReplicasWithOneName: a second replica started with the name of
+// one that runs is refused, and says why.
+func TestTwoReplicasWithOneName(t *testing.T) {
+	rs := startReplicas(t, 1, "one")
+	env := map[string]string{}
+	for k, v := range rs.envs[0] {
+		env[k] = v
+	}
+	env["TETHER_ADDR"] = freeAddr(t)
+	peer := freeAddr(t)
+	env["TETHER_PEER_ADDR"], env["TETHER_PEER_LISTEN_ADDR"] = peer, peer
+	second := start(t, "hub-0 again", env, "hub")
+	if code := second.exit(t, 60*time.Second); code == 0 {
+		t.Errorf("the second replica named hub-0 exited %d, want a refusal", code)
+	}
+	second.waitFor(t, time.Second, "TETHER_REPLICA_NAME")
+}
