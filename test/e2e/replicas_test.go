@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
@@ -12,7 +13,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +24,11 @@ import (
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/testutil/lb"
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1apply "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // replicaSet is three (or n) real `tether hub` processes coordinated
@@ -255,4 +264,79 @@ func TestTwoReplicasWithOneName(t *testing.T) {
 		t.Errorf("the second replica named hub-0 exited %d, want a refusal", code)
 	}
 	second.waitFor(t, time.Second, "TETHER_REPLICA_NAME")
+}
+
+// TestRollingUpdateFailsNoRequest: each replica in turn is stopped as a
+// Deployment stops a pod (SIGTERM; the load balancer takes it out a
+// moment later, as endpoints follow a failing /readyz) and started again,
+// while a client-go client keeps getting, listing and applying on every
+// cluster through the load balancer. It sees no failure: agents move
+// make-before-break, requests follow them, and the client waits out any
+// Retry-After as it does for an API server.
+func TestRollingUpdateFailsNoRequest(t *testing.T) {
+	names := []string{"roll-a", "roll-b", "roll-c"}
+	rs := startReplicas(t, 3, names...)
+	for _, n := range names {
+		agent(t, n, rs.url, agentToken)
+	}
+	within(t, 30*time.Second, "every cluster Ready everywhere", func() bool { return rs.allReady(t, -1, names...) })
+	ns := unique("roll")
+	admin(t, "create", "namespace", ns)
+	admin(t, "create", "clusterrolebinding", unique("roll-admins"), "--clusterrole=cluster-admin", "--group=tether:admins")
+
+	ctx, stop := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	var requests, failures atomic.Int64
+	var failed syncbuf.Buffer
+	for _, n := range names {
+		client, err := kubernetes.NewForConfig(&rest.Config{Host: rs.url + "/clusters/" + n, BearerToken: adminToken,
+			TLSClientConfig: rest.TLSClientConfig{CAData: hubCA.CertPEM}, QPS: 100, Burst: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				var err error
+				switch i % 3 {
+				case 0:
+					_, err = client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+				case 1:
+					_, err = client.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+				case 2:
+					cm := corev1apply.ConfigMap(n, ns).WithData(map[string]string{"i": strconv.Itoa(i)})
+					_, err = client.CoreV1().ConfigMaps(ns).Apply(ctx, cm, metav1.ApplyOptions{FieldManager: "e2e", Force: true})
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				requests.Add(1)
+				if err != nil {
+					failures.Add(1)
+					fmt.Fprintf(&failed, "%s %s request %d: %v\n", time.Now().Format("15:04:05.000"), n, i, err)
+				}
+				time.Sleep(100 * time.Millisecond) // about 10 a second for each cluster
+			}
+		}()
+	}
+	began := time.Now()
+	for i := range rs.hubs {
+		rs.hubs[i].signal(syscall.SIGTERM)
+		rs.hubs[i].waitFor(t, 5*time.Second, "Draining")
+		rs.lb.Disable(i)
+		if code := rs.hubs[i].exit(t, 60*time.Second); code != 0 {
+			t.Errorf("replica %d exited %d", i, code)
+		}
+		rs.restart(t, i)
+		rs.lb.Enable(i)
+		within(t, 30*time.Second, "every cluster Ready everywhere again", func() bool { return rs.allReady(t, -1, names...) })
+	}
+	took := time.Since(began)
+	stop()
+	wg.Wait()
+	t.Logf("rolling update of 3 replicas: %s, %d requests, %d failed", took.Round(time.Second), requests.Load(), failures.Load())
+	if failures.Load() > 0 {
+		t.Errorf("%d of %d requests failed during the rolling update:\n%s", failures.Load(), requests.Load(), failed.String())
+	}
 }
