@@ -76,6 +76,10 @@ func (wb *Web) clusterJSON(st hub.ClusterStatus) ClusterJSON {
 // Requests from a browser on another origin are refused: the session
 // cookie will be taken here too, and must not work for other sites.
 func (wb *Web) person(w http.ResponseWriter, r *http.Request) (auth.Person, bool) {
+	if p, ok := assertedPerson(r); ok {
+		// Another replica authenticated them (PeerHandler, peer port only).
+		return p, true
+	}
 	if wb.refuseOtherSites(w, r) {
 		return auth.Person{}, false
 	}
@@ -152,6 +156,10 @@ func (wb *Web) ServeClusterJSON(w http.ResponseWriter, r *http.Request) {
 	st, known := wb.cfg.Clusters.Cluster(name)
 	if _, visible := wb.visible(name, p); !known || !visible {
 		http.Error(w, fmt.Sprintf("Tether has no cluster %q.", name), http.StatusNotFound)
+		return
+	}
+	// Its inventory is the holder's: the holder answers it all.
+	if wb.forwarded(w, r, name, p, "") {
 		return
 	}
 	c := wb.clusterJSON(st)

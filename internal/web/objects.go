@@ -24,6 +24,9 @@ func (wb *Web) ServeObjectEvents(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if wb.forwarded(w, r, name, p, "/events") {
+		return
+	}
 	v := r.URL.Query()
 	ns, object := v.Get("namespace"), v.Get("object")
 	if !objectRef.MatchString(object) {
@@ -62,6 +65,9 @@ func (wb *Web) ServeObjectEvents(w http.ResponseWriter, r *http.Request) {
 func (wb *Web) ServeDomains(w http.ResponseWriter, r *http.Request) {
 	name, p, ok := wb.visiblePerson(w, r)
 	if !ok {
+		return
+	}
+	if wb.forwarded(w, r, name, p, "/domains") {
 		return
 	}
 	if _, known := wb.cfg.Clusters.Inventory().Info(name); !known {

@@ -88,6 +88,9 @@ func (wb *Web) ServeResources(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if wb.forwarded(w, r, name, p, "/resources") {
+		return
+	}
 	q, err := parseQuery(r, func(kind string) bool {
 		_, ok := wb.kindOf(name, kind)
 		return ok
@@ -136,9 +139,10 @@ func (wb *Web) ServeFleetResources(w http.ResponseWriter, r *http.Request) {
 	names := wb.visibleNames(p)
 	q, err := parseQuery(r, func(kind string) bool {
 		// An extra kind of any cluster the person may see: the others
-		// have none of it, and add nothing to the answer.
+		// have none of it, and add nothing to the answer. What another
+		// replica's clusters announce, it knows: it is asked.
 		for _, name := range names {
-			if _, ok := wb.kindOf(name, kind); ok {
+			if _, ok := wb.kindOf(name, kind); ok || wb.holder(r, name) != "" {
 				return true
 			}
 		}
@@ -150,42 +154,8 @@ func (wb *Web) ServeFleetResources(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	// pending holds each cluster's answer-to-be, in the clusters' order;
-	// its room is how far the queries run ahead of the writing.
-	pending := make(chan chan clusterItems, fleetQueryAhead)
-	budget := newReviewBudget(wb.cfg.AccessReviewsPerQuery)
-	go func() {
-		defer close(pending)
-		workers := make(chan struct{}, fleetQueryWorkers)
-		for _, name := range names {
-			if ctx.Err() != nil {
-				return
-			}
-			answer := make(chan clusterItems, 1)
-			select {
-			case pending <- answer:
-			case <-ctx.Done():
-				return
-			}
-			workers <- struct{}{}
-			go func() {
-				// A cluster that can't be asked what p may list is left
-				// out, as one with no inventory yet is, and the answer's
-				// trailer names it.
-				check := wb.checkAccess(name, p, budget)
-				items, known := wb.cfg.Clusters.Inventory().Select(name, q, check.allow(ctx))
-				why := check.leftOut(q.Kind) // with the items checked
-				if err := check.failed(); err != nil {
-					why = "Tether can't ask it what you may list: " + err.Error()
-					items = nil
-				} else if !known {
-					why = "it has sent no inventory yet"
-				}
-				<-workers
-				answer <- clusterItems{items: items, name: name, leftOut: why}
-			}()
-		}
-	}()
+	pending, wait := wb.fleetAnswers(ctx, r, p, q, names)
+	defer wait()
 	w.Header().Set("Trailer", leftOutTrailer)
 	out := startArray(w)
 	var leftOut []string
@@ -200,6 +170,9 @@ func (wb *Web) ServeFleetResources(w http.ResponseWriter, r *http.Request) {
 			c = <-answer
 		}
 		for _, it := range c.items {
+			out.add(it)
+		}
+		for _, it := range c.raw {
 			out.add(it)
 		}
 		if c.leftOut != "" {
@@ -228,6 +201,7 @@ func leftOutOf(cluster, why string) string {
 // clusterItems is one cluster's part of a fleet-wide answer.
 type clusterItems struct {
 	items   []store.Item
+	raw     []json.RawMessage // or, from another replica, as it wrote them
 	name    string
 	leftOut string // what of the cluster is left out, and why; "" when nothing
 }
@@ -306,6 +280,9 @@ type GatewayJSON struct {
 func (wb *Web) ServeGateways(w http.ResponseWriter, r *http.Request) {
 	name, p, ok := wb.visiblePerson(w, r)
 	if !ok {
+		return
+	}
+	if wb.forwarded(w, r, name, p, "/gateways") {
 		return
 	}
 	host := r.URL.Query().Get("host")

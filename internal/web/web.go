@@ -74,6 +74,15 @@ type Config struct {
 	AccessReviewsPerPerson int
 	// ReviewTimeout bounds one access review. Zero means 5 s.
 	ReviewTimeout time.Duration
+	// Replicas, when set, carries queries about clusters whose agents
+	// other hub replicas hold to those replicas (replicas.go); nil with
+	// one hub.
+	Replicas Replicas
+	// ReplicaTimeout bounds the wait for each cluster's part of another
+	// replica's share of a fleet-wide answer: past it, the clusters it
+	// has yet to give are left out, and named. Zero means three
+	// ReviewTimeouts.
+	ReplicaTimeout time.Duration
 	// FormTimeout bounds the wait for the sign-in form's body. Zero means
 	// 10 s.
 	FormTimeout time.Duration
@@ -110,6 +119,9 @@ func New(cfg Config) *Web {
 	}
 	if cfg.ReviewTimeout == 0 {
 		cfg.ReviewTimeout = 5 * time.Second
+	}
+	if cfg.ReplicaTimeout == 0 {
+		cfg.ReplicaTimeout = 3 * cfg.ReviewTimeout
 	}
 	if cfg.FormTimeout == 0 {
 		cfg.FormTimeout = 10 * time.Second
