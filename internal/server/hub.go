@@ -22,6 +22,7 @@ import (
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/kubeproxy"
+	"github.com/tetherhq/tether/internal/peers"
 	"github.com/tetherhq/tether/internal/tunnel"
 	"github.com/tetherhq/tether/internal/web"
 )
@@ -116,6 +117,10 @@ type Config struct {
 	// Replica is this replica's name when the hub is one of several
 	// (TETHER_REPLICA_NAME); "" for a hub on its own.
 	Replica string
+	// Members are the other replicas, when the hub is one of several:
+	// the peer link reaches their clusters (internal/peers). Nil for a
+	// hub on its own.
+	Members peers.Membership
 }
 
 // Hub is a whole hub: the registry of clusters, the proxy for people, the
@@ -125,6 +130,7 @@ type Hub struct {
 	registry *hub.Hub
 	proxy    *kubeproxy.Proxy
 	web      *web.Web
+	peers    *peers.Peers // nil for a hub on its own
 	// draining is set while a stopping hub waits out its drain delay
 	// (Options.DrainDelay): its /readyz answers 503.
 	draining atomic.Bool
@@ -168,6 +174,11 @@ func New(cfg Config) (*Hub, error) {
 		return nil, err
 	}
 	h := &Hub{cfg: cfg, registry: registry}
+	var carrier web.Replicas
+	if cfg.Members != nil {
+		h.peers = peers.New(peers.Config{Logger: cfg.Logger, Hub: registry, Members: cfg.Members})
+		carrier = h.peers
+	}
 	if cfg.Auth == nil {
 		return h, nil
 	}
@@ -201,6 +212,7 @@ func New(cfg Config) (*Hub, error) {
 		AccessReviewsPerPerson: cfg.AccessReviewsPerPerson,
 		ReviewTimeout:          cfg.ProbeTimeout,
 		FormTimeout:            cfg.FormTimeout,
+		Replicas:               carrier,
 	})
 	return h, nil
 }

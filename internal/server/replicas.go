@@ -11,24 +11,24 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/auth"
-	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/peers"
 	"github.com/tetherhq/tether/internal/replicas"
+	"github.com/tetherhq/tether/internal/web"
 )
 
 // replicaSet is what a replica under TETHER_COORDINATION=kubernetes runs
-// beside the hub (SPEC section 8): its Lease among the others', the peer
-// link to them, and the peer port where they reach it.
+// beside the hub (SPEC section 8): its Lease among the others', and the
+// peer port where they reach it. The peer link itself is the Hub's
+// (Config.Members).
 type replicaSet struct {
 	members *replicas.Replicas
-	peers   *peers.Peers
-	srv     *http.Server
 	ln      net.Listener
+	srv     *http.Server
 }
 
-// joinReplicas takes this replica's Lease and starts the peer link. It
-// returns once the replica knows the others.
-func joinReplicas(ctx context.Context, o Options, log *slog.Logger, registry *hub.Hub) (*replicaSet, error) {
+// joinReplicas listens on the peer port and takes this replica's Lease.
+// It returns once the replica knows the others.
+func joinReplicas(ctx context.Context, o Options, log *slog.Logger) (*replicaSet, error) {
 	keys, err := auth.ReadSigningKeys(o.Auth.SigningKeyFile)
 	if err != nil {
 		return nil, err
@@ -47,28 +47,38 @@ func joinReplicas(ctx context.Context, o Options, log *slog.Logger, registry *hu
 		ln.Close()
 		return nil, err
 	}
-	p := peers.New(peers.Config{Logger: log, Hub: registry, Members: membership{members}})
-	rs := &replicaSet{members: members, peers: p, srv: p.Server(p.Handler()), ln: ln}
 	log.Info("Joined the hub's replicas", "replica", o.Replica.Name, "namespace", o.Replica.Namespace,
 		"peerAddr", o.Replica.PeerAddr, "others", len(members.Members()))
-	return rs, nil
+	return &replicaSet{members: members, ln: ln}, nil
 }
 
-// serve serves the peer port until close.
-func (rs *replicaSet) serve(serveErr chan<- error) {
+// serve serves h's peer link on the peer port until close: the claims
+// and carried requests (internal/peers) and the inventory queries
+// (internal/web), which only replicas may ask.
+func (rs *replicaSet) serve(h *Hub, serveErr chan<- error) {
+	mux := http.NewServeMux()
+	if h.web != nil {
+		mux.Handle(web.PeerPath, h.web.PeerHandler())
+	}
+	mux.Handle("/", h.peers.Handler())
+	rs.srv = h.peers.Server(mux)
 	if err := rs.srv.ServeTLS(rs.ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
 		serveErr <- fmt.Errorf("the peer port: %w", err)
 	}
 }
 
-// close ends the peer link and gives this replica's Lease up, so the
+// close ends h's peer link and gives this replica's Lease up, so the
 // others drop it at once. Run it once the hub's agents are gone.
-func (rs *replicaSet) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rs.peers.Close() // ends the claims streams served, which Shutdown would wait for
-	rs.srv.Shutdown(ctx)
-	rs.srv.Close()
+func (rs *replicaSet) close(h *Hub) {
+	h.peers.Close() // ends the claims streams served, which Shutdown would wait for
+	if rs.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rs.srv.Shutdown(ctx)
+		cancel()
+		rs.srv.Close()
+	} else {
+		rs.ln.Close()
+	}
 	rs.members.Close()
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/kubeproxy"
+	"github.com/tetherhq/tether/internal/peers"
 	"github.com/tetherhq/tether/internal/version"
 )
 
@@ -77,6 +78,15 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		kubeconfigCA = certs.selfSignedRoot
 	}
 
+	var rs *replicaSet
+	var members peers.Membership
+	if opts.Coordination == CoordinationKubernetes {
+		if rs, err = joinReplicas(ctx, opts, log); err != nil {
+			return err
+		}
+		members = membership{rs.members}
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h, err = New(Config{
@@ -100,16 +110,14 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		InventoryMaxBytes:      opts.InventoryMaxBytes,
 		MaxStreamsPerAgent:     opts.MaxStreamsPerAgent,
 		Replica:                opts.Replica.Name,
+		Members:                members,
 	})
 	if err != nil {
-		return err
-	}
-	var rs *replicaSet
-	if opts.Coordination == CoordinationKubernetes {
-		if rs, err = joinReplicas(ctx, opts, log, h.registry); err != nil {
-			h.Close()
-			return err
+		if rs != nil {
+			rs.ln.Close()
+			rs.members.Close()
 		}
+		return err
 	}
 
 	ln := opts.Listener
@@ -181,7 +189,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	var replicasDone <-chan struct{}
 	if rs != nil {
 		wg.Add(1)
-		go func() { defer wg.Done(); rs.serve(serveErr) }()
+		go func() { defer wg.Done(); rs.serve(h, serveErr) }()
 		replicasDone = rs.members.Done()
 	}
 	ownCtx, stopOwn := context.WithCancel(context.Background())
@@ -247,7 +255,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	h.Close()
 	srv.Close()
 	if rs != nil {
-		rs.close()
+		rs.close(h)
 	}
 	// The requests the closing cut short end now: their audit lines are
 	// written before the audit file closes (deferred above).
