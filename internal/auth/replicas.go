@@ -56,7 +56,8 @@ func (a *Authenticator) Users() (UsersList, bool) {
 // TakeUsers puts in force a users list another replica took in, when it
 // is newer (NewerThan) than the one in force here, as a reload of this
 // hub's own file does: the people it drops lose what they hold open
-// (OnUsersChanged). It reports whether it did. A list that doesn't parse,
+// (OnUsersChanged). It reports whether it did; the list in force given
+// with a later stamp only takes that stamp. A list that doesn't parse,
 // or whose hash isn't its bytes', is an error, and the list in force
 // stays. OnUsersLoaded is not called: the replica that loaded it tells the
 // others itself.
@@ -69,7 +70,16 @@ func (a *Authenticator) TakeUsers(l UsersList) (bool, error) {
 		return false, errors.New("the users list's SHA-256 is not that of its bytes")
 	}
 	u.mu.Lock()
-	if !l.NewerThan(u.list) || l.Hash == u.list.Hash {
+	if !l.NewerThan(u.list) {
+		u.mu.Unlock()
+		return false, nil
+	}
+	if l.Hash == u.list.Hash {
+		// The same list, taken in later elsewhere (a pod started since,
+		// its volume written then): the later stamp is kept, so that a
+		// third replica's list is weighed the same way everywhere,
+		// whichever replica this one asked first.
+		u.list.At = l.At
 		u.mu.Unlock()
 		return false, nil
 	}

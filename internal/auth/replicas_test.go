@@ -102,6 +102,16 @@ func TestTakeUsers(t *testing.T) {
 	if took, err := a.TakeUsers(ahead); took || err != nil {
 		t.Errorf("TakeUsers(the list in force) = %v, %v", took, err)
 	}
+	// The same list stamped later (taken in later elsewhere) keeps the
+	// later stamp, and changes nothing else.
+	later := usersList(aliceOnly, ahead.At.Add(time.Minute))
+	if took, err := a.TakeUsers(later); took || err != nil {
+		t.Errorf("TakeUsers(the list in force, later) = %v, %v", took, err)
+	}
+	if in, _ := a.Users(); !in.At.Equal(later.At) || changed.Load() != 1 {
+		t.Errorf("after the list in force stamped later: At %v, want %v; changed %d", in.At, later.At, changed.Load())
+	}
+	ahead = later
 
 	// The own file comes round to the same bytes: nothing happens.
 	files.Replace(t, path, aliceOnly)

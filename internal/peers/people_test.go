@@ -323,3 +323,26 @@ func TestAUsersListThatDoesntParseIsRefused(t *testing.T) {
 }
 
 func sha256Of(b []byte) [32]byte { return sha256.Sum256(b) }
+
+// TestThreeReplicasStartedWithDifferentLists: a and b have the same list,
+// their volumes written at different times, c another written between:
+// all three end with b's, the latest, whichever replica each asked first.
+func TestThreeReplicasStartedWithDifferentLists(t *testing.T) {
+	now := time.Now().Truncate(time.Second)
+	rs := startPeople(t, usersFile{"hub-a", aliceAndBob, now.Add(-3 * time.Hour)}, usersFile{"hub-b", aliceAndBob, now.Add(-time.Hour)},
+		usersFile{"hub-c", aliceOnly, now.Add(-2 * time.Hour)})
+	want, _ := rs[1].auth.Users()
+	eventually(t, 2*time.Second, "every replica holds b's list", func() bool {
+		for _, r := range rs {
+			if in, _ := r.auth.Users(); in.Hash != want.Hash || !in.At.Equal(want.At) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, r := range rs {
+		if !r.admits(t, tokBob) {
+			t.Errorf("%s refuses bob", r.name)
+		}
+	}
+}
