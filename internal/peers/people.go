@@ -345,8 +345,8 @@ func (pp *people) take(m usersMessage, from string) error {
 
 func (pp *people) serveSignOut(w http.ResponseWriter, r *http.Request) {
 	var m signOutMessage
-	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&m); err != nil || m.Person == "" || m.At.IsZero() {
-		http.Error(w, "a sign-out names a person and when", http.StatusUnprocessableEntity)
+	if err := json.NewDecoder(io.LimitReader(r.Body, 64<<10)).Decode(&m); err != nil || m.Person == "" || m.At.IsZero() || m.Until.IsZero() {
+		http.Error(w, "a sign-out names a person, when, and until when", http.StatusUnprocessableEntity)
 		return
 	}
 	pp.cfg.Auth.SignedOutElsewhere(m.Person, m.At, m.Until)
