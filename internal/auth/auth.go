@@ -101,6 +101,10 @@ type Authenticator struct {
 
 	watchersMu sync.Mutex // guards watchers
 	watchers   map[*func()]struct{}
+	// loadedHooks and signOutHooks tell the other hub replicas
+	// (replicas.go).
+	loadedHooks  hooks[func(UsersList)]
+	signOutHooks hooks[func(name string, at, until time.Time)]
 
 	life context.Context // done when Close is called
 	stop context.CancelFunc
@@ -139,6 +143,11 @@ func New(cfg Config) (*Authenticator, error) {
 	}
 	if a.users != nil && a.users.path != "" {
 		a.users.changed = a.usersChanged
+		a.users.loadedHook = func(l UsersList) {
+			for _, f := range a.loadedHooks.all() {
+				f(l)
+			}
+		}
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()

@@ -76,7 +76,8 @@
 //
 // A page session's cookie holds a hub-issued token too (IssueSession), with a ses claim: when
 // it was made. Signing out (EndSessions) voids every session made for that name before then, on
-// this hub, until they would have expired; kubeconfig tokens hold. A token made from another
+// this hub and, once told (OnSignOut, SignedOutElsewhere), on its other replicas, until they
+// would have expired; kubeconfig tokens hold. A token made from another
 // hub-issued token (a kubeconfig downloaded in a session, a session signed in with a
 // kubeconfig's token) expires with it.
 //

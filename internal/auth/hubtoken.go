@@ -157,9 +157,9 @@ func (a *Authenticator) IssueSession(p Person) (token string, expires time.Time,
 }
 
 // EndSessions signs p out of the page: every session token made for p's name before now stops
-// working, in every browser, on this hub (replicas don't share it; SPEC's "Later"). Kubeconfig
-// tokens hold, even those downloaded in a session. It does nothing for a person who didn't sign
-// in with a session token.
+// working, in every browser, on this hub, and on its other replicas once OnSignOut's hooks have
+// told them. Kubeconfig tokens hold, even those downloaded in a session. It does nothing for a
+// person who didn't sign in with a session token.
 func (a *Authenticator) EndSessions(p Person) {
 	if p.Source != SourceHub || p.session == 0 {
 		return
@@ -167,7 +167,11 @@ func (a *Authenticator) EndSessions(p Person) {
 	now := a.cfg.now()
 	// Any session made before now expires within a TTL of being made, so
 	// the mark is needed no longer than that.
-	a.signedOut.mark(p.Name, now, now.Add(a.hub.ttl+a.hub.leeway))
+	until := now.Add(a.hub.ttl + a.hub.leeway)
+	a.signedOut.mark(p.Name, now, until)
+	for _, f := range a.signOutHooks.all() {
+		f(p.Name, now, until)
+	}
 }
 
 // issue makes a token for p: a session's when session is set. One made from a hub-issued token

@@ -26,6 +26,14 @@ type signOut struct {
 // mark records that name signed out at now, and that it matters until
 // until.
 func (s *signedOut) mark(name string, now, until time.Time) {
+	s.markAt(name, now, until, now)
+}
+
+// markAt records that name signed out at at, as another replica tells
+// (its clock, not ours), and that it matters until until. A mark never
+// moves back: a sign-out told late doesn't revive sessions a later one
+// voided.
+func (s *signedOut) markAt(name string, at, until, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
@@ -41,7 +49,12 @@ func (s *signedOut) mark(name string, now, until time.Time) {
 		// as many marks as it kept.
 		s.next = 2*len(s.m) + 64
 	}
-	s.m[name] = signOut{at: now.UnixNano(), until: until}
+	o := s.m[name]
+	o.at = max(o.at, at.UnixNano())
+	if until.After(o.until) {
+		o.until = until
+	}
+	s.m[name] = o
 }
 
 // voids reports whether a session of name's made at made (Unix

@@ -2,9 +2,13 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"log/slog"
+	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tetherhq/tether/internal/listfile"
 )
@@ -95,12 +99,19 @@ func parseUsers(setting string, data []byte, c Config) ([]User, error) {
 
 // users holds the users list in force. A nil *users is a hub without one: it knows no token.
 type users struct {
-	cur    atomic.Pointer[userIndex]
-	path   string // the file watch follows, or "" for a list from TETHER_USERS
-	loaded []byte // the file's content when loadUsers read it
+	cur     atomic.Pointer[userIndex]
+	path    string // the file watch follows, or "" for a list from TETHER_USERS
+	setting string // what its errors name
+	loaded  []byte // the file's content when loadUsers read it
 	// changed is called after each reload, once the new list is in force: the hub ends what
 	// people it no longer admits still hold open (Authenticator.OnUsersChanged).
 	changed func()
+	// loadedHook is called after a reload of this hub's own file: the other replicas are told
+	// (Authenticator.OnUsersLoaded).
+	loadedHook func(UsersList)
+
+	mu   sync.Mutex // guards list, and makes each change of the list in force one step
+	list UsersList  // the list in force, as replicas share it
 }
 
 // loadUsers reads the users list from cfg, or returns nil when none is set.
@@ -113,8 +124,17 @@ func loadUsers(cfg Config) (*users, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := &users{path: src.Path, loaded: src.Data}
+	u := &users{path: src.Path, setting: src.Setting, loaded: src.Data}
 	u.replace(list)
+	// When the content was taken in: the file's modification time, so a
+	// replica restarted with a volume the kubelet hasn't updated yet
+	// doesn't take its old list for news (decision 034).
+	u.list = UsersList{Data: src.Data, Hash: sha256.Sum256(src.Data), At: cfg.now()}
+	if src.Path != "" {
+		if fi, err := os.Stat(src.Path); err == nil {
+			u.list.At = fi.ModTime()
+		}
+	}
 	return u, nil
 }
 
@@ -175,15 +195,35 @@ func (u *users) watch(ctx context.Context, cfg Config, log *slog.Logger) {
 			log.Warn("Can't read the users list; keeping the last good one", "file", u.path, "err", err)
 			return
 		}
+		hash := sha256.Sum256(data)
+		u.mu.Lock()
+		if hash == u.list.Hash {
+			// Another replica gave it already.
+			u.mu.Unlock()
+			log.Debug("The users list changed to the one in force already", "file", u.path)
+			return
+		}
 		list, err := parseUsers(SettingUsersFile, data, cfg)
 		if err != nil {
+			u.mu.Unlock()
 			log.Warn("The users list has an error; keeping the last good one", "file", u.path, "err", err)
 			return
 		}
+		// A change seen now is newer than any list in force, even one
+		// stamped by a replica whose clock is ahead.
+		in := UsersList{Data: data, Hash: hash, At: cfg.now()}
+		if !in.At.After(u.list.At) {
+			in.At = u.list.At.Add(time.Nanosecond)
+		}
 		u.replace(list)
+		u.list = in
+		u.mu.Unlock()
 		log.Info("Reloaded the users list", "file", u.path, "users", len(list))
 		if u.changed != nil {
 			u.changed()
+		}
+		if u.loadedHook != nil {
+			u.loadedHook(in)
 		}
 	})
 	if err != nil {

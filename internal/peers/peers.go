@@ -45,6 +45,9 @@ type Config struct {
 	// ping; a stream silent for three of them is taken for dead, and its
 	// replica's claims are dropped. Zero means 2 s.
 	Ping time.Duration
+	// People carries sign-outs and the users list between replicas
+	// (people.go); a zero one carries neither.
+	People PeopleConfig
 }
 
 // Peers keeps a link to every other replica, and serves theirs.
@@ -52,6 +55,7 @@ type Peers struct {
 	cfg     Config
 	log     *slog.Logger
 	forward http.Handler // carries other replicas' requests (forward.go)
+	people  *people      // sign-outs and users lists (people.go); nil for none
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -73,6 +77,7 @@ func New(cfg Config) *Peers {
 	p := &Peers{cfg: cfg, log: cfg.Logger, links: map[string]*link{}}
 	p.forward = p.newForwarder()
 	p.ctx, p.cancel = context.WithCancel(context.Background())
+	p.people = p.newPeople()
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -94,6 +99,7 @@ func (p *Peers) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+claimsPath, p.serveClaims)
 	mux.Handle(clustersPath+"{cluster}/{path...}", p.forward)
+	p.people.routes(mux)
 	return mux
 }
 
@@ -113,6 +119,7 @@ func (p *Peers) Server(handler http.Handler) *http.Server {
 // Close ends the links, drops what they said, and waits for them.
 func (p *Peers) Close() error {
 	p.cancel()
+	p.people.close()
 	p.wg.Wait()
 	p.mu.Lock()
 	links := p.links
@@ -145,6 +152,7 @@ func (p *Peers) reconcile() {
 	for name, peer := range want {
 		if p.links[name] == nil {
 			p.links[name] = p.startLink(peer)
+			p.people.linked(p.links[name])
 		}
 	}
 }
