@@ -174,12 +174,10 @@ func New(cfg Config) (*Hub, error) {
 		return nil, err
 	}
 	h := &Hub{cfg: cfg, registry: registry}
-	var carrier web.Replicas
-	if cfg.Members != nil {
-		h.peers = peers.New(peers.Config{Logger: cfg.Logger, Hub: registry, Members: cfg.Members})
-		carrier = h.peers
-	}
 	if cfg.Auth == nil {
+		if cfg.Members != nil {
+			h.peers = peers.New(peers.Config{Logger: cfg.Logger, Hub: registry, Members: cfg.Members})
+		}
 		return h, nil
 	}
 	h.proxy, err = kubeproxy.New(kubeproxy.Config{
@@ -196,6 +194,14 @@ func New(cfg Config) (*Hub, error) {
 	if err != nil {
 		registry.Close()
 		return nil, err
+	}
+	var carrier web.Replicas
+	if cfg.Members != nil {
+		// Sign-outs and the users list hold on every replica: what one
+		// takes in, it tells the others (decision 034).
+		h.peers = peers.New(peers.Config{Logger: cfg.Logger, Hub: registry, Members: cfg.Members,
+			People: peers.PeopleConfig{Auth: cfg.Auth, SignedOut: h.proxy.SignedOut}})
+		carrier = h.peers
 	}
 	h.web = web.New(web.Config{
 		Logger:                 cfg.Logger,
@@ -252,6 +258,11 @@ func (h *Hub) WaitRequests(ctx context.Context) error {
 // may be called more than once.
 func (h *Hub) Close() error {
 	err := h.registry.Close()
+	if h.peers != nil {
+		// Once the agents are gone: until then, moving agents and the
+		// requests that follow them need the others.
+		h.peers.Close()
+	}
 	if h.proxy != nil {
 		h.proxy.Close()
 	}

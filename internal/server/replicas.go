@@ -52,33 +52,33 @@ func joinReplicas(ctx context.Context, o Options, log *slog.Logger) (*replicaSet
 	return &replicaSet{members: members, ln: ln}, nil
 }
 
-// serve serves h's peer link on the peer port until close: the claims
-// and carried requests (internal/peers) and the inventory queries
-// (internal/web), which only replicas may ask.
-func (rs *replicaSet) serve(h *Hub, serveErr chan<- error) {
+// server makes the peer port's server for h.
+func (rs *replicaSet) server(h *Hub) {
 	mux := http.NewServeMux()
 	if h.web != nil {
 		mux.Handle(web.PeerPath, h.web.PeerHandler())
 	}
 	mux.Handle("/", h.peers.Handler())
 	rs.srv = h.peers.Server(mux)
+}
+
+// serve serves h's peer link on the peer port until close: the claims
+// and carried requests (internal/peers) and the inventory queries
+// (internal/web), which only replicas may ask.
+func (rs *replicaSet) serve(serveErr chan<- error) {
 	if err := rs.srv.ServeTLS(rs.ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
 		serveErr <- fmt.Errorf("the peer port: %w", err)
 	}
 }
 
-// close ends h's peer link and gives this replica's Lease up, so the
-// others drop it at once. Run it once the hub's agents are gone.
-func (rs *replicaSet) close(h *Hub) {
-	h.peers.Close() // ends the claims streams served, which Shutdown would wait for
-	if rs.srv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		rs.srv.Shutdown(ctx)
-		cancel()
-		rs.srv.Close()
-	} else {
-		rs.ln.Close()
-	}
+// close closes the peer port and gives this replica's Lease up, so the
+// others drop it at once. Run it after h.Close, which ends the peer link
+// and with it the claims streams served, which Shutdown would wait for.
+func (rs *replicaSet) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	rs.srv.Shutdown(ctx)
+	cancel()
+	rs.srv.Close()
 	rs.members.Close()
 }
 

@@ -85,6 +85,12 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 			return err
 		}
 		members = membership{rs.members}
+		defer func() {
+			if rs.srv == nil { // Serve failed before it served the peer port
+				rs.ln.Close()
+				rs.members.Close()
+			}
+		}()
 	}
 
 	reg := prometheus.NewRegistry()
@@ -113,10 +119,6 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		Members:                members,
 	})
 	if err != nil {
-		if rs != nil {
-			rs.ln.Close()
-			rs.members.Close()
-		}
 		return err
 	}
 
@@ -188,8 +190,9 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	}()
 	var replicasDone <-chan struct{}
 	if rs != nil {
+		rs.server(h)
 		wg.Add(1)
-		go func() { defer wg.Done(); rs.serve(h, serveErr) }()
+		go func() { defer wg.Done(); rs.serve(serveErr) }()
 		replicasDone = rs.members.Done()
 	}
 	ownCtx, stopOwn := context.WithCancel(context.Background())
@@ -255,7 +258,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	h.Close()
 	srv.Close()
 	if rs != nil {
-		rs.close(h)
+		rs.close()
 	}
 	// The requests the closing cut short end now: their audit lines are
 	// written before the audit file closes (deferred above).
