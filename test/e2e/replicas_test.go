@@ -10,6 +10,8 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/listfile"
+	"github.com/tetherhq/tether/internal/localkube"
 	"github.com/tetherhq/tether/internal/testutil/lb"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -339,4 +342,79 @@ func TestRollingUpdateFailsNoRequest(t *testing.T) {
 	if failures.Load() > 0 {
 		t.Errorf("%d of %d requests failed during the rolling update:\n%s", failures.Load(), requests.Load(), failed.String())
 	}
+}
+
+// TestSignOutAndInventoryOnEveryReplica: a person signed in to the page through
+// one replica and signed out through it is signed out on the others too,
+// within 2 s; and the fleet's inventory and status answer on every
+// replica alike.
+func TestSignOutAndInventoryOnEveryReplica(t *testing.T) {
+	if err := cluster.GrantInventory(t.Context(), localkube.Namespace, localkube.ServiceAccount); err != nil {
+		t.Fatal(err)
+	}
+	rs := startReplicas(t, 2, "out")
+	agent(t, "out", "https://"+rs.addrs[0], agentToken)
+	within(t, 20*time.Second, "Ready on both", func() bool { return rs.allReady(t, -1, "out") })
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(hubCA.CertPEM)
+	jar, _ := cookiejar.New(nil)
+	client := &http.Client{Jar: jar, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer client.CloseIdleConnections()
+	a, b := "https://"+rs.addrs[0], "https://"+rs.addrs[1]
+	if code := postTo(t, client, a+"/login", rs.url, url.Values{"token": {adminToken}}); code != http.StatusOK {
+		t.Fatalf("sign-in on replica 0: %d", code)
+	}
+	// The session's cookie, kept: signing out clears it in the browser,
+	// and what is tested is that a copy kept elsewhere is void.
+	session := jar.Cookies(&url.URL{Scheme: "https", Host: rs.addrs[1]})
+	if len(session) == 0 {
+		t.Fatal("no session cookie after signing in")
+	}
+	page := func(hub string) int {
+		req, _ := http.NewRequest("GET", hub+"/api/clusters", nil)
+		for _, c := range session {
+			req.AddCookie(c)
+		}
+		resp, err := (&http.Client{Transport: client.Transport}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := page(b); code != http.StatusOK {
+		t.Fatalf("the session on replica 1: %d, want 200", code)
+	}
+	if code := postTo(t, client, a+"/logout", rs.url, nil); code >= 400 {
+		t.Fatalf("sign-out on replica 0: %d", code)
+	}
+	within(t, 2*time.Second, "the session refused on replica 1", func() bool { return page(b) == http.StatusUnauthorized })
+
+	// The inventory of the cluster replica 0 holds, asked of replica 1:
+	// carried to replica 0, answered with its access reviews as the person.
+	ns := unique("inv")
+	admin(t, "create", "namespace", ns)
+	admin(t, "create", "clusterrolebinding", unique("out-admins"), "--clusterrole=cluster-admin", "--group=tether:admins")
+	mustCreatePod(t, ns, "seen")
+	for _, path := range []string{"/api/clusters/out/resources?kind=pods&namespace=" + ns, "/api/resources?kind=pods&namespace=" + ns} {
+		within(t, 30*time.Second, path+" on replica 1 has the pod", func() bool {
+			var items []item
+			return apiGet(t, b, adminToken, path, &items) == http.StatusOK && len(items) == 1 && items[0].Name == "seen" && items[0].Cluster == "out"
+		})
+	}
+}
+
+// postTo posts form to u with Origin origin, as the page does, and returns
+// the status of the page it ends on.
+func postTo(t *testing.T, client *http.Client, u, origin string, form url.Values) int {
+	t.Helper()
+	req, _ := http.NewRequest("POST", u, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", origin)
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
