@@ -406,3 +406,31 @@ func (l *logLines) String() string {
 	defer l.mu.Unlock()
 	return l.buf.String()
 }
+
+// TestStaleViewKeepsMembers: a replica that doesn't see its own renewals (here, it stops
+// making them, as when it can't reach the API server) can't tell a dead peer from a silent
+// watch, and keeps the members it has; a replica whose view is fresh drops them.
+func TestStaleViewKeepsMembers(t *testing.T) {
+	ns, key := newNamespace(t), newKey(t)
+	a := join(t, testConfig(t, ns, "a", key))
+	b := join(t, testConfig(t, ns, "b", key))
+	cfg, cWrites := countedConfig(t, ns, "c", key)
+	c := join(t, cfg)
+	waitMembers(t, a, 10*time.Second, "b", "c")
+	waitMembers(t, c, 10*time.Second, "a", "b")
+	a.stopRenewing()
+	b.stopRenewing()
+	waitMembers(t, c, 10*time.Second)
+	// Two more of c's renewals: past the moment a would have dropped b, had its view been fresh.
+	timeout := time.After(10 * time.Second)
+	for n := cWrites.count() + 2; cWrites.count() < n; {
+		select {
+		case <-cWrites.made:
+		case <-timeout:
+			t.Fatal("c stopped renewing")
+		}
+	}
+	if got := memberNames(a.Members()); got != "b,c" {
+		t.Errorf("a's members with its view stale: [%s], want [b,c]", got)
+	}
+}
