@@ -134,11 +134,12 @@ func newNamespace(t *testing.T) string {
 		t.Fatal(err)
 	}
 	name := strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
-	name = "r-" + name[:min(len(name), 50)]
-	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+	// Generated: -count=2 runs each test again on the same API server.
+	ns, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "r-" + name[:min(len(name), 50)] + "-"}}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return name
+	return ns.Name
 }
 
 func newKey(t *testing.T) ed25519.PrivateKey {
