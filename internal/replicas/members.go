@@ -150,6 +150,18 @@ func (r *Replicas) forget(obj any) {
 // and sets the timer for the next expiry.
 func (r *Replicas) recomputeLocked() {
 	now := r.clock.Now()
+	// While this replica doesn't see its own renewals come back, its view is stale (the API
+	// server unreachable, the watch broken) and a dead peer looks like a silent watch: it keeps
+	// the members it has rather than drop them all after a lease (issue 35: the API unreachable
+	// for a minute). Time stops for them a renewal and a half after its own was last seen; a
+	// live peer renewed within a renewal of that, so it stays while the lease is over 2.5
+	// renewals (15 s, 5 s).
+	at := now
+	if own := r.seen[r.leaseName]; own != nil && !own.changed.IsZero() {
+		if fresh := own.changed.Add(r.renew + r.renew/2); fresh.Before(at) {
+			at = fresh
+		}
+	}
 	var members []Member
 	var next time.Time
 	for name, o := range r.seen {
@@ -157,7 +169,7 @@ func (r *Replicas) recomputeLocked() {
 			continue
 		}
 		expires := o.changed.Add(r.duration)
-		if !now.Before(expires) {
+		if !at.Before(expires) {
 			continue
 		}
 		members = append(members, o.member)
@@ -174,7 +186,9 @@ func (r *Replicas) recomputeLocked() {
 		}
 	}
 	switch {
-	case next.IsZero():
+	case next.IsZero() || at.Before(now):
+		// Nothing to expire, or time stopped until this replica's own Lease changes again,
+		// which recomputes.
 		if r.timer != nil {
 			r.timer.Stop()
 		}

@@ -134,11 +134,12 @@ func newNamespace(t *testing.T) string {
 		t.Fatal(err)
 	}
 	name := strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
-	name = "r-" + name[:min(len(name), 50)]
-	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+	// Generated: -count=2 runs each test again on the same API server.
+	ns, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "r-" + name[:min(len(name), 50)] + "-"}}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return name
+	return ns.Name
 }
 
 func newKey(t *testing.T) ed25519.PrivateKey {
@@ -405,4 +406,32 @@ func (l *logLines) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.String()
+}
+
+// TestStaleViewKeepsMembers: a replica that doesn't see its own renewals (here, it stops
+// making them, as when it can't reach the API server) can't tell a dead peer from a silent
+// watch, and keeps the members it has; a replica whose view is fresh drops them.
+func TestStaleViewKeepsMembers(t *testing.T) {
+	ns, key := newNamespace(t), newKey(t)
+	a := join(t, testConfig(t, ns, "a", key))
+	b := join(t, testConfig(t, ns, "b", key))
+	cfg, cWrites := countedConfig(t, ns, "c", key)
+	c := join(t, cfg)
+	waitMembers(t, a, 10*time.Second, "b", "c")
+	waitMembers(t, c, 10*time.Second, "a", "b")
+	a.stopRenewing()
+	b.stopRenewing()
+	waitMembers(t, c, 10*time.Second)
+	// Two more of c's renewals: past the moment a would have dropped b, had its view been fresh.
+	timeout := time.After(10 * time.Second)
+	for n := cWrites.count() + 2; cWrites.count() < n; {
+		select {
+		case <-cWrites.made:
+		case <-timeout:
+			t.Fatal("c stopped renewing")
+		}
+	}
+	if got := memberNames(a.Members()); got != "b,c" {
+		t.Errorf("a's members with its view stale: [%s], want [b,c]", got)
+	}
 }
