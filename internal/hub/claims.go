@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/tetherhq/tether/internal/inventory/store"
 )
 
 // Hub replicas (SPEC section 8): each replica holds the agents that
@@ -24,6 +26,10 @@ type Claim struct {
 	// the holder sees them (History newest first).
 	Status  ClusterStatus
 	History []StatusChange
+	// Inventory is what the holder keeps of the cluster's inventory as a
+	// whole (its summary, the kinds' states), for the fleet page; nil
+	// before its agent sent any. Queries of the objects go to the holder.
+	Inventory *store.Info
 	// Upstream is the way to the cluster's API server through the holder;
 	// nil in what Held returns.
 	Upstream Upstream
@@ -47,7 +53,28 @@ func (h *Hub) Held(name string) (Claim, bool) {
 		// The clusters the hub reaches itself are every replica's own.
 		return Claim{}, false
 	}
-	return Claim{Replica: h.cfg.Replica, Since: c.since, Status: h.clusterLocked(name), History: h.historyLocked(name)}, true
+	claim := Claim{Replica: h.cfg.Replica, Since: c.since, Status: h.clusterLocked(name), History: h.historyLocked(name)}
+	if info, ok := h.inventory.Info(name); ok {
+		claim.Inventory = &info
+	}
+	return claim, true
+}
+
+// InventoryInfo returns what is known of cluster name's inventory as a
+// whole: this replica's, or, for a cluster whose agent another holds,
+// what that replica's claim says.
+func (h *Hub) InventoryInfo(name string) (store.Info, bool) {
+	h.mu.Lock()
+	c := h.claimLocked(name)
+	local := h.agents[name] != nil
+	h.mu.Unlock()
+	if c != nil && !local {
+		if c.Inventory == nil {
+			return store.Info{}, false
+		}
+		return *c.Inventory, true
+	}
+	return h.inventory.Info(name)
 }
 
 // HeldNames returns the clusters whose agents are connected here, but the

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/inventory/store"
 )
 
 // Each replica streams its claims to every other that asks: the clusters
@@ -35,6 +36,9 @@ type message struct {
 	Since   time.Time          `json:"since,omitzero"`
 	Status  *hub.ClusterStatus `json:"status,omitempty"`
 	History []hub.StatusChange `json:"history,omitempty"`
+	// Inventory is the holder's account of the cluster's inventory as a
+	// whole (hub.Claim).
+	Info *store.Info `json:"inventoryInfo,omitempty"`
 	// Ceiling, CeilingWhy, Proxy and Inventory are the agent
 	// connection's Ceiling and Halves (hub.Upstream).
 	Ceiling    string `json:"ceiling,omitempty"`
@@ -133,7 +137,7 @@ func (p *Peers) claimLine(name string) []byte {
 	if !ok || up == nil {
 		return nil
 	}
-	m := message{Type: typeClaim, Cluster: name, Since: c.Since, Status: &c.Status, History: c.History}
+	m := message{Type: typeClaim, Cluster: name, Since: c.Since, Status: &c.Status, History: c.History, Info: c.Inventory}
 	m.Ceiling, m.CeilingWhy = up.Ceiling()
 	m.Proxy, m.Inventory = up.Halves()
 	return encode(m)
@@ -295,7 +299,7 @@ func (l *link) claim(m message) {
 	}
 	u.set(m)
 	l.mu.Unlock()
-	l.p.cfg.Hub.SetClaim(l.name, m.Cluster, &hub.Claim{Since: m.Since, Status: *m.Status, History: m.History, Upstream: u})
+	l.p.cfg.Hub.SetClaim(l.name, m.Cluster, &hub.Claim{Since: m.Since, Status: *m.Status, History: m.History, Inventory: m.Info, Upstream: u})
 }
 
 func (l *link) unclaim(cluster string) {

@@ -30,6 +30,7 @@ import (
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/logging"
+	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/agenttest"
 	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
@@ -245,6 +246,19 @@ func TestAReplicaReachesAClusterAnotherHolds(t *testing.T) {
 	if h := b.hub.History("eu-1"); len(h) == 0 || h[0].Status != hub.Ready {
 		t.Errorf("b's history of eu-1 = %v, want a's, Ready last", h)
 	}
+	// What a keeps of the inventory as a whole (the fleet page's summary,
+	// the kinds' states) b shows too.
+	u := &protocol.Update{Snapshot: true, Complete: true, Kinds: []protocol.KindState{{Kind: "nodes"}, {Kind: "pods"}}, Upserts: []protocol.Resource{
+		{ResourceRef: protocol.ResourceRef{Kind: "nodes", Name: "n1"}, Ready: true},
+		{ResourceRef: protocol.ResourceRef{Kind: "pods", Namespace: "x", Name: "p1"}}}}
+	if a.hub.Inventory().Receiver("eu-1").Apply(u, time.Now()) {
+		a.hub.Changed("eu-1")
+	}
+	eventually(t, 5*time.Second, "b has a's account of eu-1's inventory", func() bool {
+		theirs, ok := b.hub.InventoryInfo("eu-1")
+		s := theirs.Summary
+		return ok && s.NodesTotal != nil && *s.NodesTotal == 1 && s.PodsNotReady != nil && *s.PodsNotReady == 1
+	})
 
 	// A request as a person, impersonating, goes as the agent's service
 	// account, which never leaves replica a.

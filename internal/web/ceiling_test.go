@@ -31,11 +31,12 @@ func (o *oneCluster) Reach(string) hub.Upstream { return o.up }
 func (o *oneCluster) Entry(name string) (fleet.Agent, bool) {
 	return fleet.Agent{Name: name, Groups: fleet.Groups{Everyone: true}}, name == "eu-1"
 }
-func (o *oneCluster) Clusters() []hub.ClusterStatus            { return nil }
-func (o *oneCluster) Cluster(string) (hub.ClusterStatus, bool) { return hub.ClusterStatus{}, false }
-func (o *oneCluster) History(string) []hub.StatusChange        { return nil }
-func (o *oneCluster) Inventory() *store.Store                  { return o.inv }
-func (o *oneCluster) Subscribe() *hub.Subscription             { return nil }
+func (o *oneCluster) Clusters() []hub.ClusterStatus             { return nil }
+func (o *oneCluster) Cluster(string) (hub.ClusterStatus, bool)  { return hub.ClusterStatus{}, false }
+func (o *oneCluster) History(string) []hub.StatusChange         { return nil }
+func (o *oneCluster) Inventory() *store.Store                   { return o.inv }
+func (o *oneCluster) InventoryInfo(n string) (store.Info, bool) { return o.inv.Info(n) }
+func (o *oneCluster) Subscribe() *hub.Subscription              { return nil }
 
 // reviewer answers access reviews as an API server would, and notes each.
 type reviewer struct {

@@ -384,7 +384,7 @@ type KindProblem struct {
 
 // addInventory fills in c's summary and inventory from the store.
 func (wb *Web) addInventory(c *ClusterJSON) {
-	info, ok := wb.cfg.Clusters.Inventory().Info(c.Name)
+	info, ok := wb.cfg.Clusters.InventoryInfo(c.Name)
 	if !ok {
 		return
 	}
@@ -408,7 +408,7 @@ func (wb *Web) addInventory(c *ClusterJSON) {
 // may list gateways in its namespace: it names a gateway, which those who
 // may list none must not learn of (issue 33).
 func (wb *Web) addTieBreaker(ctx context.Context, c *ClusterJSON, p auth.Person) {
-	info, ok := wb.cfg.Clusters.Inventory().Info(c.Name)
+	info, ok := wb.cfg.Clusters.InventoryInfo(c.Name)
 	if !ok || c.Inventory == nil || info.GatewayTieBreaker == "" {
 		return
 	}

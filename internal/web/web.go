@@ -33,6 +33,9 @@ type Clusters interface {
 	History(name string) []hub.StatusChange
 	// Inventory is every cluster's inventory.
 	Inventory() *store.Store
+	// InventoryInfo is what is known of a cluster's inventory as a whole,
+	// here or, for a cluster another replica holds, from its claim.
+	InventoryInfo(name string) (store.Info, bool)
 	// Subscribe tells of the clusters that change, for the event streams.
 	Subscribe() *hub.Subscription
 }
