@@ -43,6 +43,7 @@ type replicaSet struct {
 	addrs []string // each replica's own public address
 	hubs  []*proc
 	envs  []map[string]string
+	audit []string // each replica's audit file
 }
 
 // startReplicas starts n replicas admitting the named clusters.
@@ -64,7 +65,10 @@ func startReplicas(t *testing.T, n int, names ...string) *replicaSet {
 	for i, addr := range rs.addrs {
 		certFile, keyFile := hubCert(t)
 		peer := freeAddr(t)
+		audit := filepath.Join(t.TempDir(), "audit.jsonl")
+		rs.audit = append(rs.audit, audit)
 		env := map[string]string{
+			"TETHER_AUDIT_FILE":             audit,
 			"TETHER_ADDR":                   addr,
 			"TETHER_PUBLIC_URL":             rs.url,
 			"TETHER_TLS_CERT_FILE":          certFile,
@@ -191,6 +195,33 @@ func TestReplicasServeAsOneHub(t *testing.T) {
 			if out, err := kubectl(t, k, "get", "namespace", ns, "-o", "name"); err != nil || strings.TrimSpace(out) != "namespace/"+ns {
 				t.Fatalf("%s, request %d: %q, %v", n, i, out, err)
 			}
+		}
+	}
+
+	// Each request has one audit line, on the replica that received it;
+	// one that another replica carried names it.
+	var carried, lines int
+	ids := map[string]int{}
+	for _, f := range rs.audit {
+		b, _ := os.ReadFile(f)
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var rec struct{ RequestID, Replica, Cluster string }
+			if json.Unmarshal([]byte(l), &rec) != nil {
+				continue
+			}
+			lines++
+			ids[rec.RequestID]++
+			if rec.Replica != "" {
+				carried++
+			}
+		}
+	}
+	if carried == 0 || lines < 9 {
+		t.Errorf("%d audit lines, %d naming the replica that carried the request; want at least 9, some carried", lines, carried)
+	}
+	for id, n := range ids {
+		if n > 1 {
+			t.Errorf("request %s has %d audit lines", id, n)
 		}
 	}
 
