@@ -51,13 +51,6 @@ func (h *Hub) Drain() {
 	wg.Wait()
 }
 
-// Draining reports whether Drain has been called.
-func (h *Hub) Draining() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.draining
-}
-
 // retireLocked takes c, which this hub asked to move and whose new
 // connection another replica now holds, out of the routing: requests go
 // to that replica from now on, and c is closed once the streams open on it
