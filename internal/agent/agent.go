@@ -5,7 +5,9 @@ package agent
 
 import (
 	"context"
+	crand "crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -78,6 +80,11 @@ type Agent struct {
 	live     atomic.Int32
 	draining atomic.Int32
 
+	// instance and connections order this process's connections for the
+	// hub (protocol.Message.Instance).
+	instance    string
+	connections atomic.Uint64
+
 	// refusedLogged is set once a person's stream has been refused under
 	// ProxyOff and said so at Warn: a hub that keeps sending them is
 	// logged once, the rest at Debug.
@@ -123,10 +130,13 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.TokenReread == 0 {
 		cfg.TokenReread = time.Minute
 	}
+	var id [8]byte
+	crand.Read(id[:])
 	return &Agent{
-		cfg: cfg,
-		log: cfg.Logger.With("agent", cfg.Name),
-		hub: cfg.HubURL.String(),
+		cfg:      cfg,
+		log:      cfg.Logger.With("agent", cfg.Name),
+		hub:      cfg.HubURL.String(),
+		instance: hex.EncodeToString(id[:]),
 	}, nil
 }
 

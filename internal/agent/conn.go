@@ -73,7 +73,9 @@ func (a *Agent) connect(ctx context.Context) (res result) {
 		Moves:               true,
 		// A move while the connection moved from still serves; once it
 		// has ended, the agent comes back as after any disconnect.
-		Move: a.draining.Load() > 0,
+		Move:       a.draining.Load() > 0,
+		Instance:   a.instance,
+		Connection: a.connections.Add(1),
 	}
 	if err := protocol.Write(ctl, hello); err != nil {
 		return failed(err)

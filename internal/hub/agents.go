@@ -158,6 +158,8 @@ func (h *Hub) hello(r *http.Request, sess *tunnel.Session, entry fleet.Agent, to
 		proxyOff:     m.ProxyOff,
 		inventoryOff: m.InventoryOff,
 		moves:        m.Moves,
+		instance:     m.Instance,
+		connection:   m.Connection,
 		ca:           ca,
 		saAuth:       authorization(m.ServiceAccountToken),
 		since:        h.clock.Now(),

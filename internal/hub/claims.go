@@ -22,6 +22,12 @@ type Claim struct {
 	// cluster the newer wins, as the newest agent does on one hub; equal
 	// times go to the replica whose name sorts last.
 	Since time.Time
+	// Instance and Connection are the agent's hello's: two connections
+	// of one agent process are ordered by Connection, not by the clocks
+	// of the replicas they reached, which may differ by more than the
+	// agent took to connect again.
+	Instance   string
+	Connection uint64
 	// Status and History are the cluster's status and recent changes as
 	// the holder sees them (History newest first).
 	Status  ClusterStatus
@@ -35,12 +41,20 @@ type Claim struct {
 	Upstream Upstream
 }
 
-// newer reports whether c is a newer claim than one of replica since then.
-func (c *Claim) newer(replica string, since time.Time) bool {
-	if !c.Since.Equal(since) {
-		return c.Since.After(since)
+// newer reports whether c is a newer claim than o.
+func (c *Claim) newer(o *Claim) bool {
+	if c.Instance != "" && c.Instance == o.Instance {
+		return c.Connection > o.Connection
 	}
-	return c.Replica > replica
+	if !c.Since.Equal(o.Since) {
+		return c.Since.After(o.Since)
+	}
+	return c.Replica > o.Replica
+}
+
+// claimOf is what c, connected here, would claim.
+func (h *Hub) claimOf(c *agentConn) *Claim {
+	return &Claim{Replica: h.cfg.Replica, Since: c.since, Instance: c.instance, Connection: c.connection}
 }
 
 // Held returns this replica's claim of cluster name, if an agent of it is
@@ -53,7 +67,8 @@ func (h *Hub) Held(name string) (Claim, bool) {
 		// The clusters the hub reaches itself are every replica's own.
 		return Claim{}, false
 	}
-	claim := Claim{Replica: h.cfg.Replica, Since: c.since, Status: h.clusterLocked(name), History: h.historyLocked(name)}
+	claim := *h.claimOf(c)
+	claim.Status, claim.History = h.clusterLocked(name), h.historyLocked(name)
 	if info, ok := h.inventory.Info(name); ok {
 		claim.Inventory = &info
 	}
@@ -123,7 +138,7 @@ func (h *Hub) SetClaim(replica, name string, claim *Claim) {
 	claim.Replica = replica
 	h.claims[name][replica] = claim
 	var taken *agentConn
-	if c := h.agents[name]; c != nil && claim.newer(h.cfg.Replica, c.since) {
+	if c := h.agents[name]; c != nil && claim.newer(h.claimOf(c)) {
 		if c.moving.Load() {
 			// The move this hub asked for: no takeover.
 			h.retireLocked(c)
@@ -191,7 +206,7 @@ func (h *Hub) dropClaimLocked(name, replica string) *Claim {
 func (h *Hub) claimLocked(name string) *Claim {
 	var best *Claim
 	for _, c := range h.claims[name] {
-		if best == nil || c.newer(best.Replica, best.Since) {
+		if best == nil || c.newer(best) {
 			best = c
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
@@ -86,5 +87,36 @@ func TestANewerClaimTakesOver(t *testing.T) {
 	}
 	if !strings.Contains(h.logs.String(), `An agent was taken over by another agent with the same name and token agent="eu-1" replica=hub-b`) {
 		t.Errorf("hub log:\n%s", h.logs)
+	}
+}
+
+// TestClaimsOfOneAgentFollowItsConnections: two connections of one agent
+// process are ordered by its count of connections, not by the clocks of
+// the replicas they reached: an agent that came back to another replica
+// whose clock is behind is not told it was taken over, and the connection
+// it left is.
+func TestClaimsOfOneAgentFollowItsConnections(t *testing.T) {
+	fc := fakecluster.New(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1", "us-1"), Replica: "hub-a", Heartbeat: time.Hour, ProbeInterval: time.Hour})
+	hello := helloFor(fc)
+	hello.Instance, hello.Connection = "agent-1", 4
+	left := helloWith(t, h, "eu-1", hello)
+	eventually(t, 5*time.Second, "registered", func() bool { return h.Local("eu-1") != nil })
+
+	// Its next connection, on a replica whose clock is a minute behind.
+	h.SetClaim("hub-b", "eu-1", &Claim{Since: time.Now().Add(-time.Minute), Instance: "agent-1", Connection: 5, Upstream: claimUpstream{}})
+	if m, err := nextMessage(left); err != nil || m.Type != protocol.TypeGoAway || m.Reason != protocol.ReasonTakeover {
+		t.Errorf("the connection the agent left got %+v, %v; want a takeover", m, err)
+	}
+
+	// An older connection of another agent's, claimed later, takes
+	// nothing over.
+	hello.Instance, hello.Connection = "agent-2", 9
+	kept := helloWith(t, h, "us-1", hello)
+	defer kept.Close()
+	eventually(t, 5*time.Second, "registered", func() bool { return h.Local("us-1") != nil })
+	h.SetClaim("hub-b", "us-1", &Claim{Since: time.Now().Add(time.Minute), Instance: "agent-2", Connection: 8, Upstream: claimUpstream{}})
+	if h.Local("us-1") == nil {
+		t.Error("an earlier connection of the same agent took the later one over")
 	}
 }

@@ -53,6 +53,10 @@ type agentConn struct {
 	// hub asked it to.
 	moves  bool
 	moving atomic.Bool
+	// instance and connection are its hello's: they order it against
+	// another connection of the same agent process (claims.go).
+	instance   string
+	connection uint64
 	// ca is the DER of the certificates the agent sent for its API
 	// server. Not a CertPool: a pool with its index and the parsed
 	// certificate cost the hub 0.8 KiB more per idle agent, so a pool is

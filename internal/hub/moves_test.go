@@ -16,13 +16,20 @@ import (
 // returns its control stream once welcomed.
 func helloAs(t *testing.T, h *testHub, fc *fakecluster.Cluster, name string, moves bool) net.Conn {
 	t.Helper()
+	hello := helloFor(fc)
+	hello.Moves = moves
+	return helloWith(t, h, name, hello)
+}
+
+// helloWith connects a raw agent of cluster name that says hello, and
+// returns its control stream once welcomed.
+func helloWith(t *testing.T, h *testHub, name string, hello protocol.Message) net.Conn {
+	t.Helper()
 	sess := agenttest.Raw(t, h.url, name, testToken)
 	ctl, err := sess.Open(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	hello := helloFor(fc)
-	hello.Moves = moves
 	if err := protocol.Write(ctl, hello); err != nil {
 		t.Fatal(err)
 	}

@@ -31,11 +31,15 @@ const (
 
 // message is one line of a claims stream.
 type message struct {
-	Type    string             `json:"type"` // one of the types below
-	Cluster string             `json:"cluster,omitempty"`
-	Since   time.Time          `json:"since,omitzero"`
-	Status  *hub.ClusterStatus `json:"status,omitempty"`
-	History []hub.StatusChange `json:"history,omitempty"`
+	Type    string    `json:"type"` // one of the types below
+	Cluster string    `json:"cluster,omitempty"`
+	Since   time.Time `json:"since,omitzero"`
+	// Instance and Connection order two connections of one agent process
+	// (hub.Claim).
+	Instance   string             `json:"instance,omitempty"`
+	Connection uint64             `json:"connection,omitempty"`
+	Status     *hub.ClusterStatus `json:"status,omitempty"`
+	History    []hub.StatusChange `json:"history,omitempty"`
 	// Inventory is the holder's account of the cluster's inventory as a
 	// whole (hub.Claim).
 	Info *store.Info `json:"inventoryInfo,omitempty"`
@@ -137,7 +141,8 @@ func (p *Peers) claimLine(name string) []byte {
 	if !ok || up == nil {
 		return nil
 	}
-	m := message{Type: typeClaim, Cluster: name, Since: c.Since, Status: &c.Status, History: c.History, Info: c.Inventory}
+	m := message{Type: typeClaim, Cluster: name, Since: c.Since, Instance: c.Instance, Connection: c.Connection,
+		Status: &c.Status, History: c.History, Info: c.Inventory}
 	m.Ceiling, m.CeilingWhy = up.Ceiling()
 	m.Proxy, m.Inventory = up.Halves()
 	return encode(m)
@@ -299,7 +304,8 @@ func (l *link) claim(m message) {
 	}
 	u.set(m)
 	l.mu.Unlock()
-	l.p.cfg.Hub.SetClaim(l.name, m.Cluster, &hub.Claim{Since: m.Since, Status: *m.Status, History: m.History, Inventory: m.Info, Upstream: u})
+	l.p.cfg.Hub.SetClaim(l.name, m.Cluster, &hub.Claim{Since: m.Since, Instance: m.Instance, Connection: m.Connection,
+		Status: *m.Status, History: m.History, Inventory: m.Info, Upstream: u})
 }
 
 func (l *link) unclaim(cluster string) {

@@ -68,6 +68,9 @@ const (
 // MaxCeilingError bounds a hello's ceilingError: a line or two for people.
 const MaxCeilingError = 1024
 
+// MaxInstance bounds a hello's instance.
+const MaxInstance = 64
+
 // Reasons in a goaway.
 const (
 	ReasonShutdown = "shutdown" // the hub is stopping: reconnect after ReconnectAfterMillis
@@ -115,6 +118,14 @@ type Message struct {
 	// while its streams finish, and the hub tells it nothing of a
 	// takeover. Only with Moves.
 	Move bool `json:"move,omitempty"`
+	// Instance is a random name the agent's process picks at start, and
+	// Connection how many connections it had opened before this one: of
+	// two connections of one instance, the higher Connection is the newer,
+	// whichever hub replica each reached and whatever their clocks say
+	// (an agent from before them sends neither; the hubs then compare
+	// when each connected).
+	Instance   string `json:"instance,omitempty"`
+	Connection uint64 `json:"connection,omitempty"`
 
 	// welcome
 	HubVersion      string `json:"hubVersion,omitempty"`
@@ -175,6 +186,9 @@ func (m *Message) Validate() error {
 		}
 		if m.Move && !m.Moves {
 			return fmt.Errorf("protocol: hello says move without moves")
+		}
+		if len(m.Instance) > MaxInstance || strings.ContainsFunc(m.Instance, func(r rune) bool { return r <= ' ' || r > '~' }) {
+			return fmt.Errorf("protocol: hello's instance must be at most %d printable ASCII characters", MaxInstance)
 		}
 		switch m.Ceiling {
 		case "", CeilingOff, CeilingEnforced:

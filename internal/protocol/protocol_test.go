@@ -78,6 +78,8 @@ func TestReadRejects(t *testing.T) {
 		{"unavailable ceiling without why", frame(`{"type":"hello","protocol":1,"caCert":"x","serviceAccountToken":"y","apiServer":"z:1","ceiling":"unavailable"}`), "needs a ceilingError of 1 to 1024 bytes, not 0"},
 		{"unavailable ceiling, why too long", frame(`{"type":"hello","protocol":1,"caCert":"x","serviceAccountToken":"y","apiServer":"z:1","ceiling":"unavailable","ceilingError":"` + strings.Repeat("x", 1025) + `"}`), "not 1025"},
 		{"a ceilingError with the ceiling enforced", frame(`{"type":"hello","protocol":1,"caCert":"x","serviceAccountToken":"y","apiServer":"z:1","ceiling":"enforced","ceilingError":"no"}`), "ceilingError with ceiling"},
+		{"an instance too long", frame(`{"type":"hello","protocol":1,"caCert":"x","serviceAccountToken":"y","apiServer":"z:1","instance":"` + strings.Repeat("a", 65) + `"}`), "instance must be at most 64"},
+		{"an instance with a space", frame(`{"type":"hello","protocol":1,"caCert":"x","serviceAccountToken":"y","apiServer":"z:1","instance":"a b"}`), "instance must be at most 64"},
 		{"a move from an agent that doesn't move", frame(`{"type":"hello","protocol":1,"caCert":"x","serviceAccountToken":"y","apiServer":"z:1","move":true}`), "move without moves"},
 		{"welcome without heartbeat", frame(`{"type":"welcome"}`), "heartbeatMillis"},
 		{"negative goaway delay", frame(`{"type":"goaway","reconnectAfterMillis":-1}`), "not -1"},
