@@ -54,6 +54,11 @@ type AuditRecord struct {
 	// whose agent it holds, when that is not the one that received it
 	// (SPEC section 8); "" for a request this replica carried itself.
 	Replica string `json:"replica,omitempty"`
+
+	// commandMore and portsMore count the arguments and ports setStream
+	// read past what the line can hold, and didn't keep: bound says how
+	// many there were.
+	commandMore, portsMore int
 }
 
 // audit writes one line for a request to a cluster, and counts it.
@@ -145,16 +150,17 @@ func (rec *AuditRecord) bound() {
 	for _, f := range []*string{&rec.Person, &rec.Source, &rec.Cluster, &rec.Verb, &rec.Method, &rec.RequestID, &rec.Remote, &rec.Location, &rec.Replica, &rec.Pod, &rec.Container} {
 		*f = cutField(*f, maxAuditField)
 	}
-	rec.Groups = boundList(rec.Groups, maxAuditGroups, "groups")
-	rec.Command = boundList(rec.Command, maxAuditCommand, "arguments")
-	rec.Ports = boundList(rec.Ports, maxAuditPorts, "ports")
+	rec.Groups = boundList(rec.Groups, 0, maxAuditGroups, "groups")
+	rec.Command = boundList(rec.Command, rec.commandMore, maxAuditCommand, "arguments")
+	rec.Ports = boundList(rec.Ports, rec.portsMore, maxAuditPorts, "ports")
+	rec.commandMore, rec.portsMore = 0, 0
 }
 
 // boundList cuts each entry of list to maxAuditField and the list to max
-// bytes, its last entry then saying how many more there were. The person's
-// own list of groups is shared (with the authenticator's remembered
-// tokens): a list to cut is copied.
-func boundList(list []string, max int, what string) []string {
+// bytes, its last entry then saying how many more there were, more of them
+// already left out. The person's own list of groups is shared (with the
+// authenticator's remembered tokens): a list to cut is copied.
+func boundList(list []string, more, max int, what string) []string {
 	total := 0
 	for i, g := range list {
 		if len(g) <= maxAuditField && total+len(g) <= max {
@@ -165,14 +171,19 @@ func boundList(list []string, max int, what string) []string {
 		for _, g := range list[i:] {
 			g = cutField(g, maxAuditField)
 			if total+len(g) > max {
-				return append(out, fmt.Sprintf("…(%d more %s)", len(list)-len(out), what))
+				more += len(list) - len(out)
+				break
 			}
 			out = append(out, g)
 			total += len(g) + 1
 		}
-		return out
+		list = out
+		break
 	}
-	return list
+	if more == 0 {
+		return list
+	}
+	return append(slices.Clip(list), fmt.Sprintf("…(%d more %s)", more, what))
 }
 
 // cutField keeps the first max bytes of s, whole characters only, and says

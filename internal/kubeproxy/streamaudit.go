@@ -4,6 +4,7 @@ import (
 	"iter"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 )
 
 // setStream fills in what an exec, attach or port-forward request asks the
@@ -45,13 +46,14 @@ func (rec *AuditRecord) setStream(path, rawQuery string) {
 	}
 	rec.Pod = pod
 	var tty, stdin []string // the first value of each is the one read
+	var command, ports capped
 	for k, v := range queryPairs(rawQuery) {
 		switch {
 		case k == "ports" && sub == "portforward":
-			rec.Ports = append(rec.Ports, v)
+			ports.add(v, maxAuditPorts)
 		case sub == "portforward":
 		case k == "command" && sub == "exec":
-			rec.Command = append(rec.Command, v)
+			command.add(v, maxAuditCommand)
 		case k == "container" && rec.Container == "":
 			rec.Container = v
 		case k == "tty" && tty == nil:
@@ -60,10 +62,32 @@ func (rec *AuditRecord) setStream(path, rawQuery string) {
 			stdin = []string{v}
 		}
 	}
+	rec.Command, rec.commandMore = command.list, command.more
+	rec.Ports, rec.portsMore = ports.list, ports.more
 	if sub != "portforward" {
 		t, s := queryBool(tty), queryBool(stdin)
 		rec.TTY, rec.Stdin = &t, &s
 	}
+}
+
+// capped gathers a list from a query, keeping entries only until it holds
+// more than bound keeps of a list of max bytes, and counting the rest:
+// a megabyte of "command=&" is 116,000 arguments, of which a line keeps
+// 8,192, and the hub needn't hold the others to say how many there were.
+type capped struct {
+	list       []string
+	cost, more int
+}
+
+func (c *capped) add(v string, max int) {
+	if c.cost > max {
+		c.more++
+		return
+	}
+	c.list = append(c.list, v)
+	// What v costs once bound cuts it, or less: the list c keeps is then
+	// always cut by bound, which adds c.more to how many it left out.
+	c.cost += min(len(v), maxAuditField-utf8.UTFMax) + 1
 }
 
 // queryPairs yields a query's keys and values, unescaped, as
