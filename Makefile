@@ -41,6 +41,7 @@ FUZZ_TARGETS = \
 	./internal/kubeproxy:FuzzRedirect \
 	./internal/kubeproxy:FuzzWatchBody \
 	./internal/kubeproxy:FuzzAuditLine \
+	./internal/kubeproxy:FuzzStreamAudit \
 	./internal/web:FuzzParseQuery \
 	./internal/web:FuzzReturnTo \
 	./internal/server:FuzzBasePath \

@@ -21,19 +21,28 @@ import (
 // added here goes there too (TestAppendJSONWritesEveryField fails until it
 // does).
 type AuditRecord struct {
-	Time      time.Time `json:"time"`
-	Person    string    `json:"person"`
-	Groups    []string  `json:"groups"` // [] when none, never null (appendJSON)
-	Source    string    `json:"source,omitempty"`
-	Cluster   string    `json:"cluster"`
-	Verb      string    `json:"verb"`
-	Method    string    `json:"method"`
-	Path      string    `json:"path"`
-	Status    int       `json:"status"`
-	Duration  float64   `json:"duration"` // seconds
-	Bytes     int64     `json:"bytes"`
-	RequestID string    `json:"requestId"`
-	Remote    string    `json:"remote"`
+	Time    time.Time `json:"time"`
+	Person  string    `json:"person"`
+	Groups  []string  `json:"groups"` // [] when none, never null (appendJSON)
+	Source  string    `json:"source,omitempty"`
+	Cluster string    `json:"cluster"`
+	Verb    string    `json:"verb"`
+	Method  string    `json:"method"`
+	Path    string    `json:"path"`
+	// Pod, Container, Command, TTY, Stdin and Ports say what an exec,
+	// attach or port-forward did, from its path and query (streamaudit.go);
+	// they are left out of every other line.
+	Pod       string   `json:"pod,omitempty"`
+	Container string   `json:"container,omitempty"`
+	Command   []string `json:"command,omitempty"`
+	TTY       *bool    `json:"tty,omitempty"`
+	Stdin     *bool    `json:"stdin,omitempty"`
+	Ports     []string `json:"ports,omitempty"`
+	Status    int      `json:"status"`
+	Duration  float64  `json:"duration"` // seconds
+	Bytes     int64    `json:"bytes"`
+	RequestID string   `json:"requestId"`
+	Remote    string   `json:"remote"`
 	// Location is a Location or Content-Location the cluster answered
 	// with that pointed off the cluster, which the hub dropped, or for a
 	// redirect answered 502 for (redirect.go).
@@ -45,6 +54,11 @@ type AuditRecord struct {
 	// whose agent it holds, when that is not the one that received it
 	// (SPEC section 8); "" for a request this replica carried itself.
 	Replica string `json:"replica,omitempty"`
+
+	// commandMore and portsMore count the arguments and ports setStream
+	// read past what the line can hold, and didn't keep: bound says how
+	// many there were.
+	commandMore, portsMore int
 }
 
 // audit writes one line for a request to a cluster, and counts it.
@@ -83,6 +97,7 @@ func (px *Proxy) audit(r *http.Request, rt route, cluster string, w *countingWri
 	if rt.conn != nil {
 		rec.Replica = rt.conn.Replica()
 	}
+	rec.setStream(path, r.URL.RawQuery)
 	rec.bound()
 	px.auditMu.Lock()
 	px.auditLine = append(rec.appendJSON(px.auditLine[:0]), '\n')
@@ -108,54 +123,67 @@ func (px *Proxy) audit(r *http.Request, rt route, cluster string, w *countingWri
 // request can't write a megabyte to the audit log (issue 33).
 const (
 	maxAuditPath  = 4 << 10 // the path, after the cluster's prefix
-	maxAuditField = 1 << 10 // each other text: person, a group, cluster, verb, method, remote, location
-	// maxAuditGroups is the most bytes of groups a line holds; past it the
-	// last entry says how many more there were.
-	maxAuditGroups = 8 << 10
+	maxAuditField = 1 << 10 // each other text: person, a group, cluster, verb, method, remote, location, pod, an argument
+	// maxAuditGroups, maxAuditCommand and maxAuditPorts are the most bytes
+	// of each list a line holds; past it the last entry says how many more
+	// there were. A command can be a whole script (sh -c '…').
+	maxAuditGroups  = 8 << 10
+	maxAuditCommand = 8 << 10
+	maxAuditPorts   = 1 << 10
 )
 
 // maxAuditLine bounds an audit line, whatever a request brings (about
-// 118 KiB): every field at its bound with its mark, each byte escaped as
+// 195 KiB): every field at its bound with its mark, each byte escaped as
 // \u00XX, and the rest of the line. Lines of ordinary requests are a few
 // hundred bytes.
-const maxAuditLine = 6*(maxAuditPath+8*maxAuditField+maxAuditGroups+10*len(cutMark)) + 1024
+const maxAuditLine = 6*(maxAuditPath+11*maxAuditField+maxAuditGroups+maxAuditCommand+maxAuditPorts+16*len(cutMark)) + 1024
 
 // cutMark is what a cut field ends with: "…(" the length of the whole
 // field in bytes " bytes)", as in "/api/v1/namespaces/aaaa…(900000 bytes)".
-// A cut list of groups ends with "…(N more groups)" instead.
+// A cut list ends with "…(N more groups)", "…(N more arguments)" or
+// "…(N more ports)" instead.
 const cutMark = "…(1000000000 bytes)"
 
 // bound cuts rec's fields to their bounds, marking each cut (cutMark).
 func (rec *AuditRecord) bound() {
 	rec.Path = cutField(rec.Path, maxAuditPath)
-	for _, f := range []*string{&rec.Person, &rec.Source, &rec.Cluster, &rec.Verb, &rec.Method, &rec.RequestID, &rec.Remote, &rec.Location, &rec.Replica} {
+	for _, f := range []*string{&rec.Person, &rec.Source, &rec.Cluster, &rec.Verb, &rec.Method, &rec.RequestID, &rec.Remote, &rec.Location, &rec.Replica, &rec.Pod, &rec.Container} {
 		*f = cutField(*f, maxAuditField)
 	}
-	rec.Groups = boundGroups(rec.Groups)
+	rec.Groups = boundList(rec.Groups, 0, maxAuditGroups, "groups")
+	rec.Command = boundList(rec.Command, rec.commandMore, maxAuditCommand, "arguments")
+	rec.Ports = boundList(rec.Ports, rec.portsMore, maxAuditPorts, "ports")
+	rec.commandMore, rec.portsMore = 0, 0
 }
 
-// boundGroups cuts each group to maxAuditField and the list to
-// maxAuditGroups bytes. The person's own list is shared (with the
+// boundList cuts each entry of list to maxAuditField and the list to max
+// bytes, its last entry then saying how many more there were, more of them
+// already left out. The person's own list of groups is shared (with the
 // authenticator's remembered tokens): a list to cut is copied.
-func boundGroups(groups []string) []string {
+func boundList(list []string, more, max int, what string) []string {
 	total := 0
-	for i, g := range groups {
-		if len(g) <= maxAuditField && total+len(g) <= maxAuditGroups {
+	for i, g := range list {
+		if len(g) <= maxAuditField && total+len(g) <= max {
 			total += len(g) + 1
 			continue
 		}
-		out := slices.Clone(groups[:i:i])
-		for _, g := range groups[i:] {
+		out := slices.Clone(list[:i:i])
+		for _, g := range list[i:] {
 			g = cutField(g, maxAuditField)
-			if total+len(g) > maxAuditGroups {
-				return append(out, fmt.Sprintf("…(%d more groups)", len(groups)-len(out)))
+			if total+len(g) > max {
+				more += len(list) - len(out)
+				break
 			}
 			out = append(out, g)
 			total += len(g) + 1
 		}
-		return out
+		list = out
+		break
 	}
-	return groups
+	if more == 0 {
+		return list
+	}
+	return append(slices.Clip(list), fmt.Sprintf("…(%d more %s)", more, what))
 }
 
 // cutField keeps the first max bytes of s, whole characters only, and says

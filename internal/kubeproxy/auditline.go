@@ -22,14 +22,7 @@ func (rec *AuditRecord) appendJSON(b []byte) []byte {
 	b = rec.Time.AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","person":`...)
 	b = appendJSONString(b, rec.Person)
-	b = append(b, `,"groups":[`...)
-	for i, g := range rec.Groups {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendJSONString(b, g)
-	}
-	b = append(b, ']')
+	b = appendJSONStrings(append(b, `,"groups":`...), rec.Groups)
 	if rec.Source != "" {
 		b = append(b, `,"source":`...)
 		b = appendJSONString(b, rec.Source)
@@ -42,6 +35,26 @@ func (rec *AuditRecord) appendJSON(b []byte) []byte {
 	b = appendJSONString(b, rec.Method)
 	b = append(b, `,"path":`...)
 	b = appendJSONString(b, rec.Path)
+	if rec.Pod != "" {
+		b = append(b, `,"pod":`...)
+		b = appendJSONString(b, rec.Pod)
+	}
+	if rec.Container != "" {
+		b = append(b, `,"container":`...)
+		b = appendJSONString(b, rec.Container)
+	}
+	if len(rec.Command) > 0 {
+		b = appendJSONStrings(append(b, `,"command":`...), rec.Command)
+	}
+	if rec.TTY != nil {
+		b = strconv.AppendBool(append(b, `,"tty":`...), *rec.TTY)
+	}
+	if rec.Stdin != nil {
+		b = strconv.AppendBool(append(b, `,"stdin":`...), *rec.Stdin)
+	}
+	if len(rec.Ports) > 0 {
+		b = appendJSONStrings(append(b, `,"ports":`...), rec.Ports)
+	}
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(rec.Status), 10)
 	b = append(b, `,"duration":`...)
@@ -65,6 +78,18 @@ func (rec *AuditRecord) appendJSON(b []byte) []byte {
 		b = appendJSONString(b, rec.Replica)
 	}
 	return append(b, '}')
+}
+
+// appendJSONStrings appends list as a JSON array, [] when nil.
+func appendJSONStrings(b []byte, list []string) []byte {
+	b = append(b, '[')
+	for i, s := range list {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, s)
+	}
+	return append(b, ']')
 }
 
 // appendJSONString appends s quoted as encoding/json quotes it: control

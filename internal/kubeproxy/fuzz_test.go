@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -243,4 +244,81 @@ func FuzzRedirect(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzStreamAudit: whatever query an exec, attach or port-forward brings,
+// queryPairs reads it as url.ParseQuery does (the API server's reading),
+// an exec's command, container and tty are what the client sent, and the
+// bound line still says what it cut, stays under maxAuditLine and is
+// json.Marshal's.
+func FuzzStreamAudit(f *testing.F) {
+	f.Add("command=sh&command=-c&command=echo+hi&container=c&stdin=true&tty=true", "ls", uint16(1))
+	f.Add("a;b=c&%zz=1&=x&&x=%&ports=80&ports=%38%30", "TOKEN=\x00\"\\<>&\u2028\xff", uint16(5000))
+	f.Add("tty=FALSE&stdin=0&stdin=1", "", uint16(0))
+	f.Add("command=%E2%82%AC&command=+", strings.Repeat("€", 400), uint16(70))
+	f.Fuzz(func(t *testing.T, raw, arg string, n uint16) {
+		// Read as url.ParseQuery reads it, where it reads it at all.
+		if strings.Count(raw, "&") < 10000 {
+			want, _ := url.ParseQuery(raw)
+			got := url.Values{}
+			for k, v := range queryPairs(raw) {
+				got[k] = append(got[k], v)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%q read as %q, want %q", raw, got, want)
+			}
+		}
+		for _, sub := range []string{"exec", "attach", "portforward"} {
+			rec := AuditRecord{Path: "/api/v1/namespaces/a/pods/p/" + sub}
+			rec.setStream(rec.Path, raw)
+			checkBound(t, rec)
+		}
+
+		// An exec of up to 3,000 arguments, each arg: enough to cut.
+		n %= 3000
+		sent := url.Values{"command": slices.Repeat([]string{arg}, int(n)), "container": {arg}, "tty": {arg}}
+		rec := AuditRecord{Path: "/api/v1/namespaces/a/pods/p/exec"}
+		rec.setStream(rec.Path, sent.Encode())
+		// It keeps the first of them and counts the rest.
+		if !slices.Equal(rec.Command, sent["command"][:len(rec.Command)]) || len(rec.Command)+rec.commandMore != int(n) ||
+			rec.Container != arg || *rec.TTY != (arg != "0" && !strings.EqualFold(arg, "false")) || *rec.Stdin {
+			t.Fatalf("%d × %q read as %d arguments and %d more, container %q, tty %v, stdin %v",
+				n, arg, len(rec.Command), rec.commandMore, rec.Container, *rec.TTY, *rec.Stdin)
+		}
+		// Bound, each argument is arg, or its start and its length; as many
+		// as fit in maxAuditCommand, and then how many more there were.
+		rec = checkBound(t, rec)
+		each := arg
+		if len(arg) > maxAuditField {
+			each = fmt.Sprintf("%s…(%d bytes)", strings.ToValidUTF8(arg[:maxAuditField], ""), len(arg))
+		}
+		want := slices.Repeat([]string{each}, min(int(n), (maxAuditCommand-len(each))/(len(each)+1)+1))
+		if len(want) < int(n) {
+			want = append(want, fmt.Sprintf("…(%d more arguments)", int(n)-len(want)))
+		}
+		if !slices.Equal(rec.Command, want) {
+			t.Fatalf("%d × %q bound to %d arguments, want %d", n, arg, len(rec.Command), len(want))
+		}
+	})
+}
+
+// checkBound bounds rec as the hub does, and fails unless its line is
+// json.Marshal's and under maxAuditLine.
+func checkBound(t *testing.T, rec AuditRecord) AuditRecord {
+	t.Helper()
+	if rec.Groups == nil {
+		rec.Groups = []string{} // as the hub writes it, and appendJSON does
+	}
+	rec.bound()
+	want, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.appendJSON(nil); string(got) != string(want) {
+		t.Fatalf("audit line\n%s\nwant what json.Marshal writes:\n%s", got, want)
+	}
+	if len(want) > maxAuditLine {
+		t.Fatalf("an audit line of %d bytes, more than %d", len(want), maxAuditLine)
+	}
+	return rec
 }

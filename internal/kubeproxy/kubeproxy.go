@@ -2,9 +2,10 @@
 // Kubernetes API through the hub: <base>/clusters/<name>/… is sent to the
 // cluster's API server through its agent's tunnel, as the person
 // (impersonated), with the answer's redirects kept on the cluster
-// (redirect.go), every request in the audit (audit.go), each person's open
-// requests bounded and ended when they are no longer admitted (open.go),
-// and watches ended cleanly when the hub stops (watchend.go).
+// (redirect.go), every request in the audit (audit.go; what an exec ran,
+// streamaudit.go), each person's open requests bounded and ended when they
+// are no longer admitted (open.go), and watches ended cleanly when the hub
+// stops (watchend.go).
 package kubeproxy
 
 import (

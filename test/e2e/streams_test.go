@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,11 +25,12 @@ import (
 // transports are the two ways kubectl streams: WebSocket, its default, and
 // SPDY, which these variables bring back.
 var transports = []struct {
-	name string
-	env  []string
+	name   string
+	env    []string
+	method string // the method of kubectl's request
 }{
-	{"websocket", nil},
-	{"spdy", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false", "KUBECTL_PORT_FORWARD_WEBSOCKETS=false"}},
+	{"websocket", nil, "GET"},
+	{"spdy", []string{"KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false", "KUBECTL_PORT_FORWARD_WEBSOCKETS=false"}, "POST"},
 }
 
 // TestStreamingThroughTheHub sends everything kubectl streams (logs -f,
@@ -115,6 +118,10 @@ func TestStreamingThroughTheHub(t *testing.T) {
 			if stdout.String() != "ping\n" || !strings.Contains(stderr.String(), "oops") {
 				t.Errorf("stdout %q, stderr %q", stdout.String(), stderr.String())
 			}
+			// The hub's audit line says what ran, as kubectl sent it.
+			want := streamLine{Method: tr.method, Path: "/api/v1/namespaces/" + ns + "/pods/clock/exec", Pod: "clock", Container: "main",
+				Command: []string{"sh", "-c", "cat; echo oops >&2; exit 3"}, TTY: ptr(false), Stdin: ptr(true)}
+			waitStreamLine(t, h.out, want)
 		})
 
 		t.Run("attach over "+tr.name, func(t *testing.T) {
@@ -127,10 +134,17 @@ func TestStreamingThroughTheHub(t *testing.T) {
 			if err != nil || !strings.Contains(string(out), "hello attach") {
 				t.Errorf("attach: %q, %v", out, err)
 			}
+			want := streamLine{Method: tr.method, Path: "/api/v1/namespaces/" + ns + "/pods/" + name + "/attach", Pod: name, Container: "main",
+				TTY: ptr(false), Stdin: ptr(true)}
+			waitStreamLine(t, h.out, want)
 		})
 
 		t.Run("port-forward over "+tr.name, func(t *testing.T) {
 			portForward(t, ns, "echo-"+tr.name, k, tr.env)
+			// kubectl names the ports in each stream's headers, not in the
+			// request's query: the line has the pod and no ports.
+			want := streamLine{Method: tr.method, Path: "/api/v1/namespaces/" + ns + "/pods/echo-" + tr.name + "/portforward", Pod: "echo-" + tr.name}
+			waitStreamLine(t, h.out, want)
 		})
 
 		t.Run("cp over "+tr.name, func(t *testing.T) {
@@ -210,4 +224,46 @@ func portForward(t *testing.T, ns, name string, k func([]string, ...string) *exe
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("port-forward moved %d of %d bytes back intact: %v\n%s", len(got), len(data), err, pfOut.String())
 	}
+}
+
+// streamLine is what the tests read of the hub's audit line of an exec,
+// attach or port-forward.
+type streamLine struct {
+	Method, Path   string
+	Pod, Container string
+	Command        []string
+	TTY, Stdin     *bool
+	Ports          []string
+}
+
+// waitStreamLine waits for the hub's audit line of want's request (its
+// method and path; the hub writes it as the session ends, after kubectl
+// has gone), and fails unless it says what want says.
+func waitStreamLine(t *testing.T, out *syncbuf.Buffer, want streamLine) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var last streamLine
+		for line := range strings.SplitSeq(out.String(), "\n") {
+			var got streamLine
+			if json.Unmarshal([]byte(line), &got) != nil || got.Method != want.Method || got.Path != want.Path {
+				continue
+			}
+			if reflect.DeepEqual(got, want) {
+				return
+			}
+			last = got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no audit line %s within 10 s; the last of %s %s: %s", jsonText(want), want.Method, want.Path, jsonText(last))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func jsonText(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }
