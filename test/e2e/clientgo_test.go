@@ -235,6 +235,8 @@ func TestArgoCDClusterSecret(t *testing.T) {
 	ns := unique("argocd")
 	admin(t, "create", "namespace", ns)
 	admin(t, "create", "configmap", "app", "-n", ns, "--from-literal=synced=yes")
+	admin(t, "create", "configmap", "app-2", "-n", ns)
+	admin(t, "create", "configmap", "app-3", "-n", ns)
 	admin(t, "create", "role", "reader", "-n", ns, "--verb=get,list,watch", "--resource=configmaps")
 	admin(t, "create", "rolebinding", "argocd-reads", "-n", ns, "--role=reader", "--group=gitops")
 	const argoToken = "argocd-e2e-token-0123456789abcdef0123456789"
@@ -289,6 +291,24 @@ func TestArgoCDClusterSecret(t *testing.T) {
 			cm, err := cs.CoreV1().ConfigMaps(ns).Get(t.Context(), "app", metav1.GetOptions{})
 			if err != nil || cm.Data["synced"] != "yes" {
 				t.Errorf("get the app's ConfigMap: %v", err)
+			}
+			// Argo CD's cluster cache lists in pages: continue tokens go
+			// through the hub and back.
+			var paged []string
+			for opts := (metav1.ListOptions{Limit: 1}); ; {
+				page, err := cs.CoreV1().ConfigMaps(ns).List(t.Context(), opts)
+				if err != nil {
+					t.Fatalf("list a page: %v", err)
+				}
+				for _, cm := range page.Items {
+					paged = append(paged, cm.Name)
+				}
+				if opts.Continue = page.Continue; opts.Continue == "" {
+					break
+				}
+			}
+			if want := []string{"app", "app-2", "app-3"}; !slices.Equal(paged, want) {
+				t.Errorf("listed in pages of one: %q, want %q", paged, want)
 			}
 			w, err := cs.CoreV1().ConfigMaps(ns).Watch(t.Context(), metav1.ListOptions{ResourceVersion: cm.ResourceVersion})
 			if err != nil {

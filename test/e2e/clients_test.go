@@ -151,6 +151,13 @@ func TestKubectlClientsThroughTheHub(t *testing.T) {
 				t.Errorf("ephemeral containers after kubectl debug: %q (%v), want %s among them", out, err, debugger)
 			}
 
+			if got := run("", "auth", "can-i", "patch", "pods/ephemeralcontainers", "-n", ns); strings.TrimSpace(got) != "yes" {
+				t.Errorf("auth can-i patch pods/ephemeralcontainers: %q, want yes", got)
+			}
+			if out, err := c.cmd(t.Context(), "auth", "can-i", "list", "secrets", "-n", ns).CombinedOutput(); err == nil || strings.TrimSpace(string(out)) != "no" {
+				t.Errorf("auth can-i list secrets: %q (%v), want no", out, err)
+			}
+
 			var who struct {
 				Status struct {
 					UserInfo struct {
