@@ -17,6 +17,7 @@ import (
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -27,7 +28,7 @@ import (
 // (client-go caches transports; their idle connections are goroutines).
 type requestLog struct {
 	mu    sync.Mutex
-	lines []string // "<method> <query> <status or error>"
+	lines []string // "<method> <query> <content type> <status>" or "<method> <query> error"
 	rt    http.RoundTripper
 }
 
@@ -42,7 +43,7 @@ func (l *requestLog) wrap(cfg *rest.Config) {
 			if err != nil {
 				line += "error"
 			} else {
-				line += resp.Status
+				line += resp.Header.Get("Content-Type") + " " + resp.Status
 			}
 			l.mu.Lock()
 			l.lines = append(l.lines, line)
@@ -86,24 +87,20 @@ func TestInformerAcrossRestarts(t *testing.T) {
 	a.waitFor(t, 10*time.Second, `Connected to `+hubURL+` as "e2e"`)
 
 	// A users-list token: a hub-issued one would die with this hub's key.
-	cfg, err := clientcmd.BuildConfigFromFlags("", staticKubeconfig(t, hubURL, "e2e", adminToken))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var log requestLog
-	log.wrap(cfg)
-	defer log.close()
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "e2e=informer" }))
-	informer := factory.Core().V1().ConfigMaps()
-	synced := informer.Informer().HasSynced
+	kc := staticKubeconfig(t, hubURL, "e2e", adminToken)
 	ctx, cancel := context.WithCancel(t.Context())
-	defer factory.Shutdown()
-	defer cancel()
+	// client-go's own default, JSON, and protobuf, which controllers use
+	// for built-in kinds; the hub reads both to end a watch between events.
+	watchers := []*configMapInformer{
+		newConfigMapInformer(t, kc, ns, "application/json"),
+		newConfigMapInformer(t, kc, ns, "application/vnd.kubernetes.protobuf"),
+	}
+	defer func() {
+		cancel()
+		for _, inf := range watchers {
+			inf.stop()
+		}
+	}()
 
 	create := func(name string) {
 		t.Helper()
@@ -121,30 +118,30 @@ func TestInformerAcrossRestarts(t *testing.T) {
 	}
 	cached := func(want ...string) func() bool {
 		return func() bool {
-			cms, err := informer.Lister().List(labels.Everything())
-			if err != nil {
-				return false
+			for _, inf := range watchers {
+				if got := inf.names(); !slices.Equal(got, want) {
+					return false
+				}
 			}
-			var got []string
-			for _, cm := range cms {
-				got = append(got, cm.Name)
-			}
-			slices.Sort(got)
-			return slices.Equal(got, want)
+			return true
 		}
 	}
 
 	create("before")
-	factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), synced) {
-		t.Fatal("the informer's cache never synced")
+	for _, inf := range watchers {
+		inf.start(ctx)
+	}
+	for _, inf := range watchers {
+		if !cache.WaitForCacheSync(ctx.Done(), inf.synced) {
+			t.Fatalf("the %s informer's cache never synced", inf.contentType)
+		}
+		// The cache filled from one streaming list: a watch asking for the
+		// initial events, and no LIST.
+		if first := inf.log.all(); len(first) != 1 || !strings.Contains(first[0], "sendInitialEvents=true") || !strings.Contains(first[0], "watch=true") || !strings.Contains(first[0], " "+inf.contentType) || !strings.HasSuffix(first[0], " 200 OK") {
+			t.Fatalf("the %s informer's requests before its cache synced: %q, want one streaming list", inf.contentType, first)
+		}
 	}
 	within(t, 5*time.Second, "the cache holds before", cached("before"))
-	// The cache filled from one streaming list: a watch asking for the
-	// initial events, and no LIST.
-	if first := log.all(); len(first) != 1 || !strings.Contains(first[0], "sendInitialEvents=true") || !strings.Contains(first[0], "watch=true") || !strings.HasSuffix(first[0], " 200 OK") {
-		t.Fatalf("the informer's requests before its cache synced: %q, want one streaming list", first)
-	}
 	create("live")
 	within(t, 5*time.Second, "the cache holds live", cached("before", "live"))
 
@@ -178,13 +175,69 @@ func TestInformerAcrossRestarts(t *testing.T) {
 	create("after")
 	remove("while-hub-away")
 	within(t, 5*time.Second, "the cache follows live after both restarts", cached("after", "while-agent-away"))
-	lists := 0
-	for _, l := range log.all() {
-		if !strings.Contains(l, "watch=true") {
-			lists++
+	for _, inf := range watchers {
+		lists := 0
+		for _, l := range inf.log.all() {
+			if !strings.Contains(l, "watch=true") {
+				lists++
+			}
 		}
+		t.Logf("%s: %d requests in all, %d of them plain LISTs: %q", inf.contentType, len(inf.log.all()), lists, inf.log.all())
 	}
-	t.Logf("%d requests in all, %d of them plain LISTs: %q", len(log.all()), lists, log.all())
+}
+
+// configMapInformer is a client-go informer on the ConfigMaps labelled
+// e2e=informer in one namespace, through a kubeconfig, speaking one content
+// type, with a log of its requests.
+type configMapInformer struct {
+	contentType string
+	log         requestLog
+	factory     informers.SharedInformerFactory
+	lister      corelisters.ConfigMapLister
+	synced      cache.InformerSynced
+}
+
+func newConfigMapInformer(t *testing.T, kubeconfig, ns, contentType string) *configMapInformer {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ContentType = contentType
+	inf := &configMapInformer{contentType: contentType}
+	inf.log.wrap(cfg)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inf.factory = informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = "e2e=informer" }))
+	cms := inf.factory.Core().V1().ConfigMaps()
+	inf.lister, inf.synced = cms.Lister(), cms.Informer().HasSynced
+	return inf
+}
+
+func (inf *configMapInformer) start(ctx context.Context) { inf.factory.Start(ctx.Done()) }
+
+// stop waits for the informer's goroutines, once the context it started
+// with is done, and closes its connections.
+func (inf *configMapInformer) stop() {
+	inf.factory.Shutdown()
+	inf.log.close()
+}
+
+// names lists the names in the cache, sorted.
+func (inf *configMapInformer) names() []string {
+	cms, err := inf.lister.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	var got []string
+	for _, cm := range cms {
+		got = append(got, cm.Name)
+	}
+	slices.Sort(got)
+	return got
 }
 
 // argoCDClusterConfig is the `config` of an Argo CD cluster Secret, as Argo
