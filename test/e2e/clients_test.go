@@ -66,7 +66,7 @@ func TestHelmThroughTheHub(t *testing.T) {
 		t.Errorf("history: want 3 revisions\n%s", out)
 	}
 	helm("uninstall", "hi", "--wait", "--timeout=60s")
-	out, err := kubectl(t, cluster.AdminKubeconfig, "get", "configmaps,secrets", "-n", ns, "-l", "!kubernetes.io/service-account.name", "-o", "name")
+	out, err := kubectl(t, cluster.AdminKubeconfig, "get", "configmaps,secrets", "-n", ns, "-o", "name")
 	if err != nil || strings.Contains(out, "hi-") || strings.Contains(out, "sh.helm.release") {
 		t.Errorf("after uninstall: %v\n%s", err, out)
 	}
