@@ -346,3 +346,26 @@ func FuzzTokenExpiry(f *testing.F) {
 	f.Add("a.b.c")
 	f.Fuzz(func(t *testing.T, token string) { tokenExpiry(token) })
 }
+
+// TestLoginPrefixAndCA: --context-prefix names the entries; without
+// --ca-file, the clusters trust the CA the hub's own kubeconfig carries.
+func TestLoginPrefixAndCA(t *testing.T) {
+	b := newBed(t)
+	var out bytes.Buffer
+	err := Login(context.Background(), LoginOptions{Hub: b.url + "/", TokenFile: b.tokenFile, ContextPrefix: "work", Kubeconfig: b.kube,
+		Command: "tether", Cache: b.cache, Now: func() time.Time { return b.now }, Out: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := load(t, b.kube)
+	c := cfg.Clusters["work/prod"]
+	if c == nil || c.Server != b.url+"/clusters/prod" || string(c.CertificateAuthorityData) != "HUB CA" {
+		t.Fatalf("cluster work/prod: %+v", c)
+	}
+	if u := cfg.AuthInfos["work"]; u == nil || u.Exec == nil || u.Exec.Args[2] != b.url {
+		t.Errorf("user work: %+v, want tether credential --hub %s", u, b.url)
+	}
+	if _, err := b.cache.Load(b.url); err != nil {
+		t.Errorf("the cache for %s: %v", b.url, err)
+	}
+}
