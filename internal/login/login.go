@@ -201,7 +201,9 @@ func Credential(ctx context.Context, o CredentialOptions) error {
 			return fmt.Errorf("Your sign-in to %s has expired: run tether login --hub %s", hub, hub)
 		}
 	}
-	cached.Served = now
+	// When it is handed out, not when this began: a slow sign-in must not
+	// leave the window's start behind kubectl's 401.
+	cached.Served = o.Now()
 	if err := o.Cache.Save(cached); err != nil {
 		return err
 	}
