@@ -45,6 +45,7 @@ FUZZ_TARGETS = \
 	./internal/web:FuzzParseQuery \
 	./internal/web:FuzzReturnTo \
 	./internal/server:FuzzBasePath \
+	./internal/login:FuzzTokenExpiry \
 	./internal/tunnel:FuzzSession \
 	./internal/tunnel:FuzzWebSocket \
 	./internal/tunnel:FuzzHandshake

@@ -21,6 +21,11 @@ Usage:
   tether dev [--addr A]     run a local API server, a hub and an agent on this machine
   tether token [--name N]   make a new agent token and its agents-list entry
   tether version            print the version
+  tether login --hub URL --token-file F
+                            write kubectl contexts for the hub's clusters
+  tether credential --hub URL
+                            kubectl's credential plugin (tether login sets it)
+  tether logout --hub URL   forget the hub's cached token
 
 The hub and the agent take their settings from TETHER_… environment
 variables; docs/SETTINGS.md lists each, with its default.
@@ -53,6 +58,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runToken(args[1:], stdout, stderr)
 	case "version", "--version":
 		err = runVersion(args[1:], stdout)
+	case "login":
+		err = runLogin(ctx, args[1:], stdout, stderr)
+	case "credential":
+		err = runCredential(ctx, args[1:], stdout, stderr)
+	case "logout":
+		err = runLogout(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -31,8 +31,14 @@ func TestKubeconfigSpec(t *testing.T) {
 			Cluster struct{ Server string }
 		}
 		Users []struct {
+			Name string
 			User struct{ Token string }
 		}
+		Contexts []struct {
+			Name    string
+			Context struct{ Cluster, User string }
+		}
+		CurrentContext string `json:"current-context"`
 	}
 	if err := yaml.Unmarshal([]byte(body), &kc); err != nil {
 		t.Fatal(err)
@@ -41,13 +47,18 @@ func TestKubeconfigSpec(t *testing.T) {
 	for _, c := range kc.Clusters {
 		servers[c.Name] = c.Cluster.Server
 	}
-	// alice (group dev) sees open and far, not ops.
-	want := map[string]string{"far": "https://hub.example.com/clusters/far", "open": "https://hub.example.com/clusters/open"}
-	if len(servers) != len(want) || servers["far"] != want["far"] || servers["open"] != want["open"] {
+	// alice (group dev) sees open and far, not ops, named after the hub's
+	// host like tether login's contexts (decision 036).
+	want := map[string]string{"hub.example.com/far": "https://hub.example.com/clusters/far", "hub.example.com/open": "https://hub.example.com/clusters/open"}
+	if len(servers) != len(want) || servers["hub.example.com/far"] != want["hub.example.com/far"] || servers["hub.example.com/open"] != want["hub.example.com/open"] {
 		t.Errorf("clusters %v, want %v", servers, want)
 	}
-	if len(kc.Users) != 1 || kc.Users[0].User.Token == "" || kc.Users[0].User.Token == aliceToken {
-		t.Fatalf("users %+v, want one with a hub-issued token", kc.Users)
+	if len(kc.Users) != 1 || kc.Users[0].User.Token == "" || kc.Users[0].User.Token == aliceToken || kc.Users[0].Name != "hub.example.com" {
+		t.Fatalf("users %+v, want one named hub.example.com with a hub-issued token", kc.Users)
+	}
+	if len(kc.Contexts) != 2 || kc.Contexts[0].Name != "hub.example.com/far" || kc.Contexts[0].Context.Cluster != "hub.example.com/far" ||
+		kc.Contexts[0].Context.User != "hub.example.com" || kc.CurrentContext != "hub.example.com/far" {
+		t.Errorf("contexts %+v, current %q; want hub.example.com/far and /open, far current", kc.Contexts, kc.CurrentContext)
 	}
 	code, body, _ = call(t, "GET", h.url+"/api/clusters", kc.Users[0].User.Token, nil)
 	if code != http.StatusOK || !strings.Contains(body, `"name":"open"`) || strings.Contains(body, `"name":"ops"`) {

@@ -11,10 +11,8 @@ import (
 
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/kubeproxy"
+	"github.com/tetherhq/tether/internal/login"
 )
-
-// kubeconfigUser is the user every context of a hub kubeconfig shares.
-const kubeconfigUser = "tether"
 
 // ServeKubeconfig answers GET /api/kubeconfig with a kubeconfig for every
 // cluster the person may see, authenticated by a token the hub signs for
@@ -65,7 +63,10 @@ func (wb *Web) ServeKubeconfig(w http.ResponseWriter, r *http.Request) {
 }
 
 // kubeconfig renders a kubeconfig for the clusters p may see, sorted by
-// name, the first one current.
+// name, the first one current. Its names are those `tether login` writes
+// (login.Names): "<hub host>/<cluster>" for contexts and clusters, and the
+// hub's host for the user, so that kubeconfigs from two hubs merge without
+// one's prod replacing the other's (decision 036).
 func (wb *Web) kubeconfig(p auth.Person, token string) ([]byte, error) {
 	type named struct {
 		Name    string         `json:"name"`
@@ -74,11 +75,12 @@ func (wb *Web) kubeconfig(p auth.Person, token string) ([]byte, error) {
 		Context map[string]any `json:"context,omitempty"`
 	}
 	names := wb.visibleNames(p)
+	kn := login.Names{Prefix: login.Prefix(wb.cfg.PublicURL)}
 	cfg := map[string]any{
 		"apiVersion":  "v1",
 		"kind":        "Config",
 		"preferences": map[string]any{},
-		"users":       []named{{Name: kubeconfigUser, User: map[string]any{"token": token}}},
+		"users":       []named{{Name: kn.User(), User: map[string]any{"token": token}}},
 	}
 	clusters, contexts := []named{}, []named{}
 	base := strings.TrimSuffix(wb.cfg.PublicURL, "/")
@@ -91,12 +93,12 @@ func (wb *Web) kubeconfig(p auth.Person, token string) ([]byte, error) {
 		if len(ca) > 0 {
 			c["certificate-authority-data"] = base64.StdEncoding.EncodeToString(ca)
 		}
-		clusters = append(clusters, named{Name: n, Cluster: c})
-		contexts = append(contexts, named{Name: n, Context: map[string]any{"cluster": n, "user": kubeconfigUser}})
+		clusters = append(clusters, named{Name: kn.Context(n), Cluster: c})
+		contexts = append(contexts, named{Name: kn.Context(n), Context: map[string]any{"cluster": kn.Context(n), "user": kn.User()}})
 	}
 	cfg["clusters"], cfg["contexts"] = clusters, contexts
 	if len(names) > 0 {
-		cfg["current-context"] = names[0]
+		cfg["current-context"] = kn.Context(names[0])
 	}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
