@@ -46,6 +46,9 @@ FUZZ_TARGETS = \
 	./internal/web:FuzzReturnTo \
 	./internal/server:FuzzBasePath \
 	./internal/login:FuzzTokenExpiry \
+	./internal/web:FuzzDecodePerson \
+	./internal/replicas:FuzzVerify \
+	./internal/peers:FuzzDecode \
 	./internal/tunnel:FuzzSession \
 	./internal/tunnel:FuzzWebSocket \
 	./internal/tunnel:FuzzHandshake
