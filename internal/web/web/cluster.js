@@ -179,11 +179,13 @@
   function renderCluster(c) {
     document.querySelector("#status .icon").textContent = c.status === "Ready" ? "✔" : "✖";
     document.querySelector("#status .text").textContent = shownStatus = statusText(c);
-    document.getElementById("labels").textContent =
-      Object.keys(c.labels || {}).sort().map(k => k + "=" + c.labels[k]).join(" ");
+    const labels = document.getElementById("labels");
+    labels.textContent = Object.keys(c.labels || {}).sort().map(k => k + "=" + c.labels[k]).join(" ");
+    // No labels, no row: an empty "Labels" reads as a value that failed to load.
+    labels.hidden = document.getElementById("labels-term").hidden = labels.textContent === "";
     document.getElementById("k8s").textContent = c.kubernetesVersion || "";
     document.getElementById("agent").textContent = c.agentVersion || "";
-    document.getElementById("since").textContent = c.connectedSince || "";
+    document.getElementById("since").replaceChildren(window.tetherTimeElement(c.connectedSince));
 
     const inv = c.inventory;
     const updated = document.getElementById("updated");
@@ -191,10 +193,7 @@
     if (!inv) {
       updated.textContent = "Waiting for the cluster's inventory…";
     } else {
-      const t = document.createElement("time");
-      t.dateTime = inv.updated;
-      t.textContent = new Date(inv.updated).toLocaleString();
-      updated.append("Inventory updated ", t);
+      updated.append("Inventory updated ", window.tetherTimeElement(inv.updated));
       // Its agent away, the cluster sends nothing new: say the tables may
       // be old, rather than let them pass for the state now.
       if (c.status !== "Ready") updated.append(" (what the cluster last sent: it is " + c.status + " now)");
@@ -239,11 +238,8 @@
   // sends it), its times written as the page first showed them.
   function renderHistory(history) {
     const rows = history.map(h => {
-      const t = document.createElement("time");
-      t.dateTime = h.time;
-      t.textContent = h.time.replace("T", " ").replace(/Z$/, " UTC");
       const tr = document.createElement("tr");
-      tr.append(cell("Since", t), cell("Status", h.status));
+      tr.append(cell("Since", window.tetherTimeElement(h.time)), cell("Status", h.status));
       return tr;
     });
     document.querySelector("#history tbody").replaceChildren(...rows);
@@ -348,9 +344,7 @@
       icon.className = "icon";
       icon.setAttribute("aria-hidden", "true");
       icon.textContent = "⚠";
-      const t = document.createElement("time");
-      t.dateTime = e.lastSeen || "";
-      t.textContent = e.lastSeen ? e.lastSeen.replace("T", " ").replace(/Z$/, " UTC") : "";
+      const t = window.tetherTimeElement(e.lastSeen);
       line.append(icon, " " + e.reason + (e.count > 1 ? " ×" + e.count : "") + (e.lastSeen ? ", last " : ""), t,
         e.message ? ": " + e.message : "");
       td.append(line);
