@@ -68,6 +68,13 @@
   // row, which a load fetches.
   let shownStatus = document.querySelector("#status .text").textContent;
   const limit = {};      // section id → rows shown
+  // The kind, for the events API's object=Kind/name, of each section's rows.
+  const objectKind = {
+    nodes: () => "Node", workloads: r => workloadKinds[r.kind], pods: () => "Pod", applications: () => "Application",
+    gateways: () => "Gateway", runs: r => runKinds[r.kind], virtualservices: () => "VirtualService", quotas: () => "ResourceQuota",
+  };
+  let opened = null; // the open row's "namespace\nKind/name"
+  const details = window.tetherDetails(api, key => { if (opened === key) renderInventory(); });
 
   // ---- loading, debounced ----
   let timer = null, inflight = false, again = false, lastStart = 0, lastTook = 0;
@@ -134,6 +141,9 @@
       wanted.forEach((q, i) => { lists[q.kind] = results[i].sort(byName); });
       domains = gotDomains;
       warnings = indexWarnings(lists.events || []);
+      // An open row's events may have changed too; others are fetched anew when opened.
+      details.forgetBut(opened);
+      if (opened) details.fetch(opened);
       loaded = true;
       renderInventory();
       errorLine.hidden = true;
@@ -299,8 +309,19 @@
       const tr = document.createElement("tr");
       tr.dataset.namespace = r.namespace || "";
       tr.dataset.name = r.name;
-      tr.append(...cells(r));
+      const tds = cells(r);
+      tr.append(...tds);
       body.append(tr);
+      const kind = objectKind[id] && objectKind[id](r);
+      if (kind) {
+        // A row opens the object's details: its conditions and events.
+        const key = (r.namespace || "") + "\n" + kind + "/" + r.name;
+        tr.className = "object";
+        tr.tabIndex = 0;
+        tr.dataset.key = key;
+        tr.setAttribute("aria-expanded", String(opened === key));
+        if (opened === key) body.append(details.row(r, key, tds.length));
+      }
     }
     section.querySelector("tbody").replaceChildren(body);
     section.querySelector("table").hidden = filtered.length === 0;
@@ -492,6 +513,25 @@
     document.getElementById("virtualservices").hidden = missing.has("virtualservices");
     document.getElementById("runs").hidden = Object.keys(runKinds).every(k => missing.has(k));
   }
+
+  function toggle(tr) {
+    const key = tr.dataset.key;
+    opened = opened === key ? null : key;
+    if (opened && !details.has(key)) details.fetch(key);
+    renderInventory();
+    const again = main.querySelector('tr.object[data-key="' + CSS.escape(key) + '"]');
+    if (again) again.focus();
+  }
+  main.addEventListener("click", e => {
+    const tr = e.target.closest("tr.object");
+    if (tr && !e.target.closest("a, button")) toggle(tr);
+  });
+  main.addEventListener("keydown", e => {
+    if ((e.key === "Enter" || e.key === " ") && e.target.matches("tr.object")) {
+      e.preventDefault();
+      toggle(e.target);
+    }
+  });
 
   namespace.addEventListener("change", () => {
     for (const id of Object.keys(limit)) delete limit[id];
