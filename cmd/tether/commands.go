@@ -9,10 +9,12 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
+	"strings"
 
 	"k8s.io/klog/v2"
 
 	"github.com/tetherhq/tether/internal/agent"
+	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/dev"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/listfile"
@@ -94,17 +96,43 @@ func runToken(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("tether token", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	name := fs.String("name", "in-cluster", "the cluster's name in the hub's agents list (TETHER_AGENT_NAME)")
+	person := fs.String("person", "", "make a person's token instead: their name in the hub's users list, as Kubernetes sees it (alice@example.com)")
+	groups := fs.String("groups", "", "with --person: the person's groups, separated by commas (platform,oncall)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	if err := protocol.CheckName(*name); err != nil {
-		return fmt.Errorf("--name must be the cluster's name in the hub's agents list: %w", err)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["person"] && set["name"] {
+		return errors.New("tether token takes --name (an agent's token) or --person (a person's), not both")
+	}
+	if set["groups"] && !set["person"] {
+		return errors.New("tether token --groups goes with --person: agents have no groups")
 	}
 	token, err := fleet.NewToken()
 	if err != nil {
 		return err
 	}
 	sum := listfile.TokenSHA256(token)
+	if set["person"] {
+		var gs []string
+		for g := range strings.SplitSeq(*groups, ",") {
+			if g = strings.TrimSpace(g); g != "" {
+				gs = append(gs, g)
+			}
+		}
+		entry, err := auth.UsersEntry(*person, sum, gs)
+		if err != nil {
+			return fmt.Errorf("--person and --groups must make an entry the hub's users list takes: %w", err)
+		}
+		fmt.Fprintf(stdout, "Token (%q's bearer token, to sign in to the fleet page or fetch a kubeconfig; give it to them alone, it is not shown again):\n  %s\n\n", *person, token)
+		fmt.Fprintf(stdout, "Its SHA-256:\n  %s\n\n", sum)
+		fmt.Fprintf(stdout, "Entry for the hub's users list (TETHER_USERS or TETHER_USERS_FILE):\n%s", entry)
+		return nil
+	}
+	if err := protocol.CheckName(*name); err != nil {
+		return fmt.Errorf("--name must be the cluster's name in the hub's agents list (for a person's token, use --person): %w", err)
+	}
 	fmt.Fprintf(stdout, "Token (the agent's TETHER_AGENT_TOKEN; keep it secret, it is not shown again):\n  %s\n\n", token)
 	fmt.Fprintf(stdout, "Its SHA-256:\n  %s\n\n", sum)
 	fmt.Fprintf(stdout, "Entry for the hub's agents list (TETHER_FLEET_AGENTS or TETHER_FLEET_AGENTS_FILE):\n%s", fleet.AgentsEntry(*name, sum))

@@ -20,6 +20,8 @@ Usage:
   tether agent              run the agent in a cluster
   tether dev [--addr A]     run a local API server, a hub and an agent on this machine
   tether token [--name N]   make a new agent token and its agents-list entry
+  tether token --person P [--groups G,H]
+                            make a person's token and its users-list entry
   tether version            print the version
   tether login --hub URL --token-file F
                             write kubectl contexts for the hub's clusters

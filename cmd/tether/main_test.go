@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/listfile"
 	"go.uber.org/goleak"
@@ -88,6 +89,47 @@ func TestUsage(t *testing.T) {
 		errOut.Reset()
 		if code := run(args[:2], &out, &errOut); code != 0 || !strings.Contains(errOut.String(), args[2]) {
 			t.Errorf("%v: exit %d, %q", args, code, errOut.String())
+		}
+	}
+}
+
+// TestTokenPerson: --person makes a person's token, and the users-list entry
+// it prints admits that token for that name and those groups; the agents'
+// mode is unchanged, and the two don't mix.
+func TestTokenPerson(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run([]string{"token", "--person", "alice@example.com", "--groups", "platform, oncall"}, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	m := regexp.MustCompile(`(?s)"alice@example.com"'s bearer token.*?\n  ([0-9a-f]{64})\n.*SHA-256:\n  ([0-9a-f]{64})\n.*users list \(TETHER_USERS or TETHER_USERS_FILE\):\n(.*)$`).FindStringSubmatch(out.String())
+	if m == nil {
+		t.Fatalf("unexpected output:\n%s", out.String())
+	}
+	token, sum, entry := m[1], m[2], m[3]
+	want := sha256.Sum256([]byte(token))
+	if sum != hex.EncodeToString(want[:]) {
+		t.Errorf("printed hash %s is not the SHA-256 of the token's text", sum)
+	}
+	list, err := auth.ParseUsers(auth.SettingUsers, []byte(entry))
+	if err != nil || len(list) != 1 || list[0].Name != "alice@example.com" || strings.Join(list[0].Groups, ",") != "platform,oncall" ||
+		len(list[0].TokenHashes) != 1 || list[0].TokenHashes[0] != listfile.HashToken(token) {
+		t.Errorf("the printed entry %q doesn't admit the token as alice in platform and oncall: %v %+v", entry, err, list)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"token", "--person", "bob", "--name", "eu-1"}, "--name (an agent's token) or --person (a person's), not both"},
+		{[]string{"token", "--name", "eu-1", "--groups", "ops"}, "--groups goes with --person"},
+		{[]string{"token", "--person", "system:admin"}, `"system:admin") has a name that starts with "system:"`},
+		{[]string{"token", "--person", "carol", "--groups", "system:masters"}, `groups[0] of "system:masters"`},
+		{[]string{"token", "--name", "alice@example.com"}, "for a person's token, use --person"},
+	} {
+		out.Reset()
+		errOut.Reset()
+		if code := run(tc.args, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), tc.want) || out.Len() != 0 {
+			t.Errorf("%q: exit %d, %q, want exit 1 and %q, nothing on stdout", tc.args, code, errOut.String(), tc.want)
 		}
 	}
 }

@@ -217,7 +217,15 @@ func (a *Agent) refusedAfterHello(m protocol.Message) result {
 		return failed(fmt.Errorf("it refused the hello with %d: %q", m.Status, m.Error))
 	}
 	if m.Error != "" {
-		reason += fmt.Sprintf(" The hub says: %q", m.Error)
+		// After the hello the hub knows the name and token: its own words
+		// (a CA that isn't the pinned one, an entry gone meanwhile) are the
+		// reason, and the status's stock sentence would contradict them.
+		// Text with control characters stays quoted, as it was.
+		why := strings.TrimSuffix(m.Error, ".")
+		if q := strconv.Quote(why); q != `"`+why+`"` {
+			why = q
+		}
+		reason = why + "."
 	}
 	return result{err: &RefusedError{Hub: a.hub, Reason: reason}}
 }

@@ -3,12 +3,17 @@ package auth
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"log/slog"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/tetherhq/tether/internal/listfile"
 )
@@ -95,6 +100,39 @@ func parseUsers(setting string, data []byte, c Config) ([]User, error) {
 		return nil, err
 	}
 	return list, nil
+}
+
+// UsersEntry renders the users-list entry for a person called name, in groups, whose token has
+// the SHA-256 tokenSHA256, ready to append to the list (`tether token --person`). It returns an
+// error, naming what is wrong, when the hub would refuse the entry: it is read back by ParseUsers.
+func UsersEntry(name, tokenSHA256 string, groups []string) (string, error) {
+	// By hand, not a marshalled map, for the order people read: the name first.
+	var b strings.Builder
+	scalar := func(v string) string {
+		out, err := yaml.Marshal(v)
+		if err != nil {
+			return strconv.Quote(v) // can't happen for a string; %q is valid YAML for printable text
+		}
+		return strings.TrimSuffix(string(out), "\n")
+	}
+	fmt.Fprintf(&b, "- name: %s\n  tokenSha256: %s\n", scalar(name), scalar(tokenSHA256))
+	if len(groups) > 0 {
+		b.WriteString("  groups:\n")
+		for _, g := range groups {
+			fmt.Fprintf(&b, "  - %s\n", scalar(g))
+		}
+	}
+	out := b.String()
+	list, err := ParseUsers("the entry", []byte(out))
+	if err != nil {
+		return "", err
+	}
+	// YAML must read back exactly what was given: a name YAML would turn into something else
+	// is a mistake to say, not an entry for someone else.
+	if len(list) != 1 || list[0].Name != name || !slices.Equal(list[0].Groups, groups) {
+		return "", fmt.Errorf("users entry: %q with groups %q doesn't read back as written", name, groups)
+	}
+	return out, nil
 }
 
 // users holds the users list in force. A nil *users is a hub without one: it knows no token.

@@ -210,3 +210,34 @@ func TestUsersLimits(t *testing.T) {
 		t.Errorf("an OIDC person of the same name: %+v", got)
 	}
 }
+
+// TestUsersEntry: the entry reads back as the same person, groups and hash,
+// names YAML would read as something else come out quoted, and what the hub
+// would refuse is refused here.
+func TestUsersEntry(t *testing.T) {
+	sum := listfile.TokenSHA256("a-token-of-at-least-32-characters-long")
+	for _, tc := range []struct {
+		name    string
+		groups  []string
+		want    string // the entry, or the error
+		wantErr bool
+	}{
+		{"alice@example.com", nil, "- name: alice@example.com\n  tokenSha256: " + sum + "\n", false},
+		{"bob", []string{"platform", "oncall"}, "- name: bob\n  tokenSha256: " + sum + "\n  groups:\n  - platform\n  - oncall\n", false},
+		{"on", []string{"123"}, "- name: \"on\"\n  tokenSha256: " + sum + "\n  groups:\n  - \"123\"\n", false},
+		{"system:admin", nil, `starts with "system:"`, true},
+		{"carol", []string{"a\tb"}, `groups[0] of "a\tb"`, true},
+		{"", nil, "needs a name", true},
+	} {
+		got, err := UsersEntry(tc.name, sum, tc.groups)
+		if tc.wantErr {
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("UsersEntry(%q, %q) = %q, %v; want an error with %q", tc.name, tc.groups, got, err, tc.want)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("UsersEntry(%q, %q) = %q, %v; want %q", tc.name, tc.groups, got, err, tc.want)
+		}
+	}
+}

@@ -149,6 +149,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := writeKubeconfig(kubeconfig, hubURL.String()+"/clusters/"+ClusterName, adminToken, ca.CertPEM); err != nil {
 		return err
 	}
+	// curl and browsers need the CA on its own: the kubeconfig carries it
+	// inline, where curl --cacert can't take it from.
+	caFile := filepath.Join(cluster.Dir, "hub-ca.crt")
+	if err := os.WriteFile(caFile, ca.CertPEM, 0o644); err != nil {
+		return err
+	}
 	// The fleet page's sign-in form takes the same token the kubeconfig
 	// holds; a file of its own saves digging it out of the kubeconfig.
 	tokenFile := filepath.Join(cluster.Dir, "admin.token")
@@ -205,8 +211,15 @@ func Run(ctx context.Context, cfg Config) error {
 	fmt.Fprintf(cfg.Out, "  sign-in token:    %s (paste what it holds into the fleet page's sign-in form)\n", tokenFile)
 	fmt.Fprintf(cfg.Out, "  cluster:          %q, Kubernetes %s at %s, relayed by an agent\n", ClusterName, cluster.Version, cluster.URL)
 	fmt.Fprintf(cfg.Out, "  kubeconfig:       %s (through the hub, as %q in group %q, bound to cluster-admin)\n", kubeconfig, AdminUser, AdminGroup)
+	fmt.Fprintf(cfg.Out, "  hub CA:           %s (the kubeconfig trusts it; for curl: curl --cacert %s %s/api/kubeconfig …)\n", caFile, caFile, hubURL)
+	fmt.Fprintf(cfg.Out, "  service account:  %s (the agent's token and ca.crt, as a pod would have them)\n", cluster.ServiceAccountDir)
 	fmt.Fprintf(cfg.Out, "  audit log:        %s\n", opts.AuditFile)
 	fmt.Fprintf(cfg.Out, "Try: kubectl --kubeconfig %s get namespaces\n", kubeconfig)
+	// An agent of another hub, outside a pod, needs the service account and
+	// the API server's address a pod would be given.
+	fmt.Fprintf(cfg.Out, "An agent outside a pod relays to this API server with (plus TETHER_HUB_URL, TETHER_AGENT_NAME and TETHER_AGENT_TOKEN for its hub):\n")
+	fmt.Fprintf(cfg.Out, "  TETHER_SERVICEACCOUNT_DIR=%s KUBERNETES_SERVICE_HOST=%s KUBERNETES_SERVICE_PORT=%s TETHER_HEALTH_ADDR=0 tether agent\n",
+		cluster.ServiceAccountDir, cluster.Host, cluster.Port)
 	fmt.Fprintf(cfg.Out, "Press Ctrl-C to stop everything.\n\n")
 
 	var first error

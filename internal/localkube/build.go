@@ -146,10 +146,11 @@ func Binaries(ctx context.Context, opts BuildOptions) (Paths, error) {
 		}
 	}
 	if len(kube) > 0 {
-		log.Info("Building kube-apiserver, kube-controller-manager, kubectl and test-kubelet from Kubernetes' Go modules: the first build takes several minutes",
+		log.Info("Building kube-apiserver, kube-controller-manager, kubectl and test-kubelet from Kubernetes' Go modules: "+firstBuild+"; a line every 30 s says how far it is",
 			"version", version, "dir", dir)
 		start := time.Now()
-		if err := goBuild(ctx, filepath.Join(src, kubeModule), dir, versionLDFlags(version), kube); err != nil {
+		what := "Kubernetes " + version
+		if err := goBuild(ctx, log, what, filepath.Join(src, kubeModule), dir, versionLDFlags(version), kube); err != nil {
 			return Paths{}, err
 		}
 		log.Info("Built kube-apiserver, kube-controller-manager, kubectl and test-kubelet", "version", version, "took", time.Since(start).Round(time.Second))
@@ -157,7 +158,7 @@ func Binaries(ctx context.Context, opts BuildOptions) (Paths, error) {
 	if slices.Contains(todo, p.Etcd) {
 		log.Info("Building etcd", "dir", dir)
 		start := time.Now()
-		err := goBuild(ctx, filepath.Join(src, etcdModule), dir, "", map[string]string{".": p.Etcd})
+		err := goBuild(ctx, log, "etcd", filepath.Join(src, etcdModule), dir, "", map[string]string{".": p.Etcd})
 		if err != nil {
 			return Paths{}, err
 		}
@@ -334,8 +335,10 @@ func lock(ctx context.Context, log *slog.Logger, path string) (unlock func(), er
 }
 
 // goBuild builds each package of the module in dir to its output path: into
-// a temporary directory beside them first, then renamed into place.
-func goBuild(ctx context.Context, moduleDir, cacheDir, ldflags string, outputs map[string]string) error {
+// a temporary directory beside them first, then renamed into place. Every
+// progressEvery it logs how far it is: what, the time so far, the packages
+// compiled and the latest.
+func goBuild(ctx context.Context, log *slog.Logger, what, moduleDir, cacheDir, ldflags string, outputs map[string]string) error {
 	tmp, err := os.MkdirTemp(cacheDir, ".build-")
 	if err != nil {
 		return fmt.Errorf("localkube: %w", err)
@@ -347,7 +350,8 @@ func goBuild(ctx context.Context, moduleDir, cacheDir, ldflags string, outputs m
 		return fmt.Errorf("localkube: building the Kubernetes API server needs Go (the go command, in PATH): %w", err)
 	}
 	pkgs := slices.Sorted(maps.Keys(outputs))
-	args := []string{"build", "-trimpath", "-buildvcs=false", "-o", tmp + string(filepath.Separator)}
+	// -v names each package as it is compiled: the progress lines count them.
+	args := []string{"build", "-v", "-trimpath", "-buildvcs=false", "-o", tmp + string(filepath.Separator)}
 	if ldflags != "" {
 		args = append(args, "-ldflags", ldflags)
 	}
@@ -358,11 +362,20 @@ func goBuild(ctx context.Context, moduleDir, cacheDir, ldflags string, outputs m
 	// modules into a workspace with other versions of their dependencies.
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	var out tailBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	prog := newProgress(what, time.Now(), &out)
+	cmd.Stdout, cmd.Stderr = prog, prog
 	// Interrupt rather than kill, so that go stops its compilers too.
 	cmd.Cancel = func() error { return cmd.Process.Signal(os.Interrupt) }
 	cmd.WaitDelay = 10 * time.Second
-	if err := cmd.Run(); err != nil {
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		prog.every(log, progressEvery, stop)
+	}()
+	err = cmd.Run()
+	close(stop)
+	<-stopped
+	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("localkube: go build in %s: %w", moduleDir, ctx.Err())
 		}

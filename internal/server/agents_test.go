@@ -185,8 +185,11 @@ func TestCAPinning(t *testing.T) {
 	h := startHub(t, Config{Agents: list})
 	a := startAgent(t, h.url, "eu-1", fc)
 	err := a.Wait(t, 5*time.Second)
-	if err == nil || !strings.Contains(err.Error(), "refused this agent: it doesn't know this name and token.") || !strings.Contains(err.Error(), "caSha256") {
-		t.Fatalf("Run = %v, want a 401 refusal naming caSha256", err)
+	// The hub knows the name and token here: the agent says the CA is the
+	// reason, alone, not that the hub doesn't know it.
+	want := "The hub at " + h.url + " refused this agent: this cluster's CA is not the one the hub's agents list pins for it (caSha256)."
+	if err == nil || err.Error() != want {
+		t.Fatalf("Run = %v, want %q", err, want)
 	}
 	if !strings.Contains(h.logs.String(), `An agent was refused: its CA is not the one its entry pins (caSha256) agent="eu-1"`) {
 		t.Errorf("the hub didn't log why:\n%s", h.logs)

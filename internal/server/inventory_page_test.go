@@ -228,6 +228,10 @@ func TestClusterInventoryPage(t *testing.T) {
 	if got := d.eval(`Array.from(document.querySelectorAll('.card')).filter(c => !c.querySelector('dd.apps').hidden).map(c => c.dataset.name).join(',')`); got != "ops" {
 		t.Errorf("the cards that show Argo CD applications: %q, want ops alone", got)
 	}
+	// ops has no labels: its card has no empty line for them; open's has its.
+	if got := d.eval(`String(document.querySelector('.card[data-name="ops"] .labels').hidden) + " " + document.querySelector('.card[data-name="open"] .labels').textContent`); got != "true env=prod region=eu" {
+		t.Errorf("ops's labels line hidden, and open's labels: %q", got)
+	}
 	if strings.Contains(d.eval(`document.getElementById('clusters').textContent`), "undefined") {
 		t.Errorf("a card says undefined")
 	}
@@ -241,7 +245,7 @@ func TestClusterInventoryPage(t *testing.T) {
 	// A cluster that watches nodes and has none can run nothing: a warning,
 	// not a green 0 / 0.
 	feed(t, h, h.inventory.Receiver("far"), "far", &protocol.Update{Snapshot: true, Complete: true, Kinds: []protocol.KindState{{Kind: "nodes"}, {Kind: "pods"}}})
-	d.poll("far's card says it has no nodes", `document.querySelector('.card[data-name="far"] dd.nodes').textContent.trim() === "⚠ no nodes"`, 5*time.Second)
+	d.poll("far's card says it has no nodes", `document.querySelector('.card[data-name="far"] dd.nodes').textContent.trim() === "⚠ no nodes (an API server without nodes, like tether dev's)"`, 5*time.Second)
 	node3.Ready = false
 	node3.Conditions = []protocol.Condition{{Type: "Ready", Status: "False", Reason: "KubeletNotReady"}}
 	feed(t, h, rcv, "open", &protocol.Update{Upserts: []protocol.Resource{node3}})
@@ -383,6 +387,10 @@ func TestClusterInventoryPage(t *testing.T) {
 		t.Errorf("ops' applications: %q", got)
 	}
 	browser.Screenshot(t, d.ctx, "10000-pods")
+	// ops has no labels: its page has no empty Labels row.
+	if got := d.eval(`String(document.getElementById('labels-term').hidden && document.getElementById('labels').hidden)`); got != "true" {
+		t.Errorf("ops, without labels, has a Labels row")
+	}
 
 	// alice may list pods only in team-a: team-b's never reach her page.
 	d.do("sign out", chromedp.Navigate(h.url+"/"), chromedp.Click(chromedp.CSS(`form[action$="logout"] button`)), chromedp.WaitVisible(chromedp.CSS("#token")))
@@ -494,6 +502,10 @@ func TestClusterPageRecovers(t *testing.T) {
 	}
 	if got := d.eval(`document.getElementById('labels').textContent`); got != "env=prod region=eu" {
 		t.Errorf("open's labels: %q", got)
+	}
+	// Every time on the page reads the same way, the inventory's too.
+	if got := d.eval(`document.querySelector('#updated time').textContent`); !regexp.MustCompile(`^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$`).MatchString(got) {
+		t.Errorf("the inventory's time reads %q, want it as the history's", got)
 	}
 	browser.Screenshot(t, d.ctx, "history")
 }

@@ -87,6 +87,25 @@ func TestClusterPageWarningsAndDomains(t *testing.T) {
 	}
 	browser.Screenshot(t, d.ctx, "warnings")
 
+	// A row opens the object's details: the events the hub keeps for it (the
+	// latest of each reason), newest first, each time as the page writes
+	// times; Enter closes it.
+	row := `#pods tbody tr[data-name="web-1"]`
+	d.do("open web-1's details", chromedp.Click(chromedp.CSS(row)))
+	d.poll("web-1's events show", `(document.querySelector('#pods tr.details') || {textContent: ""}).textContent.includes("Readiness probe failed")`, 5*time.Second)
+	want := "Pod/web-1 in team-a" +
+		"2026-12-03 11:00:00 UTC BackOff ×9: Back-off restarting failed container web" +
+		"2026-12-03 10:30:00 UTC Unhealthy: Readiness probe failed"
+	if got := d.eval(`document.querySelector('#pods tr.details').textContent`); got != want {
+		t.Errorf("web-1's details:\ngot  %s\nwant %s", got, want)
+	}
+	if got := d.eval(`document.querySelector('` + row + `').getAttribute('aria-expanded')`); got != "true" {
+		t.Errorf("the opened row's aria-expanded: %q", got)
+	}
+	browser.Screenshot(t, d.ctx, "details")
+	d.do("close web-1's details", chromedp.Focus(chromedp.CSS(row)), chromedp.KeyEvent("\r"))
+	d.poll("the details close", `!document.querySelector('#pods tr.details') && document.querySelector('`+row+`').getAttribute('aria-expanded') === "false"`, 5*time.Second)
+
 	// A newer warning comes: the row follows, without a reload.
 	d.eval(`window.stillHere = 1; "1"`)
 	feed(t, h, rcv, "open", &protocol.Update{Upserts: []protocol.Resource{

@@ -58,6 +58,10 @@ func TestFleetPage(t *testing.T) {
 
 	step("open the sign-in page", chromedp.Navigate(h.url+"/"))
 	browser.Screenshot(t, ctx, "sign-in")
+	// The form says where a token comes from, tied to the field for screen readers.
+	if got := eval(`document.getElementById(document.getElementById('token').getAttribute('aria-describedby')).textContent`); !strings.Contains(got, "tether token --person you@example.com") || !strings.Contains(got, "tether dev") {
+		t.Errorf("the sign-in form's hint: %q, want where a token comes from", got)
+	}
 	// With the keyboard alone: the token field has the focus; Enter submits.
 	step("sign in", chromedp.KeyEvent(aliceToken+"\r"), chromedp.WaitVisible(chromedp.CSS(".card")))
 	if got := eval(`Array.from(document.querySelectorAll('.card')).map(c => c.dataset.name).join(',')`); got != "far,open" {
@@ -72,7 +76,7 @@ func TestFleetPage(t *testing.T) {
 	facts := func(name, doc string) cardFacts {
 		t.Helper()
 		var f cardFacts
-		js := `Promise.resolve(` + doc + `).then(d => { const c = d.querySelector('.card[data-name="` + name + `"]'); return JSON.stringify([c.querySelector('.k8s').textContent, c.querySelector('.agent').textContent, c.querySelector('.since').textContent]); })`
+		js := `Promise.resolve(` + doc + `).then(d => { const c = d.querySelector('.card[data-name="` + name + `"]'); const t = c.querySelector('.since time'); return JSON.stringify([c.querySelector('.k8s').textContent, c.querySelector('.agent').textContent, t ? t.dateTime : c.querySelector('.since').textContent]); })`
 		if err := json.Unmarshal([]byte(eval(js, chromedp.EvalAwaitPromise)), &f); err != nil {
 			t.Fatal(err)
 		}
@@ -91,6 +95,21 @@ func TestFleetPage(t *testing.T) {
 	}
 	if shown != api {
 		t.Errorf("the page shows open's %+v, the API %+v", shown, api)
+	}
+	// Connected since reads as every time on the pages does, the same in any
+	// locale, as served and as shown live, and never wraps mid-date.
+	sinceText := func(doc string) string {
+		return eval(`Promise.resolve(`+doc+`).then(d => d.querySelector('.card[data-name="open"] .since').textContent)`, chromedp.EvalAwaitPromise)
+	}
+	if want := since.UTC().Format("2006-01-02 15:04:05 UTC"); sinceText(servedPage) != want || sinceText(`document`) != want {
+		t.Errorf("open's connected since reads %q as served and %q live, want %q", sinceText(servedPage), sinceText(`document`), want)
+	}
+	if got := eval(`getComputedStyle(document.querySelector('.card[data-name="open"] .since time')).whiteSpace`); got != "nowrap" {
+		t.Errorf("connected since may wrap: white-space %q", got)
+	}
+	// No placeholder that reads as a filter already typed.
+	if got := eval(`document.getElementById('filter').placeholder`); got != "" {
+		t.Errorf("the filter's placeholder %q reads as a value typed", got)
 	}
 	browser.Screenshot(t, ctx, "fleet")
 

@@ -10,6 +10,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/inventory/store"
@@ -43,6 +44,9 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 		b, err := json.Marshal(m)
 		return string(b), err
 	},
+	// when is the pages' one way to write a time, as live.js's tetherTime
+	// does: the same in every locale, and no day and month to mix up.
+	"when":         when,
 	"nodes":        nodesFact,
 	"podsNotReady": podsFact,
 	"apps":         appsFact,
@@ -59,12 +63,21 @@ type fact struct {
 // absent is how a card shows a number it doesn't have.
 var absent = fact{Text: "—", Absent: true}
 
+// timeFormat is how the pages write a time: 2026-12-03 21:40:05 UTC.
+const timeFormat = "2006-01-02 15:04:05 UTC"
+
+func when(t time.Time) string { return t.UTC().Format(timeFormat) }
+
+// noNodes says why a cluster may have none: an API server alone, as
+// `tether dev` runs, has none, and "no nodes" beside "Ready" looks wrong.
+const noNodes = "no nodes (an API server without nodes, like tether dev's)"
+
 func nodesFact(s *store.Summary) fact {
 	if s == nil || s.NodesTotal == nil || s.NodesReady == nil {
 		return absent
 	}
 	if *s.NodesTotal == 0 {
-		return fact{Icon: "⚠", Text: "no nodes"} // nothing can run
+		return fact{Icon: "⚠", Text: noNodes} // nothing can run
 	}
 	f := fact{Icon: "✔", Text: fmt.Sprintf("%d / %d ready", *s.NodesReady, *s.NodesTotal)}
 	if *s.NodesReady < *s.NodesTotal {

@@ -18,7 +18,7 @@ func TestCardFacts(t *testing.T) {
 		{nil, absent},
 		{&store.Summary{NodesReady: n(3), NodesTotal: n(3)}, fact{Icon: "✔", Text: "3 / 3 ready"}},
 		{&store.Summary{NodesReady: n(2), NodesTotal: n(3)}, fact{Icon: "⚠", Text: "2 / 3 ready"}},
-		{&store.Summary{NodesReady: n(0), NodesTotal: n(0)}, fact{Icon: "⚠", Text: "no nodes"}},
+		{&store.Summary{NodesReady: n(0), NodesTotal: n(0)}, fact{Icon: "⚠", Text: noNodes}},
 	} {
 		if got := nodesFact(c.s); got != c.want {
 			t.Errorf("nodes of %+v: %+v, want %+v", c.s, got, c.want)

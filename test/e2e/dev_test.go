@@ -63,6 +63,7 @@ func TestDev(t *testing.T) {
 	kubectl("delete", "namespace", "shop", "--timeout=60s")
 
 	signInWithDevToken(t, "https://"+addr, kubeconfig, between(p.out.String(), "sign-in token:    ", " (paste"))
+	devCAAndOutsideAgent(t, p.out.String(), "https://"+addr)
 
 	p.signal(syscall.SIGINT)
 	if code := p.exit(t, 30*time.Second); code != 0 {
@@ -186,4 +187,47 @@ func between(s, from, to string) string {
 		return ""
 	}
 	return v
+}
+
+// devCAAndOutsideAgent checks what `tether dev` prints for tools other than
+// kubectl: the hub's CA in a file of its own, which an HTTPS client trusts
+// the hub with, and the command that runs an agent outside a pod against its
+// API server, which run as printed (for another hub) makes that hub's
+// cluster Ready.
+func devCAAndOutsideAgent(t *testing.T, out, hubURL string) {
+	t.Helper()
+	caFile := between(out, "hub CA:           ", " (")
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatalf("the hub CA printed, %q: %v", caFile, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		t.Fatalf("no certificate in %s", caFile)
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := client.Get(hubURL + "/healthz")
+	if err != nil {
+		t.Fatalf("GET /healthz trusting only %s: %v", caFile, err)
+	}
+	resp.Body.Close()
+	client.CloseIdleConnections()
+
+	line := between(out, "TETHER_AGENT_TOKEN for its hub):\n  ", " tether agent\n")
+	if line == "" {
+		t.Fatalf("no command for an agent outside a pod printed:\n%s", out)
+	}
+	env := map[string]string{}
+	for _, kv := range strings.Fields(line) {
+		k, v, _ := strings.Cut(kv, "=")
+		env[k] = v
+	}
+	if fi, err := os.Stat(filepath.Join(env["TETHER_SERVICEACCOUNT_DIR"], "token")); err != nil || fi.Size() == 0 {
+		t.Errorf("the service account directory printed has no token: %v", err)
+	}
+	h, otherHub := hub(t, nil, "outside")
+	env["TETHER_HUB_URL"], env["TETHER_AGENT_NAME"], env["TETHER_AGENT_TOKEN"] = otherHub, "outside", agentToken
+	env["TETHER_HUB_CA"] = hubCAFile(t)
+	start(t, "agent outside", env, "agent")
+	h.waitFor(t, 15*time.Second, `A cluster is Ready cluster="outside"`)
 }

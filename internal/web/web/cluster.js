@@ -68,6 +68,13 @@
   // row, which a load fetches.
   let shownStatus = document.querySelector("#status .text").textContent;
   const limit = {};      // section id → rows shown
+  // The kind, for the events API's object=Kind/name, of each section's rows.
+  const objectKind = {
+    nodes: () => "Node", workloads: r => workloadKinds[r.kind], pods: () => "Pod", applications: () => "Application",
+    gateways: () => "Gateway", runs: r => runKinds[r.kind], virtualservices: () => "VirtualService", quotas: () => "ResourceQuota",
+  };
+  let opened = null; // the open row's "namespace\nKind/name"
+  const details = window.tetherDetails(api, key => { if (opened === key) renderInventory(); });
 
   // ---- loading, debounced ----
   let timer = null, inflight = false, again = false, lastStart = 0, lastTook = 0;
@@ -134,6 +141,9 @@
       wanted.forEach((q, i) => { lists[q.kind] = results[i].sort(byName); });
       domains = gotDomains;
       warnings = indexWarnings(lists.events || []);
+      // An open row's events may have changed too; others are fetched anew when opened.
+      details.forgetBut(opened);
+      if (opened) details.fetch(opened);
       loaded = true;
       renderInventory();
       errorLine.hidden = true;
@@ -179,11 +189,13 @@
   function renderCluster(c) {
     document.querySelector("#status .icon").textContent = c.status === "Ready" ? "✔" : "✖";
     document.querySelector("#status .text").textContent = shownStatus = statusText(c);
-    document.getElementById("labels").textContent =
-      Object.keys(c.labels || {}).sort().map(k => k + "=" + c.labels[k]).join(" ");
+    const labels = document.getElementById("labels");
+    labels.textContent = Object.keys(c.labels || {}).sort().map(k => k + "=" + c.labels[k]).join(" ");
+    // No labels, no row: an empty "Labels" reads as a value that failed to load.
+    labels.hidden = document.getElementById("labels-term").hidden = labels.textContent === "";
     document.getElementById("k8s").textContent = c.kubernetesVersion || "";
     document.getElementById("agent").textContent = c.agentVersion || "";
-    document.getElementById("since").textContent = c.connectedSince || "";
+    document.getElementById("since").replaceChildren(window.tetherTimeElement(c.connectedSince));
 
     const inv = c.inventory;
     const updated = document.getElementById("updated");
@@ -191,10 +203,7 @@
     if (!inv) {
       updated.textContent = "Waiting for the cluster's inventory…";
     } else {
-      const t = document.createElement("time");
-      t.dateTime = inv.updated;
-      t.textContent = new Date(inv.updated).toLocaleString();
-      updated.append("Inventory updated ", t);
+      updated.append("Inventory updated ", window.tetherTimeElement(inv.updated));
       // Its agent away, the cluster sends nothing new: say the tables may
       // be old, rather than let them pass for the state now.
       if (c.status !== "Ready") updated.append(" (what the cluster last sent: it is " + c.status + " now)");
@@ -239,11 +248,8 @@
   // sends it), its times written as the page first showed them.
   function renderHistory(history) {
     const rows = history.map(h => {
-      const t = document.createElement("time");
-      t.dateTime = h.time;
-      t.textContent = h.time.replace("T", " ").replace(/Z$/, " UTC");
       const tr = document.createElement("tr");
-      tr.append(cell("Since", t), cell("Status", h.status));
+      tr.append(cell("Since", window.tetherTimeElement(h.time)), cell("Status", h.status));
       return tr;
     });
     document.querySelector("#history tbody").replaceChildren(...rows);
@@ -303,8 +309,19 @@
       const tr = document.createElement("tr");
       tr.dataset.namespace = r.namespace || "";
       tr.dataset.name = r.name;
-      tr.append(...cells(r));
+      const tds = cells(r);
+      tr.append(...tds);
       body.append(tr);
+      const kind = objectKind[id] && objectKind[id](r);
+      if (kind) {
+        // A row opens the object's details: its conditions and events.
+        const key = (r.namespace || "") + "\n" + kind + "/" + r.name;
+        tr.className = "object";
+        tr.tabIndex = 0;
+        tr.dataset.key = key;
+        tr.setAttribute("aria-expanded", String(opened === key));
+        if (opened === key) body.append(details.row(r, key, tds.length));
+      }
     }
     section.querySelector("tbody").replaceChildren(body);
     section.querySelector("table").hidden = filtered.length === 0;
@@ -348,9 +365,7 @@
       icon.className = "icon";
       icon.setAttribute("aria-hidden", "true");
       icon.textContent = "⚠";
-      const t = document.createElement("time");
-      t.dateTime = e.lastSeen || "";
-      t.textContent = e.lastSeen ? e.lastSeen.replace("T", " ").replace(/Z$/, " UTC") : "";
+      const t = window.tetherTimeElement(e.lastSeen);
       line.append(icon, " " + e.reason + (e.count > 1 ? " ×" + e.count : "") + (e.lastSeen ? ", last " : ""), t,
         e.message ? ": " + e.message : "");
       td.append(line);
@@ -498,6 +513,25 @@
     document.getElementById("virtualservices").hidden = missing.has("virtualservices");
     document.getElementById("runs").hidden = Object.keys(runKinds).every(k => missing.has(k));
   }
+
+  function toggle(tr) {
+    const key = tr.dataset.key;
+    opened = opened === key ? null : key;
+    if (opened && !details.has(key)) details.fetch(key);
+    renderInventory();
+    const again = main.querySelector('tr.object[data-key="' + CSS.escape(key) + '"]');
+    if (again) again.focus();
+  }
+  main.addEventListener("click", e => {
+    const tr = e.target.closest("tr.object");
+    if (tr && !e.target.closest("a, button")) toggle(tr);
+  });
+  main.addEventListener("keydown", e => {
+    if ((e.key === "Enter" || e.key === " ") && e.target.matches("tr.object")) {
+      e.preventDefault();
+      toggle(e.target);
+    }
+  });
 
   namespace.addEventListener("change", () => {
     for (const id of Object.keys(limit)) delete limit[id];

@@ -25,7 +25,7 @@
     const num = v => typeof v === "number";
     const nodes = num(s.nodesReady) && num(s.nodesTotal);
     fact(card.querySelector("dd.nodes"), nodes, s.nodesReady < s.nodesTotal || s.nodesTotal === 0,
-      s.nodesTotal === 0 ? "no nodes" : s.nodesReady + " / " + s.nodesTotal + " ready");
+      s.nodesTotal === 0 ? "no nodes (an API server without nodes, like tether dev's)" : s.nodesReady + " / " + s.nodesTotal + " ready");
     fact(card.querySelector("dd.pods"), num(s.podsNotReady), s.podsNotReady > 0, String(s.podsNotReady));
     const apps = num(s.appsOutOfSync);
     fact(card.querySelector("dd.apps"), apps, s.appsOutOfSync > 0, s.appsOutOfSync + " out of sync or unhealthy");
@@ -43,8 +43,10 @@
     card.querySelector(".status .text").textContent = c.status + (c.message ? ": " + c.message : "");
     card.querySelector(".k8s").textContent = c.kubernetesVersion || "";
     card.querySelector(".agent").textContent = c.agentVersion || "";
-    card.querySelector(".since").textContent = c.connectedSince || "";
-    card.querySelector(".labels").textContent = labelText(c.labels);
+    card.querySelector(".since").replaceChildren(window.tetherTimeElement(c.connectedSince));
+    const labels = card.querySelector(".labels");
+    labels.textContent = labelText(c.labels);
+    labels.hidden = labels.textContent === "";
     renderSummary(card, c.summary);
   }
 

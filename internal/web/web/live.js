@@ -7,6 +7,21 @@
 // browser is still trying (the hub is down, the network gone), the page
 // says so once that has lasted QUIET ms: a hub restarting is back sooner.
 "use strict";
+// tetherTime writes a time as every page does (page.go's timeFormat):
+// 2026-12-03 21:40:05 UTC, the same in every locale. tetherTimeElement is it
+// in a <time> that keeps the machine-readable value; empty for no time.
+window.tetherTime = function (iso) {
+  const d = new Date(iso);
+  return iso && !isNaN(d) ? d.toISOString().slice(0, 19).replace("T", " ") + " UTC" : iso || "";
+};
+window.tetherTimeElement = function (iso) {
+  const t = document.createElement("time");
+  if (iso) {
+    t.dateTime = iso;
+    t.textContent = window.tetherTime(iso);
+  }
+  return t;
+};
 window.tetherLive = function (base, listeners) {
   const banner = document.getElementById("live");
   const RETRY = 5000;
