@@ -78,9 +78,7 @@ type Proxy struct {
 	// stopUsers stops the users list's reloads from calling recheckOpen.
 	stopUsers func()
 
-	watchMu       sync.Mutex              // guards the following
-	watches       map[*watchBody]struct{} // watch answers in flight (watchend.go)
-	endingWatches bool                    // EndWatches was called
+	watches Watches // watch answers in flight (watchend.go)
 
 	auditMu   sync.Mutex // serializes audit lines, and guards auditLine
 	auditLine []byte     // the last line written, its buffer reused
@@ -105,7 +103,6 @@ func New(cfg Config) (*Proxy, error) {
 		metrics:  m,
 		refusals: logging.NewLimiter(10 * time.Second),
 		requests: newInflight(),
-		watches:  map[*watchBody]struct{}{},
 	}
 	px.proxy = px.newProxy()
 	if cfg.Auth != nil {

@@ -181,40 +181,51 @@ func (b *watchBody) Close() error {
 	return b.body.Close()
 }
 
-// trackWatch wraps a watch answer's body so that EndWatches ends it.
-func (px *Proxy) trackWatch(resp *http.Response) {
+// Watches ends the watch answers it tracks at an event's end, once told
+// to: the proxy's own, and those a replica carries for another
+// (internal/peers). The zero value is ready to use.
+type Watches struct {
+	mu     sync.Mutex              // guards the following
+	m      map[*watchBody]struct{} // watch answers in flight
+	ending bool                    // End was called
+}
+
+// Track wraps resp's body, if resp is a watch answer, so that End ends it.
+func (w *Watches) Track(resp *http.Response) {
 	f, ok := watchFraming(resp)
 	if !ok {
 		return
 	}
-	b := &watchBody{body: resp.Body, frame: f, between: true, forget: px.forgetWatch}
+	b := &watchBody{body: resp.Body, frame: f, between: true, forget: w.forget}
 	resp.Body = b
-	px.watchMu.Lock()
-	ending := px.endingWatches
-	px.watches[b] = struct{}{}
-	px.watchMu.Unlock()
+	w.mu.Lock()
+	ending := w.ending
+	if w.m == nil {
+		w.m = map[*watchBody]struct{}{}
+	}
+	w.m[b] = struct{}{}
+	w.mu.Unlock()
 	if ending {
 		b.end()
 	}
 }
 
-func (px *Proxy) forgetWatch(b *watchBody) {
-	px.watchMu.Lock()
-	delete(px.watches, b)
-	px.watchMu.Unlock()
+func (w *Watches) forget(b *watchBody) {
+	w.mu.Lock()
+	delete(w.m, b)
+	w.mu.Unlock()
 }
 
-// EndWatches ends every watch answer in flight at its next event's end,
-// and those that start from now on at once: a stopping hub calls it as it
-// stops taking requests, so that none of them holds it for the whole grace.
-func (px *Proxy) EndWatches() {
-	px.watchMu.Lock()
-	px.endingWatches = true
-	all := make([]*watchBody, 0, len(px.watches))
-	for b := range px.watches {
+// End ends every watch answer in flight at its next event's end, and those
+// tracked from now on at once.
+func (w *Watches) End() {
+	w.mu.Lock()
+	w.ending = true
+	all := make([]*watchBody, 0, len(w.m))
+	for b := range w.m {
 		all = append(all, b)
 	}
-	px.watchMu.Unlock()
+	w.mu.Unlock()
 	// Every watch is marked before any is woken, so that none passes on
 	// an event that comes after another watch has already ended.
 	var wake []*watchBody
@@ -227,3 +238,11 @@ func (px *Proxy) EndWatches() {
 		b.body.Close()
 	}
 }
+
+// trackWatch wraps a watch answer's body so that EndWatches ends it.
+func (px *Proxy) trackWatch(resp *http.Response) { px.watches.Track(resp) }
+
+// EndWatches ends every watch answer in flight at its next event's end,
+// and those that start from now on at once: a stopping hub calls it as it
+// stops taking requests, so that none of them holds it for the whole grace.
+func (px *Proxy) EndWatches() { px.watches.End() }

@@ -234,6 +234,14 @@ func (p *Peers) newForwarder() http.Handler {
 		Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 			return r.Context().Value(upstreamKey{}).(hub.Upstream).RoundTrip(r)
 		}),
+		// A stopping holder ends the watches it carries at an event's
+		// end (EndWatches), as it ends its own: the replica that asked
+		// ends its answer cleanly, and the client watches again, through
+		// the agent's next holder.
+		ModifyResponse: func(resp *http.Response) error {
+			p.watches.Track(resp)
+			return nil
+		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) {
 				return // the replica that asked went away
@@ -267,6 +275,11 @@ func (p *Peers) newForwarder() http.Handler {
 		proxy.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
+
+// EndWatches ends the watches this replica carries for others at their
+// next event's end, and those that start from now on at once: a stopping
+// replica calls it as it stops taking requests.
+func (p *Peers) EndWatches() { p.watches.End() }
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
 

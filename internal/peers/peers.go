@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/kubeproxy"
 )
 
 // Peer is another replica: its name and where it takes peer connections.
@@ -54,8 +55,9 @@ type Config struct {
 type Peers struct {
 	cfg     Config
 	log     *slog.Logger
-	forward http.Handler // carries other replicas' requests (forward.go)
-	people  *people      // sign-outs and users lists (people.go); nil for none
+	forward http.Handler      // carries other replicas' requests (forward.go)
+	watches kubeproxy.Watches // the watches forward carries
+	people  *people           // sign-outs and users lists (people.go); nil for none
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -386,3 +386,34 @@ func TestARequestFollowsTheAgent(t *testing.T) {
 		eventually(t, 5*time.Second, "eu-1 let go", func() bool { return rs[1].hub.Reach("eu-1") == nil })
 	}
 }
+
+// TestAStoppingHolderEndsTheWatchesItCarries: a watch another replica
+// carries through this one ends at an event's end when this one stops
+// (EndWatches), cleanly, as its own watches do: the client watches again,
+// through the agent's next holder.
+func TestAStoppingHolderEndsTheWatchesItCarries(t *testing.T) {
+	fc := fakecluster.New(t)
+	rs := startReplicas(t, "hub-a", "hub-b")
+	agenttest.Start(t, rs[0].url, "eu-1", testToken, fc.SADir, fc.Addr())
+	eventually(t, 5*time.Second, "b reaches eu-1", func() bool { return rs[1].hub.Reach("eu-1") != nil })
+	resp := get(t, rs[1].hub.Reach("eu-1"), "/watch?watch=true&split=1", "", nil)
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	if line, err := r.ReadString('\n'); err != nil || line != `{"type":"ADDED","n":1}`+"\n" {
+		t.Fatalf("first event: %q, %v", line, err)
+	}
+	// The second event is under way, half sent, when the holder stops.
+	eventually(t, 5*time.Second, "the half event reached b", func() bool { return r.Buffered() > 0 || peek(r) })
+	rs[0].peers.EndWatches()
+	fc.Release()
+	rest, err := io.ReadAll(r)
+	if err != nil || string(rest) != `{"type":"ADDED","n":2}`+"\n" {
+		t.Errorf("after the holder ended its watches: %q, %v; want the event under way, then a clean end", rest, err)
+	}
+}
+
+// peek reports whether r has a byte to read, waiting a little for one.
+func peek(r *bufio.Reader) bool {
+	_, err := r.Peek(1)
+	return err == nil
+}

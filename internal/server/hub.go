@@ -237,6 +237,9 @@ func (h *Hub) AgentsChanged(c fleet.Change) {
 // EndWatches ends every watch at its next event's end and the fleet pages'
 // event streams now: a stopping hub calls it as it stops taking requests.
 func (h *Hub) EndWatches() {
+	if h.peers != nil {
+		h.peers.EndWatches()
+	}
 	if h.proxy != nil {
 		h.proxy.EndWatches()
 		h.web.EndStreams()
