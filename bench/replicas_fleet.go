@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -418,8 +419,7 @@ func rollingUpdate(ctx context.Context, r *report, b *replicaBed, w *writes, nam
 	sort.Strings(list)
 	var requests, failures, waited atomic.Int64
 	var mu sync.Mutex
-	var failed []string       // the first of each kind
-	kinds := map[string]int{} // failures by what they said, the cluster's name left out
+	failKinds := map[string]int{} // failures by what they said, the cluster's name and numbers left out
 	get := func(k int) {
 		c := clients[k%len(clients)]
 		name := list[rand.IntN(len(list))]
@@ -446,11 +446,10 @@ func rollingUpdate(ctx context.Context, r *report, b *replicaBed, w *writes, nam
 				return
 			}
 			failures.Add(1)
-			why := strings.ReplaceAll(err.Error(), name, "NAME")
+			// One kind whatever the cluster, port or count.
+			why := digits.ReplaceAllString(strings.ReplaceAll(err.Error(), name, "NAME"), "N")
 			mu.Lock()
-			if kinds[why]++; kinds[why] == 1 {
-				failed = append(failed, fmt.Sprintf("%s %s: %v", time.Now().Format("15:04:05.000"), name, err))
-			}
+			failKinds[why]++
 			mu.Unlock()
 			return
 		}
@@ -516,8 +515,21 @@ func rollingUpdate(ctx context.Context, r *report, b *replicaBed, w *writes, nam
 	at, kinds, _ := w.since()
 	detail := fmt.Sprintf("%d GETs of /version at %d a second, spread over %d clusters, HTTP/2 on 6 connections to the replicas in rotation; %d waited out a Retry-After; %s; coordination writes meanwhile %d (%s)",
 		requests.Load(), rps, len(list), waited.Load(), strings.Join(steps, "; "), len(at), kindsString(kinds))
-	if len(failed) > 0 {
-		detail += "; failures, the first of each kind: " + strings.Join(failed, "; ") + "; by kind: " + kindsString(kinds)
+	if len(failKinds) > 0 {
+		type kind struct {
+			why string
+			n   int
+		}
+		var ks []kind
+		for why, c := range failKinds {
+			ks = append(ks, kind{why, c})
+		}
+		sort.Slice(ks, func(i, j int) bool { return ks[i].n > ks[j].n })
+		var parts []string
+		for _, k := range ks[:min(len(ks), 8)] {
+			parts = append(parts, fmt.Sprintf("%d × %s", k.n, k.why))
+		}
+		detail += fmt.Sprintf("; failures by kind (the %d most of %d kinds): %s", min(len(ks), 8), len(ks), strings.Join(parts, "; "))
 	}
 	r.add(atMost(figure{Section: "replicas-fleet", Name: fmt.Sprintf("rolling update of %d replicas under %d requests/s: failed requests", n, rps), Value: float64(failures.Load()), Unit: "requests", Detail: detail}, 0))
 	r.add(figure{Section: "replicas-fleet", Name: fmt.Sprintf("rolling update of %d replicas: seconds it took", n), Value: took.Seconds(), Unit: "s",
@@ -526,6 +538,8 @@ func rollingUpdate(ctx context.Context, r *report, b *replicaBed, w *writes, nam
 		Detail: fmt.Sprintf("with the chart's drain of %d s and grace of %d s; its pods' terminationGracePeriodSeconds, after which the kubelet kills a replica still stopping, is %d s", chartDrainDelay, chartShutdownGrace, chartTermination)})
 	return nil
 }
+
+var digits = regexp.MustCompile(`[0-9]+`)
 
 // statusMessage is the message of a Kubernetes Status in body, or the
 // body's start.
