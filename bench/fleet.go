@@ -71,6 +71,8 @@ func agentsChild(ctx context.Context, args []string) error {
 	caFile := fs.String("ca", "", "the hub's CA")
 	saDir := fs.String("sa", "", "a service account directory")
 	apiServer := fs.String("api", "127.0.0.1:1", "the API server the agents relay to")
+	hubs := fs.String("hubs", "", "the replicas' addresses, comma-separated: each agent dials -home's first, then others (replicaDialer)")
+	home := fs.Int("home", 0, "with -hubs, the replica each agent dials first")
 	fs.Parse(args)
 	u, err := url.Parse(*hubURL)
 	if err != nil {
@@ -85,11 +87,15 @@ func agentsChild(ctx context.Context, args []string) error {
 	log := slog.New(rec)
 	agents := make([]*agent.Agent, *count)
 	for i := range agents {
-		a, err := agent.New(agent.Config{
+		cfg := agent.Config{
 			Options: agent.Options{HubURL: u, Name: agentName(*first + i), Token: agentToken(*first + i),
 				TokenReread: time.Minute, ServiceAccountDir: *saDir, APIServer: *apiServer},
 			Logger: log, TLSConfig: tlsConfig,
-		})
+		}
+		if *hubs != "" {
+			cfg.DialHub = replicaDialer(strings.Split(*hubs, ","), *home)
+		}
+		a, err := agent.New(cfg)
 		if err != nil {
 			return err
 		}

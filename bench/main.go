@@ -28,13 +28,15 @@ func main() {
 		os.Exit(runChild(os.Args[2], os.Args[3:]))
 	}
 	var (
-		only    = flag.String("only", "tunnel,kube,fleet,probes", "the parts to run, comma-separated: tunnel, kube, fleet, probes, and agentrss (not run by default)")
+		only    = flag.String("only", "tunnel,kube,fleet,probes,replicas", "the parts to run, comma-separated: tunnel, kube, fleet, probes, replicas, and agentrss (not run by default)")
 		md      = flag.String("md", "docs/PERFORMANCE.md", "where the report goes")
 		js      = flag.String("json", "bench/results.json", "where the figures go as JSON")
 		rounds  = flag.Int("rounds", 5, "alternated rounds of each throughput case")
 		fleetN  = flag.Int("fleet", 10000, "the largest idle fleet")
 		workDir = flag.String("dir", "", "where logs and files go; empty: a new temporary directory")
 		agents  = flag.String("agents", "", "agentrss: tether binaries to compare, comma-separated; empty: this tree's")
+		perHub  = flag.Int("replica-agents", 2000, "replicas: simulated agents on each of the 3 replicas (15,000 in all is 5000)")
+		keep    = flag.Bool("keep", false, "keep the figures of the parts not run from the JSON file, and write the report with them")
 	)
 	short := flag.Bool("short", false, "the perf-check's short counts, to try the bench itself: the figures are noisier than the full run's")
 	rewrite := flag.Bool("rewrite", false, "only write the report again from the JSON file's figures")
@@ -103,6 +105,13 @@ func main() {
 	run("probes", func() error {
 		return benchProbes(ctx, r, filepath.Join(dir, "probes"), 2000, 12*time.Second, 20*time.Second)
 	})
+	run("replicas", func() error {
+		o := replicaOpts{replicas: 3, perHub: *perHub, h2Gets: 3000, lists: 9, settle: 12 * time.Second, window: 20 * time.Second, kill: true, rolling: true, rollingRP: 20}
+		if *short {
+			o = replicaOpts{replicas: 3, perHub: 100, h2Gets: 300, lists: 3, settle: 3 * time.Second, window: 6 * time.Second, kill: true}
+		}
+		return benchReplicas(ctx, r, filepath.Join(dir, "replicas"), o)
+	})
 	run("fleet", func() error {
 		return benchFleet(ctx, r, filepath.Join(dir, "fleet"), fleetOpts{sizes: []int{1000, *fleetN}, settle: 15 * time.Second, storm: true})
 	})
@@ -113,8 +122,16 @@ func main() {
 	if parts["fleet"] {
 		r.Notes = append(r.Notes, "The simulated fleet's agents stream no inventory; a real agent's inventory stream adds a goroutine and the stream's buffers on the hub. They run in separate processes on the same 2 cores as the hub, so the reconnect storm's time includes the old hub closing 10,000 connections while their agents react at the same time.")
 	}
+	if parts["replicas"] {
+		r.Notes = append(r.Notes, fmt.Sprintf("Hub replicas: three `bench child hub` processes (server.Serve from `tether hub`'s settings) with TETHER_COORDINATION=kubernetes against a real kube-apiserver, one certificate and one agents list. The simulated agents (%d on each replica) dial their replica straight, not through a load balancer: on one machine its two descriptors per agent would count too; each later connection of an agent goes to another replica at random, as a load balancer's would. `-replica-agents 5000` runs the issue's 15,000 where the cores allow: the descriptors fit (each replica holds 7,500 after one is killed, under `ulimit -n` of 20,000 a process); this machine's 2 shared cores are what keep the default at 6,000.", *perHub))
+	}
 	if parts["kube"] {
 		r.Notes = append(r.Notes, "The agent at rest runs its inventory (its own list and watch of each kind, decision 009) against the local API server, with read access to the inventory kinds as the chart grants it.")
+	}
+	if *keep {
+		if err := r.keepOthers(*js); err != nil {
+			log.Fatal(err)
+		}
 	}
 	if err := r.write(*md, *js); err != nil {
 		log.Fatal(err)

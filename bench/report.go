@@ -308,6 +308,10 @@ func sectionTitle(s string) string {
 		return "The Kubernetes path over HTTP/2, as kubectl and client-go speak it"
 	case "fleet":
 		return "Idle fleet, reconnect storm, agent at rest"
+	case "replicas":
+		return "Hub replicas: a request forwarded to the replica holding the agent"
+	case "replicas-fleet":
+		return "Hub replicas: a fleet on three, one killed, a rolling update"
 	}
 	return s
 }
@@ -335,4 +339,62 @@ func spread(xs []float64) string {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
 	return fmt.Sprintf("%s–%s", fmtValue(s[0], ""), fmtValue(s[len(s)-1], ""))
+}
+
+// keepOthers adds to r the figures, notes and failures of the report in
+// path whose sections r did not measure, so a run of some parts (-only
+// with -keep) leaves the others' figures as they were. The report keeps
+// the earlier run's date and machine, as most figures are its, and a note
+// says which sections this run measured, when.
+func (r *report) keepOthers(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var old report
+	if err := json.Unmarshal(b, &old); err != nil {
+		return err
+	}
+	mine := map[string]bool{}
+	var sections []string
+	for _, f := range r.Figures {
+		if !mine[f.Section] {
+			mine[f.Section] = true
+			sections = append(sections, sectionTitle(f.Section))
+		}
+	}
+	var kept []figure
+	for _, f := range old.Figures {
+		if !mine[f.Section] {
+			kept = append(kept, f)
+		}
+	}
+	var notes []string
+	for _, n := range old.Notes {
+		if !strings.HasPrefix(n, "Separate run: ") && !strings.HasPrefix(n, "Hub replicas: ") {
+			notes = append(notes, n)
+		}
+	}
+	for _, n := range r.Notes {
+		if !strings.HasPrefix(n, "Load average at the end") {
+			notes = append(notes, n)
+		}
+	}
+	if len(sections) > 0 {
+		notes = append(notes, fmt.Sprintf("Separate run: %s measured on %s to %s (load average at its start %s, at its end %s), with `-only` and `-keep`; the other sections in the run dated above.",
+			strings.Join(sections, "; "), r.Started.Format("2006-01-02 15:04 MST"), time.Now().UTC().Format("15:04 MST"), r.Machine.LoadStart, loadNow()))
+	}
+	r.Started, r.Finished, r.Machine = old.Started, old.Finished, old.Machine
+	r.Figures = append(kept, r.Figures...)
+	r.Notes = notes
+	r.Failures = append(old.Failures, r.Failures...)
+	return nil
+}
+
+func loadNow() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
