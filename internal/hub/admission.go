@@ -32,6 +32,17 @@ const MinAdmitRate = 100
 // listed agents.
 func admitRate(listed int) int { return max(MinAdmitRate, listed/20) }
 
+// admitRate is this replica's pace: its share of the fleet's, so that
+// the replicas left after one is killed take its agents back at the
+// fleet's pace together, not once per replica.
+func (h *Hub) admitRate() int {
+	return admitRate(h.cfg.Agents.Len() / max(1, int(h.replicas.Load())))
+}
+
+// SetReplicas tells the hub how many replicas, itself included, share the
+// fleet's agents (internal/peers, as replicas come and go).
+func (h *Hub) SetReplicas(n int) { h.replicas.Store(int32(n)) }
+
 // admit reports whether one more agent may connect at now; if it may, the
 // caller must end its place with welcomed or giveBack.
 func (a *admission) admit(now time.Time, rate int) bool {

@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -56,5 +57,22 @@ func TestAdmissionPace(t *testing.T) {
 			t.Fatal("held back, with nobody on the way")
 		}
 		b.giveBack()
+	}
+}
+
+// TestReplicasShareTheFleetsPace: each of N replicas admits its share of
+// the fleet's pace, so those left after one is killed take its agents
+// back at the fleet's pace together.
+func TestReplicasShareTheFleetsPace(t *testing.T) {
+	var names []string
+	for i := range 6000 {
+		names = append(names, fmt.Sprintf("c-%d", i))
+	}
+	h := startHub(t, Config{Agents: testAgents(names...)})
+	for _, tc := range []struct{ replicas, want int }{{0, 300}, {1, 300}, {2, 150}, {3, MinAdmitRate}} {
+		h.SetReplicas(tc.replicas)
+		if got := h.admitRate(); got != tc.want {
+			t.Errorf("with %d replicas: %d agents a second, want %d", tc.replicas, got, tc.want)
+		}
 	}
 }

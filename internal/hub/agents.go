@@ -35,7 +35,7 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request, own bool) {
 		http.Error(w, "This hub doesn't know this agent's name and token.", http.StatusUnauthorized)
 		return
 	}
-	if !h.admission.admit(h.clock.Now(), admitRate(h.cfg.Agents.Len())) {
+	if !h.admission.admit(h.clock.Now(), h.admitRate()) {
 		h.metrics.connects.WithLabelValues("paced").Inc()
 		// Come back within the reconnect spread, at a random second, so
 		// the ones held back now don't all return in the same second.

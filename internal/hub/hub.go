@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -103,7 +104,8 @@ type Hub struct {
 	clock     clock.Clock
 	metrics   *metrics
 	refusals  *logging.Limiter
-	admission admission // paces agents' connections
+	admission admission    // paces agents' connections
+	replicas  atomic.Int32 // how many replicas share the fleet (admission.go)
 
 	conns  sync.WaitGroup // one per served agent connection
 	events broker         // tells subscribers what changed

@@ -140,6 +140,7 @@ func (p *Peers) reconcile() {
 	for _, peer := range p.cfg.Members.Peers() {
 		want[peer.Name] = peer
 	}
+	p.cfg.Hub.SetReplicas(len(want) + 1)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for name, l := range p.links {
