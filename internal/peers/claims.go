@@ -178,7 +178,7 @@ func (p *Peers) startLink(peer Peer) *link {
 		// gzip must not reach the API server asking for it, to be
 		// decompressed here (a 21 MB list came at 0.37× the holder's
 		// throughput; 1.31× without).
-		DisableCompression: true,
+		DisableCompression:  true,
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     90 * time.Second,
 		// HTTP/1.1: upgrades (exec, port-forward) go through as they do
