@@ -64,7 +64,7 @@ func TestSoakRuns(t *testing.T) {
 	}
 	var out strings.Builder
 	err := run(t.Context(), settings{
-		duration: 6 * time.Second, sample: 250 * time.Millisecond, warmup: 2 * time.Second,
+		duration: 12 * time.Second, sample: 250 * time.Millisecond, warmup: 2 * time.Second,
 		clusters: 3, requesters: 2, watchers: 2, agentLife: time.Second,
 	}, &out)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/localkube"
+	"github.com/tetherhq/tether/internal/login"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
@@ -32,6 +33,10 @@ const (
   groups: ["tether:admins"]
 `
 )
+
+// contextOf is the name of cluster's context in the hub at hubURL's
+// kubeconfigs: the hub's host first, as `tether login` names them.
+func contextOf(hubURL, cluster string) string { return login.Prefix(hubURL) + "/" + cluster }
 
 // kubeconfigFor fetches GET /api/kubeconfig as token and writes it to a file.
 func kubeconfigFor(t *testing.T, hubURL, token string) string {
@@ -201,11 +206,11 @@ func TestKubectlToAClusterTheHubReaches(t *testing.T) {
 	h.waitFor(t, 10*time.Second, `The agent of "direct" connected`)
 	alice := kubeconfigFor(t, hubURL, aliceToken)
 
-	if out, err := kubectl(t, alice, "--context", "direct", "get", "configmap", "greeting", "-n", "direct-a", "-o", "jsonpath={.data.hello}"); err != nil || out != "direct" {
+	if out, err := kubectl(t, alice, "--context", contextOf(hubURL, "direct"), "get", "configmap", "greeting", "-n", "direct-a", "-o", "jsonpath={.data.hello}"); err != nil || out != "direct" {
 		t.Errorf("alice get in direct-a: %v\n%s", err, out)
 	}
 	want := `User "alice" cannot list resource "configmaps" in API group "" in the namespace "direct-b"`
-	if out, err := kubectl(t, alice, "--context", "direct", "get", "configmaps", "-n", "direct-b"); err == nil || !strings.Contains(out, want) {
+	if out, err := kubectl(t, alice, "--context", contextOf(hubURL, "direct"), "get", "configmaps", "-n", "direct-b"); err == nil || !strings.Contains(out, want) {
 		t.Errorf("alice in direct-b: %v\n%s\nwant %q", err, out, want)
 	}
 	// Listed as Ready, with the API server's version and its inventory's

@@ -61,7 +61,7 @@ func TestProxyOffAgent(t *testing.T) {
 
 	kc := kubeconfigFor(t, hubURL, aliceToken)
 	// --raw: kubectl's discovery would put its own words over the hub's.
-	out, err := kubectl(t, kc, "--context", "px-off", "get", "--raw", "/api/v1/namespaces/"+readable+"/pods")
+	out, err := kubectl(t, kc, "--context", contextOf(hubURL, "px-off"), "get", "--raw", "/api/v1/namespaces/"+readable+"/pods")
 	if err == nil || !strings.Contains(out, `Cluster "px-off" takes no requests through Tether`) {
 		t.Errorf("kubectl through a proxy-off cluster: %v\n%s\nwant the hub's 503 saying it takes no requests", err, out)
 	}

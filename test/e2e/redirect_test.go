@@ -63,7 +63,7 @@ func TestRedirectsStayOnTheCluster(t *testing.T) {
 		{"direct", svc + "relative", "back home", true},
 		{"direct", svc + "direct", "back home", true},
 	} {
-		out, err := kubectl(t, kc, "--context", c.context, "get", "--raw", c.path)
+		out, err := kubectl(t, kc, "--context", contextOf(hubURL, c.context), "get", "--raw", c.path)
 		if (err == nil) != c.ok || !strings.Contains(out, c.want) {
 			t.Errorf("kubectl --context %s get --raw %s: %v\n%s\nwant %q", c.context, c.path, err, out, c.want)
 		}
