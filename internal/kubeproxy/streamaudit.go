@@ -4,7 +4,6 @@ import (
 	"iter"
 	"net/url"
 	"strings"
-	"unicode/utf8"
 )
 
 // setStream fills in what an exec, attach or port-forward request asks the
@@ -85,9 +84,11 @@ func (c *capped) add(v string, max int) {
 		return
 	}
 	c.list = append(c.list, v)
-	// What v costs once bound cuts it, or less: the list c keeps is then
-	// always cut by bound, which adds c.more to how many it left out.
-	c.cost += min(len(v), maxAuditField-utf8.UTFMax) + 1
+	// What v costs once bound cuts it, exactly as bound counts it: the
+	// list c keeps is then always cut by bound, which adds c.more to how
+	// many it left out. (An estimate of min(len(v), a field) kept too few
+	// of long arguments whose cut drops invalid UTF-8: FuzzStreamAudit.)
+	c.cost += len(cutField(v, maxAuditField)) + 1
 }
 
 // queryPairs yields a query's keys and values, unescaped, as
