@@ -513,7 +513,7 @@ func rollingUpdate(ctx context.Context, r *report, b *replicaBed, w *writes, nam
 		return err
 	}
 	at, kinds, _ := w.since()
-	detail := fmt.Sprintf("%d GETs of /version at %d a second, spread over %d clusters, HTTP/2 on 6 connections to the replicas in rotation; the simulated agents, as agents from before moves, reconnect after a goaway with the spread rather than move (test/e2e TestRollingUpdateFailsNoRequest: real agents, 0 failed); %d waited out a Retry-After; %s; coordination writes meanwhile %d (%s)",
+	detail := fmt.Sprintf("%d GETs of /version at %d a second, spread over %d clusters, HTTP/2 on 6 connections to the replicas in rotation; the agents (the real agent package, one process for many) move make-before-break when their draining replica asks (test/e2e TestRollingUpdateFailsNoRequest: 3 agents behind HAProxy, 0 failed); %d waited out a Retry-After; %s; coordination writes meanwhile %d (%s)",
 		requests.Load(), rps, len(list), waited.Load(), strings.Join(steps, "; "), len(at), kindsString(kinds))
 	if len(failKinds) > 0 {
 		type kind struct {
