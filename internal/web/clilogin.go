@@ -155,7 +155,10 @@ func (wb *Web) ServeCLILogin(w http.ResponseWriter, r *http.Request) {
 	}
 	if !ok || err != nil {
 		c := wb.cookie(r, name)
-		c.Value, c.MaxAge = query, 600
+		// What was checked, written anew: nothing else rides along.
+		c.Value = url.Values{"redirect_uri": {req.RedirectURI}, "code_challenge": {req.Challenge},
+			"code_challenge_method": {"S256"}, "state": {req.State}}.Encode()
+		c.MaxAge = 600
 		http.SetCookie(w, c)
 		msg := "Sign in, and tether login will be signed in as you."
 		if refusedIdentity(err) {
