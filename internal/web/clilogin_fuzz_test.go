@@ -1,8 +1,13 @@
 package web
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
+
+	"github.com/tetherhq/tether/internal/auth"
 )
 
 // FuzzLoginRequests: tether login's requests (the /login/cli query, the
@@ -13,7 +18,29 @@ func FuzzLoginRequests(f *testing.F) {
 	f.Add("redirect_uri=http%3A%2F%2F%5B%3A%3A1%5D%3A5%2F&code_challenge_method=plain")
 	f.Add("grant_type=authorization_code&code=abc&code_verifier=dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk&redirect_uri=x")
 	f.Add("grant_type=urn%3Aietf%3Aparams%3Aoauth%3Agrant-type%3Adevice_code&device_code=x&user_code=bcdf-ghjk")
+	people, err := auth.New(auth.Config{Users: cliUsers})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer people.Close()
+	wb := New(Config{Auth: people, PublicURL: "http://hub.test"})
 	f.Fuzz(func(t *testing.T, raw string) {
+		// The handlers themselves: whatever comes, an answer, never a panic
+		// or a redirect anywhere but the loopback.
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest("POST", "/api/login/token", strings.NewReader(raw))
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		wb.ServeLoginToken(rec, r)
+		if rec.Code == http.StatusOK {
+			t.Fatalf("a token for %q", raw)
+		}
+		rec = httptest.NewRecorder()
+		r = httptest.NewRequest("GET", "/login/cli", nil)
+		r.URL.RawQuery = raw
+		wb.ServeCLILogin(rec, r)
+		if rec.Code == http.StatusFound {
+			t.Fatalf("redirected to %q for %q, not signed in", rec.Header().Get("Location"), raw)
+		}
 		q, err := url.ParseQuery(raw)
 		if err != nil {
 			return
