@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"time"
 
 	"github.com/tetherhq/tether/internal/login"
@@ -20,6 +21,7 @@ func runLogin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	prefix := fs.String("context-prefix", "", "what the contexts' names start with, before /<cluster> (default the hub's host)")
 	caFile := fs.String("ca-file", "", "a PEM file of the CA the hub's certificate chains to, if the system doesn't trust it")
 	kubeconfig := fs.String("kubeconfig", "", "the kubeconfig to write (default the first file of $KUBECONFIG, or ~/.kube/config)")
+	device := fs.Bool("device", false, "sign in with a code shown here, approved on the hub's page from any browser (where no browser opens here)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -31,7 +33,8 @@ func runLogin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	return login.Login(ctx, login.LoginOptions{Hub: *hub, TokenFile: *tokenFile, ContextPrefix: *prefix, CAFile: *caFile,
-		Kubeconfig: *kubeconfig, Command: pluginCommand(), Cache: cache, Now: time.Now, Out: stdout})
+		Kubeconfig: *kubeconfig, Command: pluginCommand(), Cache: cache, Now: time.Now, Out: stdout,
+		Interactive: interactive(*device, stderr)})
 }
 
 func runCredential(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -45,7 +48,8 @@ func runCredential(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	return login.Credential(ctx, login.CredentialOptions{Hub: *hub, Cache: cache, Now: time.Now, Out: stdout})
+	return login.Credential(ctx, login.CredentialOptions{Hub: *hub, Cache: cache, Now: time.Now, Out: stdout,
+		Interactive: login.ExecInteractive(os.Getenv("KUBERNETES_EXEC_INFO")), SignIn: interactive(false, stderr)})
 }
 
 func runLogout(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -78,4 +82,35 @@ func pluginCommand() string {
 		}
 	}
 	return self
+}
+
+// interactive is how a person signs in without a token file: in the
+// browser $BROWSER names or the desktop's (xdg-open, open), and with the
+// device flow where no display is set.
+func interactive(device bool, stderr io.Writer) login.Interactive {
+	noDisplay := runtime.GOOS != "darwin" && runtime.GOOS != "windows" &&
+		os.Getenv("DISPLAY") == "" && os.Getenv("WAYLAND_DISPLAY") == ""
+	browser := os.Getenv("BROWSER")
+	return login.Interactive{Device: device, NoDisplay: noDisplay && browser == "", Msg: stderr,
+		OpenBrowser: func(url string) error { return openBrowser(browser, url) }}
+}
+
+// openBrowser starts a browser on url and doesn't wait for it.
+func openBrowser(browser, url string) error {
+	var cmd *exec.Cmd
+	switch {
+	case browser != "":
+		cmd = exec.Command(browser, url)
+	case runtime.GOOS == "darwin":
+		cmd = exec.Command("open", url)
+	case runtime.GOOS == "windows":
+		cmd = exec.Command("rundll32", "url.dll,FileProtocolHandler", url)
+	default:
+		cmd = exec.Command("xdg-open", url)
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	go cmd.Wait()
+	return nil
 }

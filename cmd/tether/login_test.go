@@ -7,7 +7,8 @@ import (
 )
 
 // TestLoginCommands: the commands' flags and the errors a person meets
-// before signing in. The sign-in itself is test/e2e's TestLoginTokenFile.
+// before signing in. The sign-ins themselves are test/e2e's
+// TestLoginTokenFile and TestLoginBrowser.
 func TestLoginCommands(t *testing.T) {
 	t.Setenv("XDG_CACHE_HOME", t.TempDir())
 	t.Setenv("HOME", t.TempDir())
@@ -18,7 +19,7 @@ func TestLoginCommands(t *testing.T) {
 	}{
 		{[]string{"login"}, 1, "tether login needs --hub"},
 		{[]string{"login", "--hub", "tether.example.com", "--token-file", "f"}, 1, "must be the hub's URL"},
-		{[]string{"login", "--hub", "https://tether.example.com"}, 1, "--token-file is needed"},
+		{[]string{"login", "--hub", "https://tether.example.com", "--token-file", "/nonexistent/token"}, 1, "read token"},
 		{[]string{"login", "--hub", "https://tether.example.com", "extra"}, 1, "takes only flags"},
 		{[]string{"credential", "--hub", "https://tether.example.com"}, 1, "You're not signed in to https://tether.example.com: run tether login --hub https://tether.example.com"},
 		{[]string{"logout", "--hub", "https://tether.example.com/"}, 0, "You weren't signed in to https://tether.example.com."},

@@ -23,7 +23,7 @@ Usage:
   tether token --person P [--groups G,H]
                             make a person's token and its users-list entry
   tether version            print the version
-  tether login --hub URL --token-file F
+  tether login --hub URL [--token-file F | --device]
                             write kubectl contexts for the hub's clusters
   tether credential --hub URL
                             kubectl's credential plugin (tether login sets it)

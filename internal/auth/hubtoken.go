@@ -40,6 +40,9 @@ type hubTokens struct {
 	// still taken. Zero for a single hub, which signs and checks on one clock.
 	leeway time.Duration
 	now    func() time.Time
+	// seals are the keys Seal and Open use, one per signing key, the
+	// first sealing (seal.go).
+	seals [][]byte
 }
 
 type hubClaims struct {
@@ -87,6 +90,11 @@ func newHubTokens(cfg Config, log *slog.Logger) (*hubTokens, error) {
 		}
 		kid := base64.RawURLEncoding.EncodeToString(thumb)
 		h.keys[kid] = pub
+		seal, err := sealKey(priv)
+		if err != nil {
+			return nil, err
+		}
+		h.seals = append(h.seals, seal)
 		if i > 0 {
 			continue
 		}

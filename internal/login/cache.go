@@ -17,6 +17,12 @@ const (
 	// MethodTokenFile reads a static token from a file and exchanges it at
 	// the hub for a hub-issued one (GET /api/kubeconfig).
 	MethodTokenFile = "token-file"
+	// MethodBrowser signs in through the hub's page in a browser, which
+	// hands the command a one-time code on a loopback listener.
+	MethodBrowser = "browser"
+	// MethodDevice signs in with a code the person approves on the hub's
+	// page from any browser (RFC 8628).
+	MethodDevice = "device"
 )
 
 // Cached is what `tether credential` keeps for one hub, in

@@ -38,26 +38,54 @@ type LoginOptions struct {
 	Cache         Cache
 	Now           func() time.Time
 	Out           io.Writer
+	// Without a token file, the person signs in through the hub's page:
+	// Interactive says how (decision 038).
+	Interactive
 }
 
-// Login signs in to a hub with a static token, caches the token
-// `tether credential` will hand kubectl, and writes a context for each
-// cluster the person sees.
+// Interactive is how a person signs in without a token file.
+type Interactive struct {
+	// Device asks for the device sign-in (--device); NoDisplay says no
+	// browser can open here (no DISPLAY or WAYLAND_DISPLAY on Linux), which
+	// asks for it too.
+	Device, NoDisplay bool
+	// OpenBrowser opens an address in the person's browser.
+	OpenBrowser func(url string) error
+	// Msg is where the sign-in talks to the person: stderr, as kubectl
+	// reads the credential from stdout.
+	Msg io.Writer
+}
+
+// signIn signs the person in through the hub's page: in a browser, or
+// with the device flow where none opens. It returns the sign-in's method.
+func (in Interactive) signIn(ctx context.Context, client *hubClient) (signedIn, string, error) {
+	if !in.Device && !in.NoDisplay && in.OpenBrowser != nil {
+		got, err := signInBrowser(ctx, client, in.OpenBrowser, in.Msg)
+		if !errors.Is(err, errNoBrowser) {
+			return got, MethodBrowser, err
+		}
+		fmt.Fprintf(in.Msg, "The browser didn't open (%v): sign in with a code instead.\n", err)
+	}
+	got, err := signInDevice(ctx, client, in.Msg)
+	return got, MethodDevice, err
+}
+
+// Login signs in to a hub, with a static token or through the hub's page,
+// caches the token `tether credential` will hand kubectl, and writes a
+// context for each cluster the person sees.
 func Login(ctx context.Context, o LoginOptions) error {
 	hub, err := CheckHub(o.Hub)
 	if err != nil {
 		return err
 	}
-	if o.TokenFile == "" {
-		return errors.New("login: --token-file is needed: the browser and device sign-ins are not here yet")
-	}
-	tokenFile, err := filepath.Abs(o.TokenFile)
-	if err != nil {
-		return fmt.Errorf("login: %w", err)
-	}
-	static, err := readToken(tokenFile)
-	if err != nil {
-		return err
+	var tokenFile, static string
+	if o.TokenFile != "" {
+		if tokenFile, err = filepath.Abs(o.TokenFile); err != nil {
+			return fmt.Errorf("login: %w", err)
+		}
+		if static, err = readToken(tokenFile); err != nil {
+			return err
+		}
 	}
 	var ca []byte
 	if o.CAFile != "" {
@@ -70,14 +98,30 @@ func Login(ctx context.Context, o LoginOptions) error {
 		return fmt.Errorf("login: --ca-file %s: %w", o.CAFile, err)
 	}
 	defer client.close()
+	var cached *Cached
+	var ex exchanged
+	if tokenFile == "" {
+		got, method, err := o.Interactive.signIn(ctx, client)
+		if err != nil {
+			return fmt.Errorf("login to %s: %w", hub, err)
+		}
+		cached = &Cached{Hub: hub, Method: method, Token: got.Token, Expires: got.Expiry, CA: ca}
+		static = got.Token
+		// Only for the CA the hub's kubeconfigs trust: its token is no
+		// better than the one the sign-in got.
+		if ex, err = client.exchange(ctx, got.Token); err != nil {
+			return fmt.Errorf("login to %s: %w", hub, err)
+		}
+	}
 	clusters, err := client.clusters(ctx, static)
 	if err != nil {
 		return fmt.Errorf("login to %s: %w", hub, err)
 	}
-	cached := &Cached{Hub: hub, Method: MethodTokenFile, TokenFile: tokenFile, CA: ca}
-	ex, err := signInTokenFile(ctx, client, cached)
-	if err != nil {
-		return fmt.Errorf("login to %s: %w", hub, err)
+	if tokenFile != "" {
+		cached = &Cached{Hub: hub, Method: MethodTokenFile, TokenFile: tokenFile, CA: ca}
+		if ex, err = signInTokenFile(ctx, client, cached); err != nil {
+			return fmt.Errorf("login to %s: %w", hub, err)
+		}
 	}
 	if err := o.Cache.Save(cached); err != nil {
 		return err
@@ -158,6 +202,12 @@ type CredentialOptions struct {
 	Cache Cache
 	Now   func() time.Time
 	Out   io.Writer
+	// Interactive says kubectl lets the plugin talk to the person
+	// (KUBERNETES_EXEC_INFO's spec.interactive): only then does a browser
+	// or device sign-in run again.
+	Interactive bool
+	// SignIn is how it does.
+	SignIn Interactive
 }
 
 // Credential prints the ExecCredential kubectl asks its exec plugin for:
@@ -197,6 +247,17 @@ func Credential(ctx context.Context, o CredentialOptions) error {
 			if _, err := signInTokenFile(ctx, client, cached); err != nil {
 				return fmt.Errorf("sign in to %s again: %w", hub, err)
 			}
+		case MethodBrowser, MethodDevice:
+			if !o.Interactive {
+				return fmt.Errorf("Your sign-in to %s has expired, and kubectl doesn't let tether credential ask you to sign in here: run tether login --hub %s", hub, hub)
+			}
+			in := o.SignIn
+			in.Device = in.Device || cached.Method == MethodDevice
+			got, method, err := in.signIn(ctx, client)
+			if err != nil {
+				return fmt.Errorf("sign in to %s again: %w", hub, err)
+			}
+			cached.Method, cached.Token, cached.Expires = method, got.Token, got.Expiry
 		default:
 			return fmt.Errorf("Your sign-in to %s has expired: run tether login --hub %s", hub, hub)
 		}
@@ -255,4 +316,18 @@ func Logout(_ context.Context, o LogoutOptions) error {
 		fmt.Fprintf(o.Out, "The hub can't revoke that token: a copy of it would work until %s.\n", cached.Expires.UTC().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// ExecInteractive reads KUBERNETES_EXEC_INFO, which kubectl sets for its
+// exec plugin, and says whether the plugin may talk to the person
+// (spec.interactive). Unset or unreadable, it may not.
+func ExecInteractive(info string) bool {
+	if info == "" {
+		return false
+	}
+	var cred clientauthv1.ExecCredential
+	if err := json.Unmarshal([]byte(info), &cred); err != nil {
+		return false
+	}
+	return cred.Spec.Interactive
 }

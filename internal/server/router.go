@@ -34,6 +34,12 @@ func (h *Hub) Handler() http.Handler {
 		// again: the sign-in form is on the fleet page.
 		mux.Handle("GET "+base+"/login", http.RedirectHandler(base+"/", http.StatusSeeOther))
 		mux.HandleFunc("POST "+base+"/logout", h.web.ServeLogout)
+		// tether login's browser and device sign-ins (decision 038).
+		mux.HandleFunc("GET "+base+"/login/cli", h.web.ServeCLILogin)
+		mux.HandleFunc("POST "+base+"/api/login/token", h.web.ServeLoginToken)
+		mux.HandleFunc("POST "+base+"/api/login/device", h.web.ServeDeviceStart)
+		mux.HandleFunc("GET "+base+"/device", h.web.ServeDevicePage)
+		mux.HandleFunc("POST "+base+"/device", h.web.ServeDeviceApprove)
 		if h.cfg.Auth.OIDCEnabled() {
 			mux.HandleFunc("GET "+base+"/login/oidc", h.web.ServeOIDCLogin)
 			mux.HandleFunc("GET "+base+"/login/oidc/callback", h.web.ServeOIDCCallback)

@@ -120,7 +120,8 @@ func (wb *Web) returnTo(next string) string {
 	}
 	// Cleaned, so that no /../ climbs out of it and no // names a host;
 	// and only a cluster's page: the fleet page is the default anyway.
-	if p := path.Clean("/" + u.Path); strings.HasPrefix(p, base+"cluster/") {
+	// A `tether login` sign-in comes back to its page (clilogin.go, device.go).
+	if p := path.Clean("/" + u.Path); strings.HasPrefix(p, base+"cluster/") || p == base+cliLoginPage || p == base+devicePage {
 		// Escaped again: u.Path is decoded, and a Location header must
 		// not carry what %00 or %5C stood for.
 		return (&url.URL{Path: p}).EscapedPath()

@@ -9,6 +9,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/internal/auth"
@@ -89,6 +90,9 @@ type Config struct {
 	// FormTimeout bounds the wait for the sign-in form's body. Zero means
 	// 10 s.
 	FormTimeout time.Duration
+	// Now is the clock of `tether login`'s codes (clilogin.go); nil is
+	// time.Now.
+	Now func() time.Time
 }
 
 // Web serves the pages and the JSON API.
@@ -101,6 +105,11 @@ type Web struct {
 	// EventSource connects again, to the next hub.
 	stopping context.Context
 	stop     context.CancelFunc
+
+	// cli is what `tether login`'s sign-ins keep here (clilogin.go,
+	// device.go), made on first use.
+	cliOnce sync.Once
+	cli     *cliState
 }
 
 // New returns a Web.

@@ -1,0 +1,273 @@
+package web
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tetherhq/tether/internal/auth"
+)
+
+// `tether login --device` (RFC 8628, decision 038): the command asks
+// POST /api/login/device for a device code and a user code, shows the
+// user code, and polls POST /api/login/token; the person opens /device
+// anywhere, signed in, and approves the code. The grants live on the
+// replica that made them: the command polls the address it was given,
+// and with replicas behind one address the ingress must keep it on one
+// (docs/guide/operators.md).
+
+const (
+	devicePage      = "device"
+	deviceTTL       = 5 * time.Minute
+	deviceInterval  = 5 * time.Second
+	maxDeviceGrants = 1000
+	// maxWrongCodes wrong user codes from one person lock them out of
+	// /device for deviceLockout: a code is one of 20^8.
+	maxWrongCodes = 5
+	deviceLockout = 5 * time.Minute
+	// userCodeChars are consonants: no word, no 0/O or 1/I to mistake.
+	userCodeChars = "BCDFGHJKLMNPQRSTVWXZ"
+)
+
+// deviceGrant is one device sign-in, pending, approved or refused.
+type deviceGrant struct {
+	userCode string
+	until    time.Time
+	interval time.Duration
+	lastPoll time.Time
+	denied   bool
+	token    string // set once approved
+	expiry   time.Time
+}
+
+// devices are a replica's device sign-ins.
+type devices struct {
+	mu     sync.Mutex
+	byCode map[string]*deviceGrant // by device code's SHA-256
+	byUser map[string]string       // user code → key in byCode
+	wrong  map[string]wrongCodes   // by person
+}
+
+type wrongCodes struct {
+	n     int
+	until time.Time
+}
+
+func (wb *Web) devices() *devices {
+	wb.usedCodes()
+	return &wb.cli.devices
+}
+
+// sweep forgets expired grants and lockouts. Called with mu held.
+func (d *devices) sweep(now time.Time) {
+	for k, g := range d.byCode {
+		if !now.Before(g.until) {
+			delete(d.byCode, k)
+			delete(d.byUser, g.userCode)
+		}
+	}
+	for k, w := range d.wrong {
+		if !now.Before(w.until) {
+			delete(d.wrong, k)
+		}
+	}
+}
+
+func deviceKey(code string) string {
+	sum := sha256.Sum256([]byte(code))
+	return hex.EncodeToString(sum[:])
+}
+
+// newUserCode is eight of userCodeChars, as BCDF-GHJK.
+func newUserCode() string {
+	b := make([]byte, 0, 9)
+	var r [1]byte
+	for len(b) < 9 {
+		if len(b) == 4 {
+			b = append(b, '-')
+		}
+		rand.Read(r[:])
+		if r[0] < 240 { // 12 × 20: no character likelier than another
+			b = append(b, userCodeChars[int(r[0])%len(userCodeChars)])
+		}
+	}
+	return string(b)
+}
+
+// normalUserCode is code as the hub keeps it: capitals, one dash.
+func normalUserCode(code string) string {
+	code = strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z':
+			return r - 'a' + 'A'
+		case r >= 'A' && r <= 'Z':
+			return r
+		}
+		return -1
+	}, code)
+	if len(code) != 8 {
+		return ""
+	}
+	return code[:4] + "-" + code[4:]
+}
+
+// ServeDeviceStart answers POST /api/login/device (RFC 8628 section 3.2).
+func (wb *Web) ServeDeviceStart(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	d, now := wb.devices(), wb.now()
+	device := rand.Text() + rand.Text()
+	user := newUserCode()
+	d.mu.Lock()
+	d.sweep(now)
+	for _, taken := d.byUser[user]; taken; _, taken = d.byUser[user] {
+		user = newUserCode()
+	}
+	full := len(d.byCode) >= maxDeviceGrants
+	if !full {
+		k := deviceKey(device)
+		d.byCode[k] = &deviceGrant{userCode: user, until: now.Add(deviceTTL), interval: deviceInterval}
+		d.byUser[user] = k
+	}
+	d.mu.Unlock()
+	if full {
+		wb.oauthFail(w, http.StatusServiceUnavailable, &oauthError{"temporarily_unavailable", "too many device sign-ins are waiting: try again in a few minutes"})
+		return
+	}
+	verify := strings.TrimSuffix(wb.cfg.PublicURL, "/") + "/" + devicePage
+	w.Header().Set("Content-Type", "application/json")
+	writeJSON(w, map[string]any{
+		"device_code":               device,
+		"user_code":                 user,
+		"verification_uri":          verify,
+		"verification_uri_complete": verify + "?user_code=" + user,
+		"expires_in":                int(deviceTTL.Seconds()),
+		"interval":                  int(deviceInterval.Seconds()),
+	})
+}
+
+// redeemDevice answers a device code's poll (RFC 8628 section 3.5).
+func (wb *Web) redeemDevice(w http.ResponseWriter, device string) {
+	d, now := wb.devices(), wb.now()
+	k := deviceKey(device)
+	d.mu.Lock()
+	g, ok := d.byCode[k]
+	var fail *oauthError
+	switch {
+	case !ok:
+		fail = &oauthError{"invalid_grant", "that device code isn't one this hub made, or has been used; with hub replicas, poll the one that made it"}
+	case !now.Before(g.until):
+		fail = &oauthError{"expired_token", "the code has expired: run tether login again"}
+	case g.denied:
+		fail = &oauthError{"access_denied", "the sign-in was refused on the hub's page"}
+	case g.token == "" && !g.lastPoll.IsZero() && now.Sub(g.lastPoll) < g.interval:
+		g.interval += 5 * time.Second
+		g.lastPoll = now
+		fail = &oauthError{"slow_down", "poll less often"}
+	case g.token == "":
+		g.lastPoll = now
+		fail = &oauthError{"authorization_pending", "waiting for the code to be approved on the hub's page"}
+	}
+	token, expiry := "", time.Time{}
+	if fail == nil || fail.Code == "expired_token" || fail.Code == "access_denied" {
+		if ok {
+			token, expiry = g.token, g.expiry
+			delete(d.byCode, k)
+			delete(d.byUser, g.userCode)
+		}
+	}
+	d.mu.Unlock()
+	if fail != nil {
+		wb.oauthFail(w, http.StatusBadRequest, fail)
+		return
+	}
+	wb.answerToken(w, token, expiry)
+}
+
+// ServeDevicePage answers GET /device: the form for a user code, for a
+// signed-in person.
+func (wb *Web) ServeDevicePage(w http.ResponseWriter, r *http.Request) {
+	wb.serveDevice(w, r, false)
+}
+
+// ServeDeviceApprove answers POST /device: the person approves or refuses
+// a user code. Like the page's other forms, it is refused from other sites
+// (Origin, Fetch Metadata) and its cookie is SameSite=Lax.
+func (wb *Web) ServeDeviceApprove(w http.ResponseWriter, r *http.Request) {
+	wb.serveDevice(w, r, true)
+}
+
+func (wb *Web) serveDevice(w http.ResponseWriter, r *http.Request, post bool) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
+	if post && wb.refuseOtherSites(w, r) {
+		return
+	}
+	if !post && auth.FromOtherSite(r, wb.cfg.PublicURL, true) {
+		http.Error(w, "Requests from other sites are refused.", http.StatusForbidden)
+		return
+	}
+	p, ok, err := wb.cookiePerson(r)
+	if err != nil {
+		wb.cfg.Proxy.LogAuthFailure(r, err)
+	}
+	if !ok || err != nil {
+		if refusedIdentity(err) {
+			wb.renderLogin(w, r, err.Error(), http.StatusForbidden)
+			return
+		}
+		r2 := r.Clone(r.Context())
+		r2.Method, r2.URL.RawQuery = http.MethodGet, ""
+		wb.renderLogin(w, r2, "Sign in to approve tether login's code.", http.StatusUnauthorized)
+		return
+	}
+	data := struct{ Base, Error, Done, Code, Name string }{Base: wb.pageBase(), Name: p.Name}
+	if !post {
+		data.Code = cut(r.URL.Query().Get("user_code"), 20)
+		wb.renderDevice(w, http.StatusOK, data)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxCLIRequest)
+	r.ParseForm()
+	code, decision := normalUserCode(cut(r.PostFormValue("user_code"), 64)), r.PostFormValue("decision")
+	d, now := wb.devices(), wb.now()
+	d.mu.Lock()
+	d.sweep(now)
+	status := http.StatusOK
+	if wc := d.wrong[p.Name]; wc.n >= maxWrongCodes {
+		data.Error = "Too many codes that aren't waiting: try again in a few minutes."
+		status = http.StatusTooManyRequests
+	} else if k, found := d.byUser[code]; !found || d.byCode[k].token != "" || d.byCode[k].denied {
+		wc.n++
+		wc.until = now.Add(deviceLockout)
+		d.wrong[p.Name] = wc
+		data.Error, data.Code = "No sign-in is waiting for that code: check it, or run tether login again.", cut(r.PostFormValue("user_code"), 20)
+		status = http.StatusBadRequest
+	} else if decision == "deny" {
+		d.byCode[k].denied = true
+		data.Done = "Refused: tether login will say so."
+	} else {
+		g := d.byCode[k]
+		d.mu.Unlock()
+		token, expiry, err := wb.cfg.Auth.IssueToken(p)
+		d.mu.Lock()
+		if err != nil {
+			data.Error, status = "The hub can't sign a token for you now: sign in again.", http.StatusInternalServerError
+		} else {
+			g.token, g.expiry = token, expiry
+			data.Done = "Signed in: go back to your terminal."
+			wb.log.Info("Signed in tether login on a device", "user", p.Name)
+		}
+	}
+	d.mu.Unlock()
+	wb.renderDevice(w, status, data)
+}
+
+func (wb *Web) renderDevice(w http.ResponseWriter, status int, data any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	pages.ExecuteTemplate(w, "device.html", data)
+}
