@@ -47,6 +47,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	// when is the pages' one way to write a time, as live.js's tetherTime
 	// does: the same in every locale, and no day and month to mix up.
 	"when":         when,
+	"timelineJSON": timelineJSON,
 	"nodes":        nodesFact,
 	"podsNotReady": podsFact,
 	"apps":         appsFact,
@@ -204,7 +205,8 @@ func (wb *Web) ServeClusterPage(w http.ResponseWriter, r *http.Request) {
 		Person  string
 		Cluster ClusterJSON
 		History []hub.StatusChange
-	}{wb.pageBase(), p.Name, wb.clusterJSON(st), wb.cfg.Clusters.History(name)}
+		Connect Connect
+	}{wb.pageBase(), p.Name, wb.clusterJSON(st), wb.cfg.Clusters.History(name), connectCommands(wb.cfg.PublicURL, name)}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	pages.ExecuteTemplate(w, "cluster.html", data)
 }

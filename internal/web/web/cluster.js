@@ -187,6 +187,7 @@
   }
 
   function renderCluster(c) {
+    window.tetherTimeline(document.getElementById("timeline"), c.timeline);
     document.querySelector("#status .icon").textContent = c.status === "Ready" ? "✔" : "✖";
     document.querySelector("#status .text").textContent = shownStatus = statusText(c);
     const labels = document.getElementById("labels");
