@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/inventory/store"
 )
 
@@ -148,7 +149,8 @@ func (wb *Web) ServePage(w http.ResponseWriter, r *http.Request) {
 		Person   string
 		Clusters []ClusterJSON
 		Empty    ClusterJSON
-	}{Base: wb.pageBase(), Person: p.Name, Clusters: wb.visibleClusters(p)}
+		Kinds    []string // the search's (search.js)
+	}{Base: wb.pageBase(), Person: p.Name, Clusters: wb.visibleClusters(p), Kinds: inventory.KindNames()}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	pages.ExecuteTemplate(w, "fleet.html", data)
 }

@@ -74,6 +74,8 @@
     gateways: () => "Gateway", runs: r => runKinds[r.kind], virtualservices: () => "VirtualService", quotas: () => "ResourceQuota",
   };
   let opened = null; // the open row's "namespace\nKind/name"
+  // A link to an object (the fleet search's) opens it: #open=<its key>.
+  if (location.hash.startsWith("#open=")) opened = decodeURIComponent(location.hash.slice(6));
   const details = window.tetherDetails(api, key => { if (opened === key) renderInventory(); });
 
   // ---- loading, debounced ----
