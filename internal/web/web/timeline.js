@@ -29,7 +29,7 @@ window.tetherTimeline = function (el, t) {
   for (const s of spans) {
     const rect = document.createElementNS(NS, "rect");
     rect.setAttribute("x", x(s.start));
-    rect.setAttribute("width", Math.max(x(s.end) - x(s.start), s.cls === "none" ? 0 : 2));
+    rect.setAttribute("width", Math.max(x(s.end) - x(s.start), s.cls === "none" ? 0 : 8));
     rect.setAttribute("y", 0);
     rect.setAttribute("height", 10);
     rect.setAttribute("class", s.cls);
