@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -61,6 +62,39 @@ func TestTimelinesAgreeAcrossReplicas(t *testing.T) {
 		}
 		if d := pair[1].Time.Sub(pair[0].Time).Abs(); d > 3*time.Second {
 			t.Errorf("change %d from the end: hub-a at %v, hub-b at %v, %v apart", 2-i, pair[0].Time, pair[1].Time, d)
+		}
+	}
+}
+
+// TestFleetResourcesStreamAcrossReplicas: asked for NDJSON, /api/resources
+// on either replica gives the clusters of both, each object a line and
+// each cluster an end line, in the order of their names.
+func TestFleetResourcesStreamAcrossReplicas(t *testing.T) {
+	a, b, _ := twoReplicas(t, webOptions{})
+	want := "eu-1/web eu-1:end eu-2/cache eu-2:end us-1/api us-1:end"
+	for _, r := range []*webReplica{a, b} {
+		code, body, left := ask(t, r.public+"/api/resources?kind=pods", "alice", "dev", http.Header{"Accept": {"application/x-ndjson"}})
+		var got []string
+		for line := range strings.Lines(body) {
+			var l struct {
+				Cluster string `json:"cluster"`
+				Item    *struct {
+					Name string `json:"name"`
+				} `json:"item"`
+				End bool `json:"end"`
+			}
+			if err := json.Unmarshal([]byte(line), &l); err != nil {
+				t.Fatalf("line %q on %s: %v", line, r.name, err)
+			}
+			switch {
+			case l.End:
+				got = append(got, l.Cluster+":end")
+			case l.Item != nil:
+				got = append(got, l.Cluster+"/"+l.Item.Name)
+			}
+		}
+		if code != http.StatusOK || strings.Join(got, " ") != want || left != "" {
+			t.Errorf("alice's pods on %s: %d %v, left out %q; want %s", r.name, code, got, left, want)
 		}
 	}
 }
