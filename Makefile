@@ -43,6 +43,7 @@ FUZZ_TARGETS = \
 	./internal/kubeproxy:FuzzAuditLine \
 	./internal/kubeproxy:FuzzStreamAudit \
 	./internal/web:FuzzParseQuery \
+	./internal/web:FuzzWantsNDJSON \
 	./internal/web:FuzzReturnTo \
 	./internal/server:FuzzBasePath \
 	./internal/login:FuzzTokenExpiry \

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/tetherhq/tether/internal/inventory/store"
@@ -73,4 +74,20 @@ func TestFleetResourcesStreamNDJSON(t *testing.T) {
 	if got, want := resp.Trailer.Get(leftOutTrailer), "b (it has sent no inventory yet)"; got != want {
 		t.Errorf("trailer %q, want %q", got, want)
 	}
+}
+
+// FuzzWantsNDJSON: any Accept header is read without fail, and asks for
+// NDJSON only when one of its media types is application/x-ndjson.
+func FuzzWantsNDJSON(f *testing.F) {
+	for _, s := range []string{"", "application/x-ndjson", "application/json", "text/html, application/x-ndjson;q=0.9",
+		"APPLICATION/X-NDJSON", "application/x-ndjson-seq", ";;,,", "application/x-ndjson; charset=\"", "*/*"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, accept string) {
+		r := httptest.NewRequest("GET", "/api/resources", nil)
+		r.Header.Set("Accept", accept)
+		if wantsNDJSON(r) && !strings.Contains(strings.ToLower(accept), ndjsonType) {
+			t.Fatalf("%q taken for NDJSON", accept)
+		}
+	})
 }
