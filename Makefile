@@ -44,6 +44,7 @@ FUZZ_TARGETS = \
 	./internal/kubeproxy:FuzzStreamAudit \
 	./internal/web:FuzzParseQuery \
 	./internal/web:FuzzLoginRequests \
+	./internal/web:FuzzWantsNDJSON \
 	./internal/web:FuzzReturnTo \
 	./internal/server:FuzzBasePath \
 	./internal/login:FuzzTokenExpiry \

@@ -39,6 +39,7 @@ import (
 type webReplica struct {
 	*replica
 	public   string // people's address
+	web      *web.Web
 	peerHits atomic.Int32
 }
 
@@ -92,7 +93,7 @@ func startWebReplicas(t *testing.T, o webOptions, names ...string) []*webReplica
 		public.HandleFunc("GET /api/resources", wb.ServeFleetResources)
 		pub := httptest.NewServer(public)
 
-		r := &webReplica{public: pub.URL}
+		r := &webReplica{public: pub.URL, web: wb}
 		var peerWeb http.Handler = wb.PeerHandler()
 		if o.wrap != nil {
 			peerWeb = o.wrap(i, peerWeb)

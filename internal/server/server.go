@@ -200,6 +200,11 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 	go func() { defer close(ownDone); own.run(ownCtx) }()
 
 	watchCtx, stopWatch := context.WithCancel(context.Background())
+	if h.web != nil {
+		// Each cluster's status over the last day, for the pages.
+		wg.Add(1)
+		go func() { defer wg.Done(); h.web.RecordTimelines(watchCtx) }()
+	}
 	if agents != nil && opts.Fleet.AgentsFile != "" {
 		wg.Add(1)
 		go func() {

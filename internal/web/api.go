@@ -42,6 +42,8 @@ type ClusterJSON struct {
 	// History is the cluster's status changes, newest first: in
 	// /api/clusters/<name> alone, where the cluster page reads it.
 	History []hub.StatusChange `json:"history,omitempty"`
+	// Timeline is the cluster's status over the last 24 h (timeline.go).
+	Timeline *TimelineJSON `json:"timeline,omitempty"`
 }
 
 func (wb *Web) clusterJSON(st hub.ClusterStatus) ClusterJSON {
@@ -69,6 +71,9 @@ func (wb *Web) clusterJSON(st hub.ClusterStatus) ClusterJSON {
 		c.Message = ""
 	}
 	wb.addInventory(&c)
+	if wb.timelines != nil {
+		c.Timeline = wb.timelines.get(st.Name)
+	}
 	return c
 }
 

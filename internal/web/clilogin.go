@@ -204,12 +204,7 @@ func (wb *Web) ServeCLILogin(w http.ResponseWriter, r *http.Request) {
 }
 
 // now is the hub's clock.
-func (wb *Web) now() time.Time {
-	if wb.cfg.Now != nil {
-		return wb.cfg.Now()
-	}
-	return time.Now()
-}
+func (wb *Web) now() time.Time { return wb.cfg.Clock.Now() }
 
 // tokenRequest is a POST /api/login/token form.
 type tokenRequest struct {

@@ -8,11 +8,11 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/clock"
 )
 
 const (
@@ -26,28 +26,15 @@ const (
 	cliLoopback = "http://127.0.0.1:43210/callback"
 )
 
-// fakeClock is a clock tests move.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
-func cliWeb(t *testing.T) (*Web, *auth.Authenticator, *fakeClock) {
+func cliWeb(t *testing.T) (*Web, *auth.Authenticator, *clock.Fake) {
 	t.Helper()
 	people, err := auth.New(auth.Config{Users: cliUsers})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { people.Close() })
-	clock := &fakeClock{now: time.Now()}
-	return New(Config{Auth: people, PublicURL: "http://hub.test", Now: clock.Now}), people, clock
+	clk := clock.NewFake(time.Now())
+	return New(Config{Auth: people, PublicURL: "http://hub.test", Clock: clk}), people, clk
 }
 
 func challenge(verifier string) string {
@@ -176,7 +163,7 @@ func TestCLILoginSignsInFirst(t *testing.T) {
 // TestCLICodes: a code is traded once, with its verifier and redirect URI,
 // within its minute, for a token the hub takes as alice.
 func TestCLICodes(t *testing.T) {
-	wb, people, clock := cliWeb(t)
+	wb, people, clk := cliWeb(t)
 	code := cliCodeFor(t, wb, cliQuery(cliLoopback))
 	for name, form := range map[string]url.Values{
 		"wrong verifier":     codeForm(code, cliVerifier+"x", cliLoopback),
@@ -203,7 +190,7 @@ func TestCLICodes(t *testing.T) {
 		t.Errorf("the code again: %d %s; want invalid_grant", status, got)
 	}
 	late := cliCodeFor(t, wb, cliQuery(cliLoopback))
-	clock.Add(cliCodeTTL)
+	clk.Step(cliCodeTTL)
 	if status, got := postToken(t, wb, codeForm(late, cliVerifier, cliLoopback)); status != http.StatusBadRequest || got != "invalid_grant" {
 		t.Errorf("an expired code: %d %s; want invalid_grant", status, got)
 	}
@@ -276,7 +263,7 @@ func devicePoll(t *testing.T, wb *Web, device string) (int, string) {
 // TestDeviceSignIn: pending until approved, slow_down when polled too
 // often, the token once, refused and expired codes said so.
 func TestDeviceSignIn(t *testing.T) {
-	wb, people, clock := cliWeb(t)
+	wb, people, clk := cliWeb(t)
 	device, user := deviceStart(t, wb)
 	if _, got := devicePoll(t, wb, device); got != "authorization_pending" {
 		t.Fatalf("first poll: %s", got)
@@ -284,7 +271,7 @@ func TestDeviceSignIn(t *testing.T) {
 	if _, got := devicePoll(t, wb, device); got != "slow_down" {
 		t.Fatalf("a poll at once: %s, want slow_down", got)
 	}
-	clock.Add(10 * time.Second)
+	clk.Step(10 * time.Second)
 	// The page shows the form to a signed-in person, the code filled in.
 	r := httptest.NewRequest("GET", "/device?user_code="+user, nil)
 	r.Header.Set("Authorization", "Bearer "+cliAlice)
@@ -315,7 +302,7 @@ func TestDeviceSignIn(t *testing.T) {
 		t.Errorf("a refused code: %s, want access_denied", got)
 	}
 	late, _ := deviceStart(t, wb)
-	clock.Add(deviceTTL)
+	clk.Step(deviceTTL)
 	if _, got := devicePoll(t, wb, late); got != "expired_token" && got != "invalid_grant" {
 		t.Errorf("an expired code: %s, want expired_token", got)
 	}
@@ -324,7 +311,7 @@ func TestDeviceSignIn(t *testing.T) {
 // TestDeviceLockout: after maxWrongCodes wrong user codes, even the right
 // one is refused until the lockout ends.
 func TestDeviceLockout(t *testing.T) {
-	wb, _, clock := cliWeb(t)
+	wb, _, clk := cliWeb(t)
 	device, user := deviceStart(t, wb)
 	for range maxWrongCodes {
 		if code := approve(t, wb, "BBBB-BBBB", "approve"); code != http.StatusBadRequest {
@@ -337,7 +324,7 @@ func TestDeviceLockout(t *testing.T) {
 	if _, got := devicePoll(t, wb, device); got != "authorization_pending" {
 		t.Errorf("poll: %s, want authorization_pending", got)
 	}
-	clock.Add(deviceLockout)
+	clk.Step(deviceLockout)
 	device, user = deviceStart(t, wb)
 	if code := approve(t, wb, user, "approve"); code != http.StatusOK {
 		t.Errorf("after the lockout: %d, want 200", code)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/inventory/store"
 )
 
@@ -47,6 +48,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	// when is the pages' one way to write a time, as live.js's tetherTime
 	// does: the same in every locale, and no day and month to mix up.
 	"when":         when,
+	"timelineJSON": timelineJSON,
 	"nodes":        nodesFact,
 	"podsNotReady": podsFact,
 	"apps":         appsFact,
@@ -147,7 +149,8 @@ func (wb *Web) ServePage(w http.ResponseWriter, r *http.Request) {
 		Person   string
 		Clusters []ClusterJSON
 		Empty    ClusterJSON
-	}{Base: wb.pageBase(), Person: p.Name, Clusters: wb.visibleClusters(p)}
+		Kinds    []string // the search's (search.js)
+	}{Base: wb.pageBase(), Person: p.Name, Clusters: wb.visibleClusters(p), Kinds: inventory.KindNames()}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	pages.ExecuteTemplate(w, "fleet.html", data)
 }
@@ -204,7 +207,8 @@ func (wb *Web) ServeClusterPage(w http.ResponseWriter, r *http.Request) {
 		Person  string
 		Cluster ClusterJSON
 		History []hub.StatusChange
-	}{wb.pageBase(), p.Name, wb.clusterJSON(st), wb.cfg.Clusters.History(name)}
+		Connect Connect
+	}{wb.pageBase(), p.Name, wb.clusterJSON(st), wb.cfg.Clusters.History(name), connectCommands(wb.cfg.PublicURL, name)}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	pages.ExecuteTemplate(w, "cluster.html", data)
 }

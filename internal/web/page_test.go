@@ -31,7 +31,7 @@ func TestCardFacts(t *testing.T) {
 func TestStaticFilesAreTheAssetsOnly(t *testing.T) {
 	h := StaticFiles()
 	for path, want := range map[string]int{
-		"/style.css": 200, "/fleet.js": 200, "/cluster.js": 200, "/live.js": 200,
+		"/style.css": 200, "/fleet.js": 200, "/cluster.js": 200, "/live.js": 200, "/timeline.js": 200, "/connect.js": 200, "/search.js": 200,
 		"/": 404, "/fleet.html": 404, "/cluster.html": 404, "/login.html": 404, "/nothing.js": 404,
 	} {
 		rec := httptest.NewRecorder()

@@ -156,6 +156,10 @@ func (wb *Web) ServeFleetResources(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	pending, wait := wb.fleetAnswers(ctx, r, p, q, names)
 	defer wait()
+	if wantsNDJSON(r) {
+		streamNDJSON(w, pending, cancel)
+		return
+	}
 	w.Header().Set("Trailer", leftOutTrailer)
 	out := startArray(w)
 	var leftOut []string

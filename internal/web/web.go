@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/clock"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/inventory/store"
@@ -90,9 +91,9 @@ type Config struct {
 	// FormTimeout bounds the wait for the sign-in form's body. Zero means
 	// 10 s.
 	FormTimeout time.Duration
-	// Now is the clock of `tether login`'s codes (clilogin.go); nil is
-	// time.Now.
-	Now func() time.Time
+	// Clock is the clusters' timelines' clock and that of `tether login`'s
+	// codes (clilogin.go); nil means the real one.
+	Clock clock.Clock
 }
 
 // Web serves the pages and the JSON API.
@@ -100,6 +101,8 @@ type Web struct {
 	cfg    Config
 	log    *slog.Logger
 	access *accessCache // what people may list, per cluster (SPEC section 5)
+	// timelines is each cluster's status over the last day (timeline.go).
+	timelines *timelines
 
 	// stopping is done once the hub stops: the event streams end, and
 	// EventSource connects again, to the next hub.
@@ -138,14 +141,18 @@ func New(cfg Config) *Web {
 	if cfg.FormTimeout == 0 {
 		cfg.FormTimeout = 10 * time.Second
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
 	cfg.BasePath = "/" + strings.Trim(cfg.BasePath, "/")
 	stopping, stop := context.WithCancel(context.Background())
 	return &Web{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		access:   newAccessCache(cfg.AccessTTL, cfg.AccessReviewsPerPerson),
-		stopping: stopping,
-		stop:     stop,
+		cfg:       cfg,
+		log:       cfg.Logger,
+		access:    newAccessCache(cfg.AccessTTL, cfg.AccessReviewsPerPerson),
+		timelines: newTimelines(cfg.Clock),
+		stopping:  stopping,
+		stop:      stop,
 	}
 }
 
@@ -155,6 +162,7 @@ func (wb *Web) ClustersChanged(c fleet.Change) {
 	for _, name := range c.Removed {
 		wb.access.forget(name)
 	}
+	wb.timelines.forget(c.Removed)
 }
 
 // EndStreams ends the fleet pages' event streams now: a stopping hub calls

@@ -74,6 +74,8 @@
     gateways: () => "Gateway", runs: r => runKinds[r.kind], virtualservices: () => "VirtualService", quotas: () => "ResourceQuota",
   };
   let opened = null; // the open row's "namespace\nKind/name"
+  // A link to an object (the fleet search's) opens it: #open=<its key>.
+  if (location.hash.startsWith("#open=")) opened = decodeURIComponent(location.hash.slice(6));
   const details = window.tetherDetails(api, key => { if (opened === key) renderInventory(); });
 
   // ---- loading, debounced ----
@@ -187,6 +189,7 @@
   }
 
   function renderCluster(c) {
+    window.tetherTimeline(document.getElementById("timeline"), c.timeline);
     document.querySelector("#status .icon").textContent = c.status === "Ready" ? "✔" : "✖";
     document.querySelector("#status .text").textContent = shownStatus = statusText(c);
     const labels = document.getElementById("labels");

@@ -48,6 +48,7 @@
     labels.textContent = labelText(c.labels);
     labels.hidden = labels.textContent === "";
     renderSummary(card, c.summary);
+    window.tetherTimeline(card.querySelector(".timeline"), c.timeline);
   }
 
   function cardOf(name) {
