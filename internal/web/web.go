@@ -14,6 +14,7 @@ import (
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
+	"github.com/tetherhq/tether/internal/recording"
 	"github.com/tetherhq/tether/internal/inventory/store"
 	"github.com/tetherhq/tether/internal/kubeproxy"
 )
@@ -89,6 +90,11 @@ type Config struct {
 	// FormTimeout bounds the wait for the sign-in form's body. Zero means
 	// 10 s.
 	FormTimeout time.Duration
+	// Recordings, when set, holds the session recordings people may
+	// watch (recordings.go); RecordingViewers are the groups who may
+	// watch everyone's.
+	Recordings       *recording.Store
+	RecordingViewers []string
 }
 
 // Web serves the pages and the JSON API.
