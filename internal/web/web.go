@@ -14,9 +14,9 @@ import (
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
-	"github.com/tetherhq/tether/internal/recording"
 	"github.com/tetherhq/tether/internal/inventory/store"
 	"github.com/tetherhq/tether/internal/kubeproxy"
+	"github.com/tetherhq/tether/internal/recording"
 )
 
 // Clusters is what the web side needs of the clusters the hub keeps
