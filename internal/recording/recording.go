@@ -54,7 +54,9 @@ type Store struct {
 	log  *slog.Logger
 	wg   sync.WaitGroup // the sweep and every recording's writer
 	stop chan struct{}
-	once sync.Once
+
+	mu     sync.Mutex // guards closed, and wg.Add against Close's Wait
+	closed bool
 }
 
 // New returns a Store writing under cfg.Dir, and starts its retention
@@ -100,7 +102,12 @@ func New(cfg Config) (*Store, error) {
 
 // Close stops the sweep and waits for every recording's writer.
 func (s *Store) Close() {
-	s.once.Do(func() { close(s.stop) })
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.stop)
+	}
+	s.mu.Unlock()
 	s.wg.Wait()
 }
 
@@ -195,6 +202,15 @@ func (s *Store) Start(meta Meta, proto Protocol) *Recorder {
 	}
 	meta.Time = meta.Time.UTC()
 	cw := &castWriter{w: bufio.NewWriterSize(f, 32<<10), meta: meta, start: meta.Time}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		// A session that began as the hub stopped: its file stays empty.
+		f.Close()
+		r.stopped = StoppedUnfinished
+		close(r.done)
+		return r
+	}
 	s.wg.Add(1)
 	go r.run(f, cw, d)
 	return r

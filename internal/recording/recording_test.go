@@ -217,3 +217,13 @@ func TestSweep(t *testing.T) {
 		t.Errorf("left %v", l)
 	}
 }
+
+func TestStartAfterClose(t *testing.T) {
+	s := newStore(t, Config{})
+	s.Close()
+	r := s.Start(meta("90", "alice"), WebSocket)
+	r.Server(channelMsg(1, "late", nil))
+	if why := r.Close(); why != StoppedUnfinished {
+		t.Fatalf("Close says %q, want %q", why, StoppedUnfinished)
+	}
+}

@@ -90,16 +90,16 @@ func personOf(token string) string {
 
 // recordingsHub is proxyHub with recordings in dir, bob's group ops
 // viewing everyone's.
-func recordingsHub(t *testing.T, cfg recording.Config) (*testHub, *syncbuf.Buffer) {
+func recordingsHub(t *testing.T, cfg recording.Config, mods ...func(*Config)) (*testHub, *syncbuf.Buffer) {
 	t.Helper()
 	store, err := recording.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close) // after the hub's Cleanup
-	return proxyHub(t, fakecluster.New(t), "", func(c *Config) {
+	return proxyHub(t, fakecluster.New(t), "", append(mods, func(c *Config) {
 		c.Recordings, c.RecordingViewers = store, []string{"ops"}
-	})
+	})...)
 }
 
 // TestExecIsRecorded: a tty exec through the hub is recorded as an
