@@ -132,7 +132,7 @@ func (px *Proxy) audit(r *http.Request, rt route, cluster string, w *countingWri
 // request can't write a megabyte to the audit log (issue 33).
 const (
 	maxAuditPath  = 4 << 10 // the path, after the cluster's prefix
-	maxAuditField = 1 << 10 // each other text: person, a group, cluster, verb, method, remote, location, pod, an argument
+	maxAuditField = 1 << 10 // each other text: person, a group, cluster, verb, method, remote, location, pod, an argument, recording
 	// maxAuditGroups, maxAuditCommand and maxAuditPorts are the most bytes
 	// of each list a line holds; past it the last entry says how many more
 	// there were. A command can be a whole script (sh -c '…').
@@ -142,10 +142,10 @@ const (
 )
 
 // maxAuditLine bounds an audit line, whatever a request brings (about
-// 195 KiB): every field at its bound with its mark, each byte escaped as
+// 207 KiB): every field at its bound with its mark, each byte escaped as
 // \u00XX, and the rest of the line. Lines of ordinary requests are a few
 // hundred bytes.
-const maxAuditLine = 6*(maxAuditPath+11*maxAuditField+maxAuditGroups+maxAuditCommand+maxAuditPorts+16*len(cutMark)) + 1024
+const maxAuditLine = 6*(maxAuditPath+13*maxAuditField+maxAuditGroups+maxAuditCommand+maxAuditPorts+18*len(cutMark)) + 1024
 
 // cutMark is what a cut field ends with: "…(" the length of the whole
 // field in bytes " bytes)", as in "/api/v1/namespaces/aaaa…(900000 bytes)".
