@@ -313,8 +313,12 @@ func (r *Recorder) run(f io.WriteCloser, cw *castWriter, d *decoder) {
 		}
 		why = r.stopped
 		r.mu.Unlock()
+		// Said once per recording, where operators look: the audit line
+		// says it too (recordingStopped).
 		if err != nil {
-			r.store.log.Warn("A recording stopped", "request", r.id, "reason", why, "err", err)
+			r.store.log.Warn("A recording stopped before its session", "request", r.id, "reason", why, "err", err)
+		} else {
+			r.store.log.Warn("A recording stopped before its session", "request", r.id, "reason", why)
 		}
 		if why != StoppedDisk {
 			cw.event(time.Now(), 'o', []byte("\r\n[Tether: recording stopped: "+stoppedWords[why]+"]\r\n"))
