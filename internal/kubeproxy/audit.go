@@ -402,11 +402,14 @@ type countedConn struct {
 }
 
 func (c *countedConn) Write(b []byte) (int, error) {
+	if c.rec != nil {
+		// Before the write: once the client has it, it may answer, and
+		// the answer (read on another goroutine) must not be recorded
+		// before what it answers.
+		c.rec.Server(b)
+	}
 	k, err := c.Conn.Write(b)
 	c.n.Add(int64(k))
-	if c.rec != nil && k > 0 {
-		c.rec.Server(b[:k])
-	}
 	return k, err
 }
 

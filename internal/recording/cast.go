@@ -50,20 +50,41 @@ type castWriter struct {
 	// ended in, for the next event of the same kind: the file's strings
 	// are UTF-8, and a frame may end mid-character.
 	pending [2][]byte
+	// held are the events before the header, up to maxHeld bytes: the
+	// shell's prompt may come before kubectl's first resize, and the
+	// header should say the terminal's size.
+	held []byte
 }
+
+// maxHeld bounds the events held until the terminal's size is known.
+const maxHeld = 64 << 10
 
 // defaultSize is the terminal's size when no resize came before the
 // first event: kubectl sends one first.
 const defaultWidth, defaultHeight = 80, 24
 
-func (c *castWriter) writeHeader(width, height int) error {
+// begin writes the header, then the events held until now.
+func (c *castWriter) begin(width, height int) error {
 	c.header = true
 	h := Header{Version: 2, Width: width, Height: height, Timestamp: c.start.Unix(), Title: title(c.meta), Tether: c.meta}
 	b, err := json.Marshal(h)
 	if err != nil {
 		return err
 	}
-	return c.write(append(b, '\n'))
+	if err := c.write(append(b, '\n')); err != nil {
+		return err
+	}
+	held := c.held
+	c.held = nil
+	return c.write(held)
+}
+
+// finish writes the header, if no event has yet, and what is held.
+func (c *castWriter) finish() error {
+	if c.header {
+		return nil
+	}
+	return c.begin(defaultWidth, defaultHeight)
 }
 
 func title(m Meta) string {
@@ -82,14 +103,9 @@ func title(m Meta) string {
 
 // event writes an event of kind "o", "i" or "r" at time at.
 func (c *castWriter) event(at time.Time, kind byte, data []byte) error {
-	if !c.header {
-		if kind == 'r' {
-			w, h, _ := parseSize(string(data))
-			return c.writeHeader(w, h)
-		}
-		if err := c.writeHeader(defaultWidth, defaultHeight); err != nil {
-			return err
-		}
+	if !c.header && kind == 'r' {
+		w, h, _ := parseSize(string(data))
+		return c.begin(w, h)
 	}
 	if kind == 'o' || kind == 'i' {
 		k := 0
@@ -115,6 +131,15 @@ func (c *castWriter) event(at time.Time, kind byte, data []byte) error {
 	b = append(b, s...)
 	b = append(b, ']', '\n')
 	c.line = b
+	if !c.header {
+		if len(c.held)+len(b) <= maxHeld {
+			c.held = append(c.held, b...)
+			return nil
+		}
+		if err := c.begin(defaultWidth, defaultHeight); err != nil {
+			return err
+		}
+	}
 	return c.write(b)
 }
 

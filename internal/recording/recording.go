@@ -322,6 +322,7 @@ func (r *Recorder) run(f io.WriteCloser, cw *castWriter, d *decoder) {
 		}
 		if why != StoppedDisk {
 			cw.event(time.Now(), 'o', []byte("\r\n[Tether: recording stopped: "+stoppedWords[why]+"]\r\n"))
+			cw.finish()
 		}
 		cw.w.Flush()
 		f.Close()
@@ -352,7 +353,7 @@ func (r *Recorder) run(f io.WriteCloser, cw *castWriter, d *decoder) {
 				stop(why, err)
 				return
 			}
-			if cw.written > r.store.cfg.MaxBytes {
+			if cw.written+int64(len(cw.held)) > r.store.cfg.MaxBytes {
 				stop(StoppedCap, nil)
 				return
 			}
@@ -362,10 +363,10 @@ func (r *Recorder) run(f io.WriteCloser, cw *castWriter, d *decoder) {
 			return
 		}
 		if closing {
-			if !cw.header {
-				cw.writeHeader(defaultWidth, defaultHeight)
+			err := cw.finish()
+			if ferr := cw.w.Flush(); err == nil {
+				err = ferr
 			}
-			err := cw.w.Flush()
 			if cerr := f.Close(); err == nil {
 				err = cerr
 			}

@@ -125,6 +125,7 @@ func TestStuckDiskNeverSlowsTheSession(t *testing.T) {
 	s := newStore(t, Config{QueueBytes: 64 << 10, Create: func(string) (io.WriteCloser, error) { return f, nil }})
 	defer close(f.release) // before s.Close (Cleanup), which waits for the writer
 	r := s.Start(meta("77", "alice"), WebSocket)
+	r.Client(channelMsg(4, `{"Width":80,"Height":24}`, []byte{1, 2, 3, 4})) // the header goes out at once
 	frame := channelMsg(1, strings.Repeat("y", 32<<10), nil)
 	r.Server(frame)
 	<-f.entered // the writer is stuck in its first write
@@ -225,5 +226,30 @@ func TestStartAfterClose(t *testing.T) {
 	r.Server(channelMsg(1, "late", nil))
 	if why := r.Close(); why != StoppedUnfinished {
 		t.Fatalf("Close says %q, want %q", why, StoppedUnfinished)
+	}
+}
+
+// TestHeaderHasTheFirstSize: output before kubectl's first resize (a
+// shell's prompt) waits for it, so the header says the terminal's size.
+func TestHeaderHasTheFirstSize(t *testing.T) {
+	s := newStore(t, Config{})
+	r := s.Start(meta("91", "alice"), WebSocket)
+	r.Server(channelMsg(1, "$ ", nil))
+	r.Client(channelMsg(4, `{"Width":120,"Height":50}`, []byte{1, 2, 3, 4}))
+	r.Server(channelMsg(1, "x", nil))
+	if why := r.Close(); why != "" {
+		t.Fatal(why)
+	}
+	h, ev := readCast(t, filepath.Join(s.cfg.Dir, "c1", "91.cast"))
+	if h.Width != 120 || h.Height != 50 || len(ev) != 2 || ev[0][2] != "$ " || ev[1][2] != "x" {
+		t.Errorf("header %dx%d, events %v", h.Width, h.Height, ev)
+	}
+	// No resize at all: the default size, and every event.
+	r = s.Start(meta("92", "alice"), WebSocket)
+	r.Server(channelMsg(1, "only", nil))
+	r.Close()
+	h, ev = readCast(t, filepath.Join(s.cfg.Dir, "c1", "92.cast"))
+	if h.Width != 80 || h.Height != 24 || len(ev) != 1 {
+		t.Errorf("header %dx%d, events %v", h.Width, h.Height, ev)
 	}
 }
