@@ -42,6 +42,8 @@ FUZZ_TARGETS = \
 	./internal/kubeproxy:FuzzWatchBody \
 	./internal/kubeproxy:FuzzAuditLine \
 	./internal/kubeproxy:FuzzStreamAudit \
+	./internal/recording:FuzzWebSocketParser \
+	./internal/recording:FuzzSPDYParser \
 	./internal/web:FuzzParseQuery \
 	./internal/web:FuzzLoginRequests \
 	./internal/web:FuzzWantsNDJSON \

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/gather"
+	"github.com/tetherhq/tether/internal/recording"
 )
 
 // AuditRecord is one line of the audit log (SPEC section 3). Every field
@@ -54,6 +55,11 @@ type AuditRecord struct {
 	// whose agent it holds, when that is not the one that received it
 	// (SPEC section 8); "" for a request this replica carried itself.
 	Replica string `json:"replica,omitempty"`
+	// Recording is the id of the session's recording (decision 039), its
+	// request id; RecordingStopped says why it stopped before the
+	// session's end ("behind", "cap", "disk", "unreadable", "unfinished").
+	Recording        string `json:"recording,omitempty"`
+	RecordingStopped string `json:"recordingStopped,omitempty"`
 
 	// commandMore and portsMore count the arguments and ports setStream
 	// read past what the line can hold, and didn't keep: bound says how
@@ -97,6 +103,9 @@ func (px *Proxy) audit(r *http.Request, rt route, cluster string, w *countingWri
 	if rt.conn != nil {
 		rec.Replica = rt.conn.Replica()
 	}
+	if w.recorder != nil {
+		rec.Recording, rec.RecordingStopped = w.recorder.ID(), w.recStopped
+	}
 	rec.setStream(path, r.URL.RawQuery)
 	rec.bound()
 	px.auditMu.Lock()
@@ -123,7 +132,7 @@ func (px *Proxy) audit(r *http.Request, rt route, cluster string, w *countingWri
 // request can't write a megabyte to the audit log (issue 33).
 const (
 	maxAuditPath  = 4 << 10 // the path, after the cluster's prefix
-	maxAuditField = 1 << 10 // each other text: person, a group, cluster, verb, method, remote, location, pod, an argument
+	maxAuditField = 1 << 10 // each other text: person, a group, cluster, verb, method, remote, location, pod, an argument, recording
 	// maxAuditGroups, maxAuditCommand and maxAuditPorts are the most bytes
 	// of each list a line holds; past it the last entry says how many more
 	// there were. A command can be a whole script (sh -c '…').
@@ -133,10 +142,10 @@ const (
 )
 
 // maxAuditLine bounds an audit line, whatever a request brings (about
-// 195 KiB): every field at its bound with its mark, each byte escaped as
+// 207 KiB): every field at its bound with its mark, each byte escaped as
 // \u00XX, and the rest of the line. Lines of ordinary requests are a few
 // hundred bytes.
-const maxAuditLine = 6*(maxAuditPath+11*maxAuditField+maxAuditGroups+maxAuditCommand+maxAuditPorts+16*len(cutMark)) + 1024
+const maxAuditLine = 6*(maxAuditPath+13*maxAuditField+maxAuditGroups+maxAuditCommand+maxAuditPorts+18*len(cutMark)) + 1024
 
 // cutMark is what a cut field ends with: "…(" the length of the whole
 // field in bytes " bytes)", as in "/api/v1/namespaces/aaaa…(900000 bytes)".
@@ -147,7 +156,7 @@ const cutMark = "…(1000000000 bytes)"
 // bound cuts rec's fields to their bounds, marking each cut (cutMark).
 func (rec *AuditRecord) bound() {
 	rec.Path = cutField(rec.Path, maxAuditPath)
-	for _, f := range []*string{&rec.Person, &rec.Source, &rec.Cluster, &rec.Verb, &rec.Method, &rec.RequestID, &rec.Remote, &rec.Location, &rec.Replica, &rec.Pod, &rec.Container} {
+	for _, f := range []*string{&rec.Person, &rec.Source, &rec.Cluster, &rec.Verb, &rec.Method, &rec.RequestID, &rec.Remote, &rec.Location, &rec.Replica, &rec.Pod, &rec.Container, &rec.Recording, &rec.RecordingStopped} {
 		*f = cutField(*f, maxAuditField)
 	}
 	rec.Groups = boundList(rec.Groups, 0, maxAuditGroups, "groups")
@@ -278,6 +287,14 @@ type countingWriter struct {
 	// (open.go): it closes the client's connection to end the session, and
 	// says why the hub ended the request, for the audit line.
 	open *openRequest
+	// plan is the recording an exec or attach is to get (record.go),
+	// proto its protocol once the API server's 101 agreed on one; the
+	// recorder is started as the connection is taken over, and its
+	// Close says why it stopped, for the audit line.
+	plan       *recordingPlan
+	proto      recording.Protocol
+	recorder   *recording.Recorder
+	recStopped string
 }
 
 // flush sends what the handler wrote and the server still buffers, unless
@@ -317,6 +334,10 @@ func (w *countingWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		w.status, w.wroteHeader = http.StatusSwitchingProtocols, true
 	}
 	cc := &countedConn{Conn: conn, n: &w.hijacked}
+	if w.plan != nil && w.proto != 0 {
+		w.recorder = w.plan.store.Start(w.plan.meta, w.proto)
+		cc.rec = w.recorder
+	}
 	if w.sessions != nil {
 		w.conn = cc
 		w.sessions.add(cc)
@@ -371,15 +392,32 @@ func (s *sessionSet) close() {
 	}
 }
 
-// countedConn adds what is written to it to n.
+// countedConn adds what is written to it to n, and hands what goes
+// either way to the session's recorder, when it has one: the recorder
+// copies, and never waits.
 type countedConn struct {
 	net.Conn
-	n *atomic.Int64
+	n   *atomic.Int64
+	rec *recording.Recorder
 }
 
 func (c *countedConn) Write(b []byte) (int, error) {
+	if c.rec != nil {
+		// Before the write: once the client has it, it may answer, and
+		// the answer (read on another goroutine) must not be recorded
+		// before what it answers.
+		c.rec.Server(b)
+	}
 	k, err := c.Conn.Write(b)
 	c.n.Add(int64(k))
+	return k, err
+}
+
+func (c *countedConn) Read(b []byte) (int, error) {
+	k, err := c.Conn.Read(b)
+	if c.rec != nil && k > 0 {
+		c.rec.Client(b[:k])
+	}
 	return k, err
 }
 

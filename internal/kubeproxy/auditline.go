@@ -77,6 +77,14 @@ func (rec *AuditRecord) appendJSON(b []byte) []byte {
 		b = append(b, `,"replica":`...)
 		b = appendJSONString(b, rec.Replica)
 	}
+	if rec.Recording != "" {
+		b = append(b, `,"recording":`...)
+		b = appendJSONString(b, rec.Recording)
+	}
+	if rec.RecordingStopped != "" {
+		b = append(b, `,"recordingStopped":`...)
+		b = appendJSONString(b, rec.RecordingStopped)
+	}
 	return append(b, '}')
 }
 

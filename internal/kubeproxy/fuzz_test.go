@@ -147,6 +147,7 @@ func FuzzAuditLine(f *testing.F) {
 			Time: time.Unix(0, unixNano).UTC(), Person: person, Groups: groups, Source: source,
 			Cluster: group, Verb: source, Method: person, Path: path, Status: int(n % 1000),
 			Duration: seconds, Bytes: n, RequestID: path, Remote: group, Location: source,
+			Recording: path, RecordingStopped: source,
 		}
 		want, err := json.Marshal(rec)
 		if err != nil {
@@ -163,6 +164,7 @@ func FuzzAuditLine(f *testing.F) {
 		long := rec
 		long.Person, long.Cluster, long.Path = strings.Repeat(person, reps), strings.Repeat(group, reps), strings.Repeat(path, reps)
 		long.Method, long.Verb, long.Remote = long.Person, strings.Repeat(source, reps), long.Cluster
+		long.Recording, long.RecordingStopped = long.Path, long.Verb
 		long.Groups = make([]string, reps)
 		for i := range long.Groups {
 			long.Groups[i] = strings.Repeat(group, 1+i%16)

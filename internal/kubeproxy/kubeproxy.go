@@ -25,6 +25,7 @@ import (
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/logging"
+	"github.com/tetherhq/tether/internal/recording"
 )
 
 // Clusters is what the proxy needs of the clusters the hub keeps
@@ -60,6 +61,9 @@ type Config struct {
 	// (open.go); zero fields take the defaults (DefaultMaxRequests…), and
 	// the users list may raise or lower them for its people.
 	Limits auth.Limits
+	// Recordings, when set, records exec and attach sessions (record.go);
+	// nil records none.
+	Recordings *recording.Store
 	// Registerer takes the proxy's metrics. Nil means a private registry.
 	Registerer prometheus.Registerer
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/recording"
 )
 
 // RequestIDHeader carries each request's id to the API server, as a user
@@ -69,6 +70,9 @@ func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			px.sessions.remove(rw.conn) // closed by the proxy as it returned
 		}
 		rw.flush() // the answer goes out before the audit line is written
+		if rw.recorder != nil {
+			rw.recStopped = rw.recorder.Close()
+		}
 		px.audit(r, rt, name, rw, start)
 	}()
 
@@ -159,6 +163,7 @@ func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer px.open.remove(open)
 	rw.open = open
+	rw.plan = px.planRecording(r, name, rt.id, p)
 	rw.Header().Del("Warning") // ModifyResponse or proxyError adds it again
 	// The body goes to the API server, for as long as it takes
 	// (CloseUnreadBodies); a request with none, most, costs nothing here.
@@ -258,6 +263,9 @@ func (px *Proxy) newProxy() *httputil.ReverseProxy {
 				resp.Header.Add("Warning", ImpersonationWarning)
 			}
 			closeFailedUpgrades(resp)
+			if rt.answer != nil && rt.answer.plan != nil && resp.StatusCode == http.StatusSwitchingProtocols {
+				rt.answer.proto, _ = recording.ProtocolOf(resp.Header.Get("Upgrade"), resp.Header.Get("Sec-Websocket-Protocol"))
+			}
 			px.trackWatch(resp)
 			return nil
 		},

@@ -23,6 +23,7 @@ import (
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/kubeproxy"
 	"github.com/tetherhq/tether/internal/peers"
+	"github.com/tetherhq/tether/internal/recording"
 	"github.com/tetherhq/tether/internal/tunnel"
 	"github.com/tetherhq/tether/internal/web"
 )
@@ -121,6 +122,10 @@ type Config struct {
 	// the peer link reaches their clusters (internal/peers). Nil for a
 	// hub on its own.
 	Members peers.Membership
+	// Recordings, when set, records exec and attach sessions; nil records
+	// none. RecordingViewers are the groups who see everyone's.
+	Recordings       *recording.Store
+	RecordingViewers []string
 }
 
 // Hub is a whole hub: the registry of clusters, the proxy for people, the
@@ -190,6 +195,7 @@ func New(cfg Config) (*Hub, error) {
 		Audit:      cfg.Audit,
 		Limits:     cfg.Limits,
 		Registerer: cfg.Registerer,
+		Recordings: cfg.Recordings,
 	})
 	if err != nil {
 		registry.Close()
@@ -219,6 +225,8 @@ func New(cfg Config) (*Hub, error) {
 		ReviewTimeout:          cfg.ProbeTimeout,
 		FormTimeout:            cfg.FormTimeout,
 		Replicas:               carrier,
+		Recordings:             cfg.Recordings,
+		RecordingViewers:       cfg.RecordingViewers,
 	})
 	return h, nil
 }

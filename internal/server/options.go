@@ -56,6 +56,8 @@ type Options struct {
 	// TETHER_COORDINATION): CoordinationNone, one hub with its state in
 	// memory, or CoordinationKubernetes.
 	Coordination string
+	// Recordings are the session recordings' settings (recordings.go).
+	Recordings RecordingOptions
 	// Replica says who this replica is and where the others reach it;
 	// read only with CoordinationKubernetes.
 	Replica ReplicaOptions
@@ -194,6 +196,9 @@ func OptionsFromEnv(getenv func(string) string, publicURLRequired bool) (Options
 		return Options{}, err
 	}
 	if o.DrainDelay, err = seconds(getenv, "TETHER_DRAIN_DELAY_SECONDS", 0, 0); err != nil {
+		return Options{}, err
+	}
+	if o.Recordings, err = readRecordings(getenv); err != nil {
 		return Options{}, err
 	}
 	if err := o.readCoordination(getenv); err != nil {

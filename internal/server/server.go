@@ -24,6 +24,7 @@ import (
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/kubeproxy"
 	"github.com/tetherhq/tether/internal/peers"
+	"github.com/tetherhq/tether/internal/recording"
 	"github.com/tetherhq/tether/internal/version"
 )
 
@@ -93,6 +94,14 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		}()
 	}
 
+	recordings, err := openRecordings(opts.Recordings, recording.Config{Logger: log})
+	if err != nil {
+		return err
+	}
+	if recordings != nil {
+		defer recordings.Close() // after the hub's Close (deferred later), once sessions are done
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h, err = New(Config{
@@ -117,6 +126,8 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		MaxStreamsPerAgent:     opts.MaxStreamsPerAgent,
 		Replica:                opts.Replica.Name,
 		Members:                members,
+		Recordings:             recordings,
+		RecordingViewers:       opts.Recordings.Viewers,
 	})
 	if err != nil {
 		return err

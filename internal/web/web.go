@@ -18,6 +18,7 @@ import (
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/inventory/store"
 	"github.com/tetherhq/tether/internal/kubeproxy"
+	"github.com/tetherhq/tether/internal/recording"
 )
 
 // Clusters is what the web side needs of the clusters the hub keeps
@@ -94,6 +95,11 @@ type Config struct {
 	// Clock is the clusters' timelines' clock and that of `tether login`'s
 	// codes (clilogin.go); nil means the real one.
 	Clock clock.Clock
+	// Recordings, when set, holds the session recordings people may
+	// watch (recordings.go); RecordingViewers are the groups who may
+	// watch everyone's.
+	Recordings       *recording.Store
+	RecordingViewers []string
 }
 
 // Web serves the pages and the JSON API.

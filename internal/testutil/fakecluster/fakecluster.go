@@ -126,6 +126,29 @@ func New(t *testing.T) *Cluster {
 		fc.Note(r)
 		http.Error(w, "forbidden", http.StatusForbidden)
 	})
+	mux.HandleFunc("/api/v1/namespaces/default/pods/web/exec", func(w http.ResponseWriter, r *http.Request) {
+		// An exec as the kubelet answers kubectl over WebSocket
+		// (v5.channel.k8s.io): "ready" on stdout, then it reads as many
+		// bytes as the query's "bytes" says, and says "done" on stdout.
+		fc.Note(r)
+		w.Header().Set("Connection", "Upgrade")
+		w.Header().Set("Upgrade", "websocket")
+		w.Header().Set("Sec-WebSocket-Protocol", "v5.channel.k8s.io")
+		w.WriteHeader(http.StatusSwitchingProtocols)
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		n, _ := strconv.ParseInt(r.URL.Query().Get("bytes"), 10, 64)
+		brw.WriteString("\x82\x08\x01ready\r\n")
+		brw.Flush()
+		if _, err := io.CopyN(io.Discard, brw, n); err != nil {
+			return
+		}
+		brw.WriteString("\x82\x07\x01done\r\n")
+		brw.Flush()
+	})
 	mux.HandleFunc("/echo-upgrade", func(w http.ResponseWriter, r *http.Request) {
 		// Switches to a protocol that echoes each byte back, as exec and
 		// port-forward switch to theirs.

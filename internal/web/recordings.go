@@ -1,0 +1,126 @@
+package web
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/recording"
+)
+
+// RecordingsJSON is GET /api/clusters/{cluster}/recordings: the recordings
+// of sessions on the cluster the person may watch (decision 039).
+type RecordingsJSON struct {
+	// Enabled is false when the hub records nothing (no
+	// TETHER_RECORDINGS_DIR).
+	Enabled bool `json:"enabled"`
+	// Everyone says the list holds everyone's recordings, not only the
+	// person's own: they are in a group of TETHER_RECORDINGS_VIEWERS.
+	Everyone   bool             `json:"everyone"`
+	Recordings []recording.Meta `json:"recordings"`
+}
+
+// seesEveryone says whether p watches everyone's recordings.
+func (wb *Web) seesEveryone(p auth.Person) bool {
+	return slices.ContainsFunc(p.Groups, func(g string) bool { return slices.Contains(wb.cfg.RecordingViewers, g) })
+}
+
+// ServeRecordings lists the recordings of a cluster's sessions: the
+// person's own, or everyone's for the viewers' groups, and only on a
+// cluster whose groups let them in.
+func (wb *Web) ServeRecordings(w http.ResponseWriter, r *http.Request) {
+	p, ok := wb.person(w, r)
+	if !ok {
+		return
+	}
+	name := r.PathValue("cluster")
+	if _, known := wb.cfg.Clusters.Cluster(name); !known {
+		http.Error(w, fmt.Sprintf("Tether has no cluster %q.", name), http.StatusNotFound)
+		return
+	}
+	if _, visible := wb.visible(name, p); !visible {
+		http.Error(w, fmt.Sprintf("Tether has no cluster %q.", name), http.StatusNotFound)
+		return
+	}
+	out := RecordingsJSON{Recordings: []recording.Meta{}}
+	if wb.cfg.Recordings != nil {
+		out.Enabled, out.Everyone = true, wb.seesEveryone(p)
+		list, err := wb.cfg.Recordings.List(name, p.Name, out.Everyone)
+		if err != nil {
+			wb.log.Error("Can't list the recordings", "cluster", name, "err", err)
+			http.Error(w, "Tether can't read its recordings now: try again, or tell the hub's operators.", http.StatusInternalServerError)
+			return
+		}
+		out.Recordings = list
+	}
+	writeJSON(w, out)
+}
+
+// ServeRecording serves one recording's asciicast file, to its person or
+// a viewer: to anyone else it doesn't exist.
+func (wb *Web) ServeRecording(w http.ResponseWriter, r *http.Request) {
+	p, ok := wb.person(w, r)
+	if !ok {
+		return
+	}
+	name, id := r.PathValue("cluster"), r.PathValue("id")
+	_, known := wb.cfg.Clusters.Cluster(name)
+	if _, visible := wb.visible(name, p); !known || !visible || wb.cfg.Recordings == nil {
+		http.Error(w, fmt.Sprintf("Tether has no recording %q of cluster %q.", id, name), http.StatusNotFound)
+		return
+	}
+	f, m, err := wb.cfg.Recordings.Open(name, id, p.Name, wb.seesEveryone(p))
+	if errors.Is(err, recording.ErrNotFound) || err != nil {
+		http.Error(w, fmt.Sprintf("Tether has no recording %q of cluster %q.", id, name), http.StatusNotFound)
+		return
+	}
+	defer f.Close()
+	w.Header().Set("Content-Type", "application/x-asciicast")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Security-Policy", "sandbox")
+	http.ServeContent(w, r, m.ID+".cast", m.Time, f)
+}
+
+// playerCSP is the recording player's page's policy: the page's own, and
+// WebAssembly, which asciinema-player's terminal runs on. Every other
+// page keeps pageCSP.
+const playerCSP = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; frame-ancestors 'none'"
+
+// ServeRecordingPage plays one recording in the page, with the
+// asciinema-player the hub serves itself (static/vendor/).
+func (wb *Web) ServeRecordingPage(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Security-Policy", playerCSP)
+	if wb.refuseOtherSites(w, r) {
+		return
+	}
+	p, ok, err := wb.cookiePerson(r)
+	if refusedIdentity(err) {
+		wb.renderLogin(w, r, err.Error(), http.StatusForbidden)
+		return
+	}
+	if err != nil || !ok {
+		wb.renderLogin(w, r, "", http.StatusOK)
+		return
+	}
+	name, id := r.PathValue("cluster"), r.PathValue("id")
+	_, known := wb.cfg.Clusters.Cluster(name)
+	if _, visible := wb.visible(name, p); !known || !visible || wb.cfg.Recordings == nil {
+		http.Error(w, fmt.Sprintf("Tether has no recording %q of cluster %q.", id, name), http.StatusNotFound)
+		return
+	}
+	f, m, err := wb.cfg.Recordings.Open(name, id, p.Name, wb.seesEveryone(p))
+	if err != nil {
+		http.Error(w, fmt.Sprintf("Tether has no recording %q of cluster %q.", id, name), http.StatusNotFound)
+		return
+	}
+	f.Close()
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	pages.ExecuteTemplate(w, "recording.html", struct {
+		Base, Person, Cluster string
+		Recording             recording.Meta
+	}{wb.pageBase(), p.Name, name, m})
+}

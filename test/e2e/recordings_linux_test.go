@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// TestExecIsRecorded runs `kubectl exec -it` through the hub with
+// recordings on, over WebSocket and SPDY, on a terminal of 40 rows and 100
+// columns, and checks that each session's recording holds what the command
+// printed and the terminal's size, and that its audit line names it.
+func TestExecIsRecorded(t *testing.T) {
+	ns := unique("rec")
+	admin(t, "create", "namespace", ns)
+	setUpPeople(t, "team-a", "team-b")
+	dir := t.TempDir()
+	h, hubURL := hub(t, map[string]string{"TETHER_RECORDINGS_DIR": dir}, "e2e")
+	a := agent(t, "e2e", hubURL, agentToken)
+	a.waitFor(t, 10*time.Second, `Connected to `+hubURL+` as "e2e"`)
+	root := kubeconfigFor(t, hubURL, adminToken)
+	createPod(t, ns, "clock", map[string]any{"command": []string{"sh", "-c", "while true; do sleep 1; done"}}, "Always")
+	if out, err := cluster.KubectlCommand(t.Context(), root, "wait", "-n", ns, "pod/clock", "--for=condition=Ready", "--timeout=60s").CombinedOutput(); err != nil {
+		t.Fatalf("wait: %v: %s", err, out)
+	}
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			ptm, pts, err := openPTY(40, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ptm.Close()
+			word := "recorded-over-" + tr.name
+			cmd := cluster.KubectlCommand(t.Context(), root, "exec", "-it", "-n", ns, "clock", "--", "sh", "-c", "stty size; echo "+word)
+			cmd.Env = append(cmd.Env, tr.env...)
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = pts, pts, pts
+			err = cmd.Start()
+			pts.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ptm.SetReadDeadline(time.Now().Add(time.Minute))
+			var out bytes.Buffer
+			out.ReadFrom(ptm) // until EIO, once kubectl exits
+			if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), word) {
+				t.Fatalf("kubectl exec -it: %v: %q", err, out.String())
+			}
+			id := waitRecordingLine(t, h.out.String, tr.method, "/api/v1/namespaces/"+ns+"/pods/clock/exec")
+			cast, err := os.ReadFile(filepath.Join(dir, "e2e", id+".cast"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := string(cast)
+			if !strings.Contains(c, word) || !strings.Contains(c, "40 100") ||
+				!(strings.Contains(c, `"width":100,"height":40`) || strings.Contains(c, `"r","100x40"`)) {
+				t.Errorf("the recording %s holds %q; want the command's output and the terminal's size", id, c)
+			}
+		})
+	}
+}
+
+// waitRecordingLine waits for the audit line of an exec with a recording
+// not yet seen, and returns the recording's id.
+func waitRecordingLine(t *testing.T, out func() string, method, path string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for line := range strings.SplitSeq(out(), "\n") {
+			var got struct {
+				Method, Path, RequestID, Recording, RecordingStopped string
+			}
+			if json.Unmarshal([]byte(line), &got) != nil || got.Method != method || got.Path != path || got.Recording == "" {
+				continue
+			}
+			if got.Recording != got.RequestID || got.RecordingStopped != "" {
+				t.Fatalf("audit line: recording %q of request %q, stopped %q", got.Recording, got.RequestID, got.RecordingStopped)
+			}
+			return got.Recording
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no audit line of %s %s with a recording within 10 s", method, path)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// openPTY opens a pseudo-terminal of the given size, for kubectl -t.
+func openPTY(rows, cols uint16) (ptm, pts *os.File, err error) {
+	ptm, err = os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	rc, err := ptm.SyscallConn()
+	if err != nil {
+		ptm.Close()
+		return nil, nil, err
+	}
+	var n uint32
+	var errno syscall.Errno
+	rc.Control(func(fd uintptr) {
+		ioctl := func(req uintptr, arg unsafe.Pointer) {
+			if errno == 0 {
+				_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, req, uintptr(arg))
+			}
+		}
+		var unlock int32
+		ioctl(syscall.TIOCSPTLCK, unsafe.Pointer(&unlock))
+		ioctl(syscall.TIOCGPTN, unsafe.Pointer(&n))
+		size := [4]uint16{rows, cols, 0, 0} // struct winsize
+		ioctl(syscall.TIOCSWINSZ, unsafe.Pointer(&size))
+	})
+	if errno != 0 {
+		ptm.Close()
+		return nil, nil, errno
+	}
+	pts, err = os.OpenFile("/dev/pts/"+strconv.FormatUint(uint64(n), 10), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		ptm.Close()
+		return nil, nil, err
+	}
+	return ptm, pts, nil
+}
