@@ -5,12 +5,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-	"unsafe"
+
+	"github.com/tetherhq/tether/internal/testutil/ptytest"
 )
 
 // TestExecIsRecorded runs `kubectl exec -it` through the hub with
@@ -32,7 +31,7 @@ func TestExecIsRecorded(t *testing.T) {
 	}
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
-			ptm, pts, err := openPTY(40, 100)
+			ptm, pts, err := ptytest.Open(40, 100)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,41 +88,4 @@ func waitRecordingLine(t *testing.T, out func() string, method, path string) str
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// openPTY opens a pseudo-terminal of the given size, for kubectl -t.
-func openPTY(rows, cols uint16) (ptm, pts *os.File, err error) {
-	ptm, err = os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	rc, err := ptm.SyscallConn()
-	if err != nil {
-		ptm.Close()
-		return nil, nil, err
-	}
-	var n uint32
-	var errno syscall.Errno
-	rc.Control(func(fd uintptr) {
-		ioctl := func(req uintptr, arg unsafe.Pointer) {
-			if errno == 0 {
-				_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, req, uintptr(arg))
-			}
-		}
-		var unlock int32
-		ioctl(syscall.TIOCSPTLCK, unsafe.Pointer(&unlock))
-		ioctl(syscall.TIOCGPTN, unsafe.Pointer(&n))
-		size := [4]uint16{rows, cols, 0, 0} // struct winsize
-		ioctl(syscall.TIOCSWINSZ, unsafe.Pointer(&size))
-	})
-	if errno != 0 {
-		ptm.Close()
-		return nil, nil, errno
-	}
-	pts, err = os.OpenFile("/dev/pts/"+strconv.FormatUint(uint64(n), 10), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		ptm.Close()
-		return nil, nil, err
-	}
-	return ptm, pts, nil
 }
