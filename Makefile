@@ -44,6 +44,7 @@ FUZZ_TARGETS = \
 	./internal/kubeproxy:FuzzStreamAudit \
 	./internal/web:FuzzParseQuery \
 	./internal/web:FuzzLoginRequests \
+	./internal/web:FuzzDeviceIssuer \
 	./internal/web:FuzzWantsNDJSON \
 	./internal/web:FuzzReturnTo \
 	./internal/server:FuzzBasePath \
