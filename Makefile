@@ -46,6 +46,7 @@ FUZZ_TARGETS = \
 	./internal/recording:FuzzSPDYParser \
 	./internal/web:FuzzParseQuery \
 	./internal/web:FuzzLoginRequests \
+	./internal/web:FuzzDeviceIssuer \
 	./internal/web:FuzzWantsNDJSON \
 	./internal/web:FuzzReturnTo \
 	./internal/server:FuzzBasePath \

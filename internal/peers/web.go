@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 )
 
 // RoundTripReplica sends r, a query of the web side (web.Replicas), to the
@@ -23,4 +24,20 @@ func (p *Peers) RoundTripReplica(name string, r *http.Request) (*http.Response, 
 		return nil, err
 	}
 	return resp, nil
+}
+
+// Self is this replica's name (web's device sign-ins name it in their
+// device codes).
+func (p *Peers) Self() string { return p.cfg.Members.Self() }
+
+// ReplicaNames are the replicas this one has a link to now, sorted.
+func (p *Peers) ReplicaNames() []string {
+	p.mu.Lock()
+	names := make([]string, 0, len(p.links))
+	for n := range p.links {
+		names = append(names, n)
+	}
+	p.mu.Unlock()
+	slices.Sort(names)
+	return names
 }

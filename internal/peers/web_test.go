@@ -40,6 +40,7 @@ type webReplica struct {
 	*replica
 	public   string // people's address
 	web      *web.Web
+	people   *auth.Authenticator
 	peerHits atomic.Int32
 }
 
@@ -91,9 +92,12 @@ func startWebReplicas(t *testing.T, o webOptions, names ...string) []*webReplica
 		public.HandleFunc("GET /api/clusters/{cluster}/domains", wb.ServeDomains)
 		public.HandleFunc("GET /api/clusters/{cluster}/events", wb.ServeObjectEvents)
 		public.HandleFunc("GET /api/resources", wb.ServeFleetResources)
+		public.HandleFunc("POST /api/login/device", wb.ServeDeviceStart)
+		public.HandleFunc("POST /api/login/token", wb.ServeLoginToken)
+		public.HandleFunc("POST /device", wb.ServeDeviceApprove)
 		pub := httptest.NewServer(public)
 
-		r := &webReplica{public: pub.URL, web: wb}
+		r := &webReplica{public: pub.URL, web: wb, people: people}
 		var peerWeb http.Handler = wb.PeerHandler()
 		if o.wrap != nil {
 			peerWeb = o.wrap(i, peerWeb)

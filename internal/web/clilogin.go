@@ -272,6 +272,9 @@ func (wb *Web) ServeLoginToken(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.GrantType == grantDevice {
+		if wb.devicePollForwarded(w, r, req.DeviceCode) {
+			return
+		}
 		wb.redeemDevice(w, req.DeviceCode)
 		return
 	}

@@ -16,9 +16,8 @@ import (
 // POST /api/login/device for a device code and a user code, shows the
 // user code, and polls POST /api/login/token; the person opens /device
 // anywhere, signed in, and approves the code. The grants live on the
-// replica that made them: the command polls the address it was given,
-// and with replicas behind one address the ingress must keep it on one
-// (docs/guide/operators.md).
+// replica that made them; with hub replicas, polls and codes that land on
+// another are carried to it over the peer link (devicereplicas.go).
 
 const (
 	devicePage      = "device"
@@ -119,7 +118,7 @@ func normalUserCode(code string) string {
 func (wb *Web) ServeDeviceStart(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	d, now := wb.devices(), wb.now()
-	device := rand.Text() + rand.Text()
+	device := wb.deviceIssuerPrefix() + rand.Text() + rand.Text()
 	user := newUserCode()
 	d.mu.Lock()
 	d.sweep(now)
@@ -158,7 +157,7 @@ func (wb *Web) redeemDevice(w http.ResponseWriter, device string) {
 	var fail *oauthError
 	switch {
 	case !ok:
-		fail = &oauthError{"invalid_grant", "that device code isn't one this hub made, or has been used; with hub replicas, poll the one that made it"}
+		fail = &oauthError{"invalid_grant", "that device code isn't one this hub made, or has been used"}
 	case !now.Before(g.until):
 		fail = &oauthError{"expired_token", "the code has expired: run tether login again"}
 	case g.denied:
@@ -236,34 +235,56 @@ func (wb *Web) serveDevice(w http.ResponseWriter, r *http.Request, post bool) {
 	d, now := wb.devices(), wb.now()
 	d.mu.Lock()
 	d.sweep(now)
+	locked := d.wrong[p.Name].n >= maxWrongCodes
+	d.mu.Unlock()
 	status := http.StatusOK
-	if wc := d.wrong[p.Name]; wc.n >= maxWrongCodes {
+	var found bool
+	if locked {
 		data.Error = "Too many codes that aren't waiting: try again in a few minutes."
 		status = http.StatusTooManyRequests
-	} else if k, found := d.byUser[code]; !found || d.byCode[k].token != "" || d.byCode[k].denied {
+	} else if data.Done, data.Error, status, found = wb.decideDevice(p, code, decision); !found {
+		// Another replica may have made it: ask them (devicereplicas.go).
+		data.Done, data.Error, status, found = wb.decideElsewhere(r.Context(), p, code, decision)
+	}
+	if !locked && !found {
+		// A wrong code counts once, here, where the person typed it.
+		d.mu.Lock()
+		wc := d.wrong[p.Name]
 		wc.n++
 		wc.until = now.Add(deviceLockout)
 		d.wrong[p.Name] = wc
+		d.mu.Unlock()
 		data.Error, data.Code = "No sign-in is waiting for that code: check it, or run tether login again.", cut(r.PostFormValue("user_code"), 20)
 		status = http.StatusBadRequest
-	} else if decision == "deny" {
-		d.byCode[k].denied = true
-		data.Done = "Refused: tether login will say so."
-	} else {
-		g := d.byCode[k]
-		d.mu.Unlock()
-		token, expiry, err := wb.cfg.Auth.IssueToken(p)
-		d.mu.Lock()
-		if err != nil {
-			data.Error, status = "The hub can't sign a token for you now: sign in again.", http.StatusInternalServerError
-		} else {
-			g.token, g.expiry = token, expiry
-			data.Done = "Signed in: go back to your terminal."
-			wb.log.Info("Signed in tether login on a device", "user", p.Name)
-		}
+	}
+	wb.renderDevice(w, status, data)
+}
+
+// decideDevice approves or refuses (decision "deny") the sign-in waiting
+// here for user code code, for p; found is false when none is.
+func (wb *Web) decideDevice(p auth.Person, code, decision string) (done, fail string, status int, found bool) {
+	d, now := wb.devices(), wb.now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.sweep(now)
+	k, ok := d.byUser[code]
+	if !ok || d.byCode[k].token != "" || d.byCode[k].denied {
+		return "", "", http.StatusBadRequest, false
+	}
+	g := d.byCode[k]
+	if decision == "deny" {
+		g.denied = true
+		return "Refused: tether login will say so.", "", http.StatusOK, true
 	}
 	d.mu.Unlock()
-	wb.renderDevice(w, status, data)
+	token, expiry, err := wb.cfg.Auth.IssueToken(p)
+	d.mu.Lock()
+	if err != nil {
+		return "", "The hub can't sign a token for you now: sign in again.", http.StatusInternalServerError, true
+	}
+	g.token, g.expiry = token, expiry
+	wb.log.Info("Signed in tether login on a device", "user", p.Name)
+	return "Signed in: go back to your terminal.", "", http.StatusOK, true
 }
 
 func (wb *Web) renderDevice(w http.ResponseWriter, status int, data any) {

@@ -94,7 +94,12 @@ func (wb *Web) PeerHandler() http.Handler {
 	mux.HandleFunc("GET "+PeerPath+"clusters/{cluster}/domains", wb.ServeDomains)
 	mux.HandleFunc("GET "+PeerPath+"clusters/{cluster}/events", wb.ServeObjectEvents)
 	mux.HandleFunc("POST "+PeerPath+"resources", wb.servePeerFleetResources)
+	mux.HandleFunc("POST "+peerDeviceDecide, wb.servePeerDeviceDecide)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == peerDeviceToken { // a poll: no one to assert yet
+			wb.servePeerDeviceToken(w, r)
+			return
+		}
 		p, err := decodePerson(r.Header.Get(headerPerson))
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
