@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 )
 
 // RoundTripReplica sends r, a query of the web side (web.Replicas), to the
@@ -23,4 +24,17 @@ func (p *Peers) RoundTripReplica(name string, r *http.Request) (*http.Response, 
 		return nil, err
 	}
 	return resp, nil
+}
+
+// ReplicaNames are the replicas this one has a link to (web.Replicas), in
+// order.
+func (p *Peers) ReplicaNames() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	names := make([]string, 0, len(p.links))
+	for name := range p.links {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
 }
