@@ -27,6 +27,7 @@ import (
 	"github.com/tetherhq/tether/internal/logging"
 	"github.com/tetherhq/tether/internal/pki"
 	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/recording"
 	"github.com/tetherhq/tether/internal/testutil/agenttest"
 	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
@@ -51,6 +52,9 @@ type webOptions struct {
 	agents  []fleet.Agent
 	timeout time.Duration
 	wrap    func(i int, h http.Handler) http.Handler
+	// recordings, when set, gives replica i its session recordings,
+	// which the group auditors watch all of.
+	recordings func(i int) *recording.Store
 }
 
 func startWebReplicas(t *testing.T, o webOptions, names ...string) []*webReplica {
@@ -83,8 +87,12 @@ func startWebReplicas(t *testing.T, o webOptions, names ...string) []*webReplica
 		if err != nil {
 			t.Fatal(err)
 		}
-		wb := web.New(web.Config{Logger: log, Clusters: h, Proxy: px, Auth: people, AuthConfig: authCfg,
-			Replicas: p, ReplicaTimeout: o.timeout, ReviewTimeout: 2 * time.Second})
+		wcfg := web.Config{Logger: log, Clusters: h, Proxy: px, Auth: people, AuthConfig: authCfg,
+			Replicas: p, ReplicaTimeout: o.timeout, ReviewTimeout: 2 * time.Second}
+		if o.recordings != nil {
+			wcfg.Recordings, wcfg.RecordingViewers = o.recordings(i), []string{"auditors"}
+		}
+		wb := web.New(wcfg)
 		public := http.NewServeMux()
 		public.HandleFunc("GET /api/clusters/{cluster}", wb.ServeClusterJSON)
 		public.HandleFunc("GET /api/clusters/{cluster}/resources", wb.ServeResources)
@@ -95,6 +103,9 @@ func startWebReplicas(t *testing.T, o webOptions, names ...string) []*webReplica
 		public.HandleFunc("POST /api/login/device", wb.ServeDeviceStart)
 		public.HandleFunc("POST /api/login/token", wb.ServeLoginToken)
 		public.HandleFunc("POST /device", wb.ServeDeviceApprove)
+		public.HandleFunc("GET /api/clusters/{cluster}/recordings", wb.ServeRecordings)
+		public.HandleFunc("GET /api/clusters/{cluster}/recordings/{id}", wb.ServeRecording)
+		public.HandleFunc("GET /cluster/{cluster}/recordings/{id}", wb.ServeRecordingPage)
 		pub := httptest.NewServer(public)
 
 		r := &webReplica{public: pub.URL, web: wb, people: people}

@@ -16,8 +16,8 @@ import (
 // person may not see: the two answer alike.
 var ErrNotFound = errors.New("recording: no such recording")
 
-// maxListed bounds a listing: the newest first.
-const maxListed = 500
+// MaxListed bounds a listing: the newest first.
+const MaxListed = 500
 
 // List returns the recordings of sessions on cluster, newest first: those
 // of person, or everyone's. The header of each file says whose it is.
@@ -45,8 +45,8 @@ func (s *Store) List(cluster, person string, everyone bool) ([]Meta, error) {
 		out = append(out, m)
 	}
 	slices.SortFunc(out, func(a, b Meta) int { return b.Time.Compare(a.Time) })
-	if len(out) > maxListed {
-		out = out[:maxListed]
+	if len(out) > MaxListed {
+		out = out[:MaxListed]
 	}
 	return out, nil
 }

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -18,8 +17,11 @@ type RecordingsJSON struct {
 	Enabled bool `json:"enabled"`
 	// Everyone says the list holds everyone's recordings, not only the
 	// person's own: they are in a group of TETHER_RECORDINGS_VIEWERS.
-	Everyone   bool             `json:"everyone"`
-	Recordings []recording.Meta `json:"recordings"`
+	Everyone   bool              `json:"everyone"`
+	Recordings []listedRecording `json:"recordings"`
+	// LeftOut names the hub replicas whose recordings the list lacks, and
+	// why, as the Tether-Left-Out header does.
+	LeftOut []string `json:"leftOut,omitempty"`
 }
 
 // seesEveryone says whether p watches everyone's recordings.
@@ -44,7 +46,7 @@ func (wb *Web) ServeRecordings(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("Tether has no cluster %q.", name), http.StatusNotFound)
 		return
 	}
-	out := RecordingsJSON{Recordings: []recording.Meta{}}
+	out := RecordingsJSON{Recordings: []listedRecording{}}
 	if wb.cfg.Recordings != nil {
 		out.Enabled, out.Everyone = true, wb.seesEveryone(p)
 		list, err := wb.cfg.Recordings.List(name, p.Name, out.Everyone)
@@ -53,7 +55,16 @@ func (wb *Web) ServeRecordings(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "Tether can't read its recordings now: try again, or tell the hub's operators.", http.StatusInternalServerError)
 			return
 		}
-		out.Recordings = list
+		own := make([]listedRecording, 0, len(list))
+		for _, m := range list {
+			own = append(own, listedRecording{Meta: m})
+		}
+		// The other replicas' recordings too (recordings_replicas.go).
+		theirs, leftOut := wb.othersRecordings(r, name, p)
+		out.Recordings, out.LeftOut = mergeRecordings(own, theirs), leftOut
+		if len(leftOut) > 0 {
+			w.Header().Set(leftOutTrailer, joinLeftOut(leftOut))
+		}
 	}
 	writeJSON(w, out)
 }
@@ -72,7 +83,11 @@ func (wb *Web) ServeRecording(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f, m, err := wb.cfg.Recordings.Open(name, id, p.Name, wb.seesEveryone(p))
-	if errors.Is(err, recording.ErrNotFound) || err != nil {
+	if err != nil {
+		if resp := wb.othersRecording(r, name, id, p); resp != nil {
+			relayRecording(w, resp) // another replica carried the session
+			return
+		}
 		http.Error(w, fmt.Sprintf("Tether has no recording %q of cluster %q.", id, name), http.StatusNotFound)
 		return
 	}
@@ -113,11 +128,14 @@ func (wb *Web) ServeRecordingPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f, m, err := wb.cfg.Recordings.Open(name, id, p.Name, wb.seesEveryone(p))
-	if err != nil {
+	if err == nil {
+		f.Close()
+	} else if theirs, ok := wb.othersRecordingMeta(r, name, id, p); ok {
+		m = theirs // another replica carried the session
+	} else {
 		http.Error(w, fmt.Sprintf("Tether has no recording %q of cluster %q.", id, name), http.StatusNotFound)
 		return
 	}
-	f.Close()
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	pages.ExecuteTemplate(w, "recording.html", struct {
 		Base, Person, Cluster string

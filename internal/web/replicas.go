@@ -29,6 +29,9 @@ type Replicas interface {
 	// RoundTripReplica sends r, whose URL has only a path (one of
 	// PeerPath's) and a query, to the peer port of replica name.
 	RoundTripReplica(name string, r *http.Request) (*http.Response, error)
+	// ReplicaNames are the other replicas, for what every one of them
+	// holds (session recordings).
+	ReplicaNames() []string
 }
 
 // PeerPath is where the peer port serves PeerHandler.
@@ -95,6 +98,8 @@ func (wb *Web) PeerHandler() http.Handler {
 	mux.HandleFunc("GET "+PeerPath+"clusters/{cluster}/events", wb.ServeObjectEvents)
 	mux.HandleFunc("POST "+PeerPath+"resources", wb.servePeerFleetResources)
 	mux.HandleFunc("POST "+peerDeviceDecide, wb.servePeerDeviceDecide)
+	mux.HandleFunc("GET "+PeerPath+"clusters/{cluster}/recordings", wb.ServeRecordings)
+	mux.HandleFunc("GET "+PeerPath+"clusters/{cluster}/recordings/{id}", wb.ServeRecording)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == peerDeviceToken { // a poll: no one to assert yet
 			wb.servePeerDeviceToken(w, r)

@@ -45,6 +45,15 @@
         tbody.appendChild(row);
       }
       empty.hidden = data.recordings.length > 0;
+      // Hub replicas that didn't answer: their recordings are missing.
+      let left = section.querySelector(".left-out");
+      if (!left) {
+        left = document.createElement("p");
+        left.className = "left-out help";
+        section.appendChild(left);
+      }
+      left.hidden = !data.leftOut;
+      left.textContent = data.leftOut ? "Not listed, as these hub replicas didn't answer: " + data.leftOut.join("; ") : "";
     })
     .catch(() => {});
 })();
