@@ -9,7 +9,7 @@ GO      ?= go
 # corpus the last one left in the build cache, so the loop keeps fuzzing
 # where it stopped; a target may run over by one chunk. Go pauses fuzzing to
 # minimize each new input; a 100x budget keeps that short.
-FUZZSECONDS ?= 30
+FUZZSECONDS ?= 20
 FUZZCHUNK   ?= 10000x
 
 # Every native fuzz target, as package:Target: every decoder and parser of
