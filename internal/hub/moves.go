@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"context"
 	"errors"
 	"sync"
 	"time"
@@ -50,42 +49,6 @@ func (h *Hub) Drain() {
 	}
 	close(next)
 	wg.Wait()
-}
-
-// WaitMoved returns once no agent asked to move is still connected here
-// (each has its new connection claimed by another replica, or has gone),
-// or with ctx's error, and how many were left. A replica waits for it
-// before it stops serving: an agent still here when it stops would leave
-// its cluster unreachable until it connected again, and the requests for it
-// meanwhile would fail. With thousands of agents the others admit them at
-// their pace, which can take longer than the drain delay.
-func (h *Hub) WaitMoved(ctx context.Context) (int, error) {
-	tick := time.NewTicker(retiredPoll)
-	defer tick.Stop()
-	for {
-		n := h.movingLeft()
-		if n == 0 {
-			return 0, nil
-		}
-		select {
-		case <-ctx.Done():
-			return n, ctx.Err()
-		case <-tick.C:
-		}
-	}
-}
-
-// movingLeft counts the agents asked to move that are still routed here.
-func (h *Hub) movingLeft() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, c := range h.agents {
-		if c.moving.Load() {
-			n++
-		}
-	}
-	return n
 }
 
 // retireLocked takes c, which this hub asked to move and whose new

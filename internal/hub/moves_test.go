@@ -72,13 +72,6 @@ func TestDrainMovesAgentsWithoutTakeover(t *testing.T) {
 	if code := upgradeStatus(t, h.url, "eu-1"); code != 503 {
 		t.Errorf("a new agent while draining: %d, want 503", code)
 	}
-	// Until its new connection is claimed, the mover is waited for; the
-	// agent from before moves is not.
-	stopped, cancel := context.WithCancel(context.Background())
-	cancel()
-	if n, err := h.WaitMoved(stopped); n != 1 || err == nil {
-		t.Errorf("WaitMoved before the move = %d, %v; want 1 left and the context's error", n, err)
-	}
 
 	later := time.Now().Add(time.Hour)
 	h.SetClaim("hub-b", "eu-1", &Claim{Since: later, Upstream: claimUpstream{}})
@@ -88,9 +81,6 @@ func TestDrainMovesAgentsWithoutTakeover(t *testing.T) {
 	}
 	if h.Local("eu-1") != nil {
 		t.Error("the moved agent's connection still takes requests")
-	}
-	if n, err := h.WaitMoved(stopped); n != 0 || err != nil {
-		t.Errorf("WaitMoved once moved = %d, %v; want none left", n, err)
 	}
 	m, err := nextMessage(mover)
 	if err == nil && m.Type == protocol.TypeGoAway && m.Reason == protocol.ReasonTakeover {
