@@ -346,6 +346,10 @@ func itemNames(t *testing.T, body string) []string {
 func TestFleetResourcesNameWhatAReplicaDidntGive(t *testing.T) {
 	var mode atomic.Value // of hub-a's peer web handler: "", "silent" or "cut"
 	mode.Store("")
+	// A silent replica answers nothing, ever: its handler holds until the
+	// test ends, not until its request's context does (which may end
+	// first, and would then answer an empty 200).
+	quiet := make(chan struct{})
 	wrap := func(i int, h http.Handler) http.Handler {
 		if i != 0 {
 			return h
@@ -353,7 +357,7 @@ func TestFleetResourcesNameWhatAReplicaDidntGive(t *testing.T) {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			switch mode.Load() {
 			case "silent":
-				<-r.Context().Done()
+				<-quiet
 				return
 			case "cut":
 				// The first cluster's part, then the connection drops.
@@ -364,6 +368,7 @@ func TestFleetResourcesNameWhatAReplicaDidntGive(t *testing.T) {
 		})
 	}
 	a, b, _ := twoReplicas(t, webOptions{timeout: 500 * time.Millisecond, wrap: wrap})
+	t.Cleanup(func() { close(quiet) }) // before the replicas stop: cleanups run last first
 
 	mode.Store("silent")
 	code, body, left := ask(t, b.public+"/api/resources?kind=pods", "alice", "dev", nil)
