@@ -67,7 +67,15 @@ func (h *Hub) Inventory() *store.Store { return h.inventory }
 
 // Subscribe returns a Subscription to the clusters that change: connect,
 // status, inventory, or their entry in the agents list. Close it when done.
-func (h *Hub) Subscribe() *Subscription { return h.events.subscribe() }
+// Past maxPending names it is told to send everything instead.
+func (h *Hub) Subscribe() *Subscription { return h.events.subscribe(maxPending) }
+
+// SubscribeEach is Subscribe for a reader that must hear of each changed
+// cluster by name, however many change at once: a replica's claims
+// stream, for which everything means building every claim it holds again
+// (thousands, each a JSON line), on each storm of agents moving. Its set
+// is bounded by the clusters the hub knows of, not by a constant.
+func (h *Hub) SubscribeEach() *Subscription { return h.events.subscribe(0) }
 
 // Cluster, Host, ServiceAccountAuth, RoundTrip and Context make agentConn
 // an Upstream.
@@ -97,6 +105,10 @@ type Subscription struct {
 	b    *broker
 	wake chan struct{} // has a value when there is something to take
 
+	// limit is the most names kept before all is set instead; 0 for
+	// no limit.
+	limit int
+
 	mu    sync.Mutex // guards the following
 	names map[string]struct{}
 	all   bool
@@ -106,8 +118,8 @@ type Subscription struct {
 // send everything instead.
 const maxPending = 256
 
-func (b *broker) subscribe() *Subscription {
-	s := &Subscription{b: b, wake: make(chan struct{}, 1), names: map[string]struct{}{}}
+func (b *broker) subscribe(limit int) *Subscription {
+	s := &Subscription{b: b, limit: limit, wake: make(chan struct{}, 1), names: map[string]struct{}{}}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.subs == nil {
@@ -146,7 +158,7 @@ func (b *broker) changed(name string) {
 	defer b.mu.Unlock()
 	for s := range b.subs {
 		s.mu.Lock()
-		if len(s.names) >= maxPending {
+		if s.limit > 0 && len(s.names) >= s.limit {
 			s.all = true
 		} else {
 			s.names[name] = struct{}{}

@@ -59,13 +59,21 @@ const (
 	typePing    = "ping"
 )
 
+// flushAt is how much of a claims stream is kept before it is sent: the
+// first account of thousands of claims goes out as it is made, so the
+// reader hears something well within three pings.
+const flushAt = 64 << 10
+
 // maxLine bounds a line of a claims stream: a claim with its history of
 // 50 changes is about 30 KB.
 const maxLine = 256 << 10
 
 // serveClaims streams this replica's claims to another replica.
 func (p *Peers) serveClaims(w http.ResponseWriter, r *http.Request) {
-	sub := p.cfg.Hub.Subscribe()
+	// Each changed cluster by name: past a bound, a storm of agents
+	// moving would have this stream build every claim again, and go
+	// silent while it did, for longer than its reader waits.
+	sub := p.cfg.Hub.SubscribeEach()
 	defer sub.Close()
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "application/x-ndjson")
@@ -74,7 +82,19 @@ func (p *Peers) serveClaims(w http.ResponseWriter, r *http.Request) {
 	// reading, where the digest is 32 bytes.
 	sent := map[string][sha256.Size]byte{}
 	var buf bytes.Buffer
+	failed := false
+	send := func() bool {
+		if !failed {
+			_, err := w.Write(buf.Bytes())
+			failed = err != nil || rc.Flush() != nil
+		}
+		buf.Reset()
+		return !failed
+	}
 	one := func(name string) {
+		if buf.Len() >= flushAt {
+			send()
+		}
 		line := p.claimLine(name)
 		if line == nil {
 			if _, ok := sent[name]; ok {
@@ -100,11 +120,6 @@ func (p *Peers) serveClaims(w http.ResponseWriter, r *http.Request) {
 				one(n)
 			}
 		}
-	}
-	send := func() bool {
-		_, err := w.Write(buf.Bytes())
-		buf.Reset()
-		return err == nil && rc.Flush() == nil
 	}
 	all()
 	buf.Write(encode(message{Type: typeSynced}))
