@@ -110,7 +110,8 @@ type Hub struct {
 	conns  sync.WaitGroup // one per served agent connection
 	events broker         // tells subscribers what changed
 
-	inventory *store.Store // every cluster's inventory
+	inventory *store.Store  // every cluster's inventory
+	stop      chan struct{} // closed by Close
 
 	mu     sync.Mutex // guards the following
 	closed bool
@@ -233,6 +234,7 @@ func New(cfg Config) (*Hub, error) {
 		lastCA:   map[string]string{},
 		claims:   map[string]map[string]*Claim{},
 		retired:  map[*agentConn]struct{}{},
+		stop:     make(chan struct{}),
 	}
 	h.inventory = store.New(store.Config{MaxBytes: cfg.InventoryMaxBytes, Dropped: h.inventoryDropped})
 	streams := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -265,6 +267,9 @@ func (h *Hub) spreadDelay() time.Duration {
 // called more than once.
 func (h *Hub) Close() error {
 	h.mu.Lock()
+	if !h.closed {
+		close(h.stop)
+	}
 	h.closed = true
 	conns := make([]*agentConn, 0, len(h.agents))
 	for _, c := range h.agents {

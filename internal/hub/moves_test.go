@@ -2,11 +2,13 @@ package hub
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/internal/clock"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/agenttest"
 	"github.com/tetherhq/tether/internal/testutil/fakecluster"
@@ -72,6 +74,13 @@ func TestDrainMovesAgentsWithoutTakeover(t *testing.T) {
 	if code := upgradeStatus(t, h.url, "eu-1"); code != 503 {
 		t.Errorf("a new agent while draining: %d, want 503", code)
 	}
+	// Until its new connection is claimed, the mover is waited for; the
+	// agent from before moves is not.
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	if n, err := h.WaitMoved(stopped); n != 1 || err == nil {
+		t.Errorf("WaitMoved before the move = %d, %v; want 1 left and the context's error", n, err)
+	}
 
 	later := time.Now().Add(time.Hour)
 	h.SetClaim("hub-b", "eu-1", &Claim{Since: later, Upstream: claimUpstream{}})
@@ -81,6 +90,9 @@ func TestDrainMovesAgentsWithoutTakeover(t *testing.T) {
 	}
 	if h.Local("eu-1") != nil {
 		t.Error("the moved agent's connection still takes requests")
+	}
+	if n, err := h.WaitMoved(stopped); n != 0 || err != nil {
+		t.Errorf("WaitMoved once moved = %d, %v; want none left", n, err)
 	}
 	m, err := nextMessage(mover)
 	if err == nil && m.Type == protocol.TypeGoAway && m.Reason == protocol.ReasonTakeover {
@@ -111,4 +123,45 @@ func upgradeStatus(t *testing.T, hubURL, name string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestDrainAsksAtTheOthersPace: a draining replica asks its agents to move
+// a tenth of the others' admission pace each tenth of a second, not all at
+// once, so they aren't refused (and retry) by the dozen.
+func TestDrainAsksAtTheOthersPace(t *testing.T) {
+	fc := fakecluster.New(t)
+	var names []string
+	for i := range 25 {
+		names = append(names, fmt.Sprintf("c%02d", i))
+	}
+	clk := clock.NewFake(time.Now())
+	// One replica of 25 listed agents: the others (none yet) admit the
+	// smallest pace, 100 a second, so 10 are asked each tick.
+	h := startHub(t, Config{Agents: testAgents(names...), Replica: "hub-a", Heartbeat: time.Hour, ProbeInterval: time.Hour, Clock: clk})
+	for _, n := range names {
+		helloAs(t, h, fc, n, true)
+	}
+	asked := func() int {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		n := 0
+		for _, c := range h.agents {
+			if c.moving.Load() {
+				n++
+			}
+		}
+		return n
+	}
+	h.Drain()
+	for _, want := range []int{10, 20, 25} {
+		eventually(t, 5*time.Second, fmt.Sprintf("%d agents asked to move", want), func() bool { return asked() >= want })
+		// Only the clock lets more be asked.
+		if got := asked(); got != want {
+			t.Fatalf("%d agents asked to move before the clock moved on, want %d", got, want)
+		}
+		if want < len(names) {
+			eventually(t, 5*time.Second, "the next tick's timer", func() bool { d, ok := clk.Next(); return ok && d <= moveTick })
+			clk.Step(moveTick)
+		}
+	}
 }

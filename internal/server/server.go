@@ -253,8 +253,15 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		case runErr = <-serveErr:
 		}
 	}
-	log.Info("Shutting down: open requests may finish", "grace", opts.ShutdownGrace)
 	graceCtx, cancel := context.WithTimeout(context.Background(), opts.ShutdownGrace)
+	if rs != nil && opts.DrainDelay > 0 && runErr == nil {
+		// Agents still moving keep their clusters reachable through this
+		// replica until the others have taken them, within the grace.
+		if n, err := h.registry.WaitMoved(graceCtx); err != nil {
+			log.Warn("Agents still here when the grace ended, not moved: closing them", "agents", n, "grace", opts.ShutdownGrace)
+		}
+	}
+	log.Info("Shutting down: open requests may finish", "grace", opts.ShutdownGrace)
 	// Watches never finish: they end at their next event's end, as the API
 	// server ends its own when it stops.
 	h.EndWatches()
