@@ -125,6 +125,7 @@ type Hub struct {
 	// replica, open while their streams finish (moves.go).
 	retired  map[*agentConn]struct{}
 	draining bool // Drain was called: agents are refused
+	moveAll  bool // Drain asked the agents that can move to move
 }
 
 // goAwayWorkers is how many agents the hub says goodbye to at once.

@@ -30,11 +30,16 @@ func (h *Hub) Drain() {
 	h.mu.Lock()
 	h.draining = true
 	var movers []*agentConn
-	for _, c := range h.agents {
-		if c.moves {
-			movers = append(movers, c)
+	// With no other replica there is nowhere to move to: the agents are
+	// let go at shutdown, as from a hub that stops.
+	if h.replicas.Load() > 1 {
+		for _, c := range h.agents {
+			if c.moves {
+				movers = append(movers, c)
+			}
 		}
 	}
+	h.moveAll = len(movers) > 0
 	rate := h.moveRate()
 	h.mu.Unlock()
 	h.log.Info("Draining: asking agents to move to another replica", "agents", len(movers), "perSecond", rate)
@@ -110,6 +115,9 @@ func (h *Hub) movingLeft() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := 0
+	if !h.moveAll {
+		return 0
+	}
 	for _, c := range h.agents {
 		if c.moves {
 			n++

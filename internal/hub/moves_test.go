@@ -64,6 +64,7 @@ func TestDrainMovesAgentsWithoutTakeover(t *testing.T) {
 	old := helloAs(t, h, fc, "us-1", false)
 	eventually(t, 5*time.Second, "both registered", func() bool { return h.Local("eu-1") != nil && h.Local("us-1") != nil })
 
+	h.SetReplicas(2)
 	h.Drain()
 	if m, err := nextMessage(mover); err != nil || m.Type != protocol.TypeGoAway || m.Reason != protocol.ReasonMove {
 		t.Fatalf("the agent that can move got %+v, %v; want a goaway to move", m, err)
@@ -135,8 +136,8 @@ func TestDrainAsksAtTheOthersPace(t *testing.T) {
 		names = append(names, fmt.Sprintf("c%02d", i))
 	}
 	clk := clock.NewFake(time.Now())
-	// One replica of 25 listed agents: the others (none yet) admit the
-	// smallest pace, 100 a second, so 10 are asked each tick.
+	// Two replicas of 25 listed agents: the other admits the smallest
+	// pace, 100 a second, so 10 are asked each tick.
 	h := startHub(t, Config{Agents: testAgents(names...), Replica: "hub-a", Heartbeat: time.Hour, ProbeInterval: time.Hour, Clock: clk})
 	for _, n := range names {
 		helloAs(t, h, fc, n, true)
@@ -152,6 +153,7 @@ func TestDrainAsksAtTheOthersPace(t *testing.T) {
 		}
 		return n
 	}
+	h.SetReplicas(2)
 	h.Drain()
 	for _, want := range []int{10, 20, 25} {
 		eventually(t, 5*time.Second, fmt.Sprintf("%d agents asked to move", want), func() bool { return asked() >= want })
@@ -163,5 +165,21 @@ func TestDrainAsksAtTheOthersPace(t *testing.T) {
 			eventually(t, 5*time.Second, "the next tick's timer", func() bool { d, ok := clk.Next(); return ok && d <= moveTick })
 			clk.Step(moveTick)
 		}
+	}
+}
+
+// TestALoneReplicaMovesNoAgent: with no other replica to move to, a
+// draining replica asks none of its agents to move, and doesn't wait for
+// them: they are let go at shutdown, as from a hub that stops.
+func TestALoneReplicaMovesNoAgent(t *testing.T) {
+	fc := fakecluster.New(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), Replica: "hub-a", Heartbeat: time.Hour, ProbeInterval: time.Hour})
+	helloAs(t, h, fc, "eu-1", true)
+	h.SetReplicas(1)
+	h.Drain()
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	if n, err := h.WaitMoved(stopped); n != 0 || err != nil {
+		t.Errorf("WaitMoved on a lone replica = %d, %v; want none to wait for", n, err)
 	}
 }
