@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -331,5 +332,36 @@ func TestDeviceLockout(t *testing.T) {
 	}
 	if status, _ := devicePoll(t, wb, device); status != http.StatusOK {
 		t.Errorf("poll after approval: %d", status)
+	}
+}
+
+// TestDeviceStartsBoundedPerAddress: one client address can't take every
+// place for pending device sign-ins; another address still gets a code,
+// and places come back as the grants expire.
+func TestDeviceStartsBoundedPerAddress(t *testing.T) {
+	wb, _, clk := cliWeb(t)
+	start := func(addr string) (int, string) {
+		r := httptest.NewRequest("POST", "/api/login/device", nil)
+		r.RemoteAddr = addr
+		rec := httptest.NewRecorder()
+		wb.ServeDeviceStart(rec, r)
+		var e struct{ Error string }
+		json.Unmarshal(rec.Body.Bytes(), &e)
+		return rec.Code, e.Error
+	}
+	for i := range maxDeviceGrantsPerAddress {
+		if code, _ := start(fmt.Sprintf("192.0.2.7:%d", 40000+i)); code != http.StatusOK {
+			t.Fatalf("start %d from one address: %d", i, code)
+		}
+	}
+	if code, e := start("192.0.2.7:50000"); code != http.StatusServiceUnavailable || e != "temporarily_unavailable" {
+		t.Errorf("one more from the same address (another port): %d %q, want 503 temporarily_unavailable", code, e)
+	}
+	if code, _ := start("198.51.100.9:40000"); code != http.StatusOK {
+		t.Errorf("a start from another address: %d, want 200", code)
+	}
+	clk.Step(deviceTTL)
+	if code, _ := start("192.0.2.7:50001"); code != http.StatusOK {
+		t.Errorf("from the first address once its grants expired: %d, want 200", code)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -24,6 +25,12 @@ const (
 	deviceTTL       = 5 * time.Minute
 	deviceInterval  = 5 * time.Second
 	maxDeviceGrants = 1000
+	// maxDeviceGrantsPerAddress bounds the pending grants started from
+	// one client address (the TCP peer's host), so that one client can't
+	// hold all the others' places: POST /api/login/device asks nothing
+	// of whoever calls it. Behind an ingress every client has its
+	// address: rate-limit the endpoint there.
+	maxDeviceGrantsPerAddress = 100
 	// maxWrongCodes wrong user codes from one person lock them out of
 	// /device for deviceLockout: a code is one of 20^8.
 	maxWrongCodes = 5
@@ -35,6 +42,7 @@ const (
 // deviceGrant is one device sign-in, pending, approved or refused.
 type deviceGrant struct {
 	userCode string
+	addr     string // the host of the client that started it
 	until    time.Time
 	interval time.Duration
 	lastPoll time.Time
@@ -125,15 +133,26 @@ func (wb *Web) ServeDeviceStart(w http.ResponseWriter, r *http.Request) {
 	for _, taken := d.byUser[user]; taken; _, taken = d.byUser[user] {
 		user = newUserCode()
 	}
-	full := len(d.byCode) >= maxDeviceGrants
-	if !full {
+	addr := remoteHost(r.RemoteAddr)
+	full, fromAddr := len(d.byCode) >= maxDeviceGrants, 0
+	for _, g := range d.byCode {
+		if g.addr == addr {
+			fromAddr++
+		}
+	}
+	ok := !full && fromAddr < maxDeviceGrantsPerAddress
+	if ok {
 		k := deviceKey(device)
-		d.byCode[k] = &deviceGrant{userCode: user, until: now.Add(deviceTTL), interval: deviceInterval}
+		d.byCode[k] = &deviceGrant{userCode: user, addr: addr, until: now.Add(deviceTTL), interval: deviceInterval}
 		d.byUser[user] = k
 	}
 	d.mu.Unlock()
-	if full {
-		wb.oauthFail(w, http.StatusServiceUnavailable, &oauthError{"temporarily_unavailable", "too many device sign-ins are waiting: try again in a few minutes"})
+	if !ok {
+		why := "too many device sign-ins are waiting: try again in a few minutes"
+		if !full {
+			why = "too many device sign-ins are waiting from this address: try again in a few minutes"
+		}
+		wb.oauthFail(w, http.StatusServiceUnavailable, &oauthError{"temporarily_unavailable", why})
 		return
 	}
 	verify := strings.TrimSuffix(wb.cfg.PublicURL, "/") + "/" + devicePage
@@ -291,4 +310,13 @@ func (wb *Web) renderDevice(w http.ResponseWriter, status int, data any) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	pages.ExecuteTemplate(w, "device.html", data)
+}
+
+// remoteHost is the host of a request's RemoteAddr, or all of it when it
+// has no port.
+func remoteHost(addr string) string {
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
 }
