@@ -241,14 +241,19 @@ func (f *fleetRun) saveProfiles(n int) {
 		{"/debug/pprof/heap", fmt.Sprintf("hub-heap-%d.pprof", n)},
 		{"/debug/pprof/goroutine?debug=1", fmt.Sprintf("hub-goroutines-%d.txt", n)},
 	} {
-		resp, err := http.Get("http://" + f.hub.ready[1] + p.path)
-		if err != nil {
-			continue
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		os.WriteFile(filepath.Join(f.dir, p.file), b, 0o644)
+		saveURL("http://"+f.hub.ready[1]+p.path, filepath.Join(f.dir, p.file))
 	}
+}
+
+// saveURL writes what url answers into the file at path, if it answers.
+func saveURL(url, path string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	os.WriteFile(path, b, 0o644)
 }
 
 func (f *fleetRun) agentsStats() (connected int, connects []int64, err error) {

@@ -216,6 +216,8 @@ func replicaFleet(ctx context.Context, r *report, b *replicaBed, o replicaOpts) 
 		rss = append(rss, float64(s.RSS-base[i].RSS)/float64(o.perHub)/1024)
 		gor = append(gor, float64(s.Goroutines-base[i].Goroutines)/float64(o.perHub))
 		details = append(details, fmt.Sprintf("replica %d: RSS %.0f MiB (%.0f before), %d goroutines (%d)", i, float64(s.RSS)/(1<<20), float64(base[i].RSS)/(1<<20), s.Goroutines, base[i].Goroutines))
+		// For a look after the run: `go tool pprof` on the file.
+		saveURL("http://"+b.hubs[i].ready[1]+"/debug/pprof/heap", filepath.Join(b.dir, fmt.Sprintf("replica-heap-%d.pprof", i)))
 	}
 	sort.Float64s(rss)
 	sort.Float64s(gor)
