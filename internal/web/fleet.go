@@ -244,38 +244,20 @@ func (wb *Web) servePeerFleetResources(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	var werr error
-	write := func(l peerLine) {
-		if werr != nil {
-			return
-		}
-		b, err := json.Marshal(l)
-		if err != nil {
-			werr = err
-			return
-		}
-		_, werr = w.Write(append(b, '\n'))
-	}
+	lines := &lineWriter{w: w}
 	for answer := range pending {
 		var c clusterItems
 		select {
 		case c = <-answer:
 		default:
-			if werr == nil {
-				werr = rc.Flush()
+			if lines.err == nil {
+				lines.err = rc.Flush()
 			}
 			c = <-answer
 		}
-		for _, it := range c.items {
-			b, err := json.Marshal(it)
-			if err != nil {
-				werr = err
-				break
-			}
-			write(peerLine{Cluster: c.name, Item: b})
-		}
-		write(peerLine{Cluster: c.name, End: true, LeftOut: c.leftOut})
-		if werr != nil {
+		lines.items(c.name, c.items)
+		lines.write(peerLine{Cluster: c.name, End: true, LeftOut: c.leftOut})
+		if lines.err != nil {
 			cancel() // the replica that asked is gone; the rest only drains
 		}
 	}

@@ -3,9 +3,12 @@ package web
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"mime"
 	"net/http"
 	"strings"
+
+	"github.com/tetherhq/tether/internal/inventory/store"
 )
 
 // ndjsonType is the media type of a fleet-wide answer streamed a line at
@@ -37,46 +40,60 @@ func streamNDJSON(w http.ResponseWriter, pending <-chan chan clusterItems, cance
 	w.Header().Set("Trailer", leftOutTrailer)
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	var werr error
-	write := func(l peerLine) {
-		if werr != nil {
-			return
-		}
-		b, err := json.Marshal(l)
-		if err != nil {
-			werr = err
-			return
-		}
-		_, werr = w.Write(append(b, '\n'))
-	}
+	lines := &lineWriter{w: w}
 	var leftOut []string
 	for answer := range pending {
 		c := <-answer
-		for _, it := range c.items {
-			b, err := json.Marshal(it)
-			if err != nil {
-				werr = err
-				break
-			}
-			write(peerLine{Cluster: c.name, Item: b})
-		}
+		lines.items(c.name, c.items)
 		for _, it := range c.raw {
-			write(peerLine{Cluster: c.name, Item: it})
+			lines.write(peerLine{Cluster: c.name, Item: it})
 		}
-		write(peerLine{Cluster: c.name, End: true, LeftOut: c.leftOut})
+		lines.write(peerLine{Cluster: c.name, End: true, LeftOut: c.leftOut})
 		if c.leftOut != "" {
 			leftOut = append(leftOut, leftOutOf(c.name, c.leftOut))
 		}
-		if werr == nil {
+		if lines.err == nil {
 			if err := rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-				werr = err
+				lines.err = err
 			}
 		}
-		if werr != nil {
+		if lines.err != nil {
 			cancel() // the reader is gone; the rest only drains
 		}
 	}
 	if len(leftOut) > 0 {
 		w.Header().Set(leftOutTrailer, strings.Join(leftOut, "; "))
+	}
+}
+
+// lineWriter writes peerLines, each one JSON object on a line, as
+// streamNDJSON and servePeerFleetResources send them. After the first
+// failed write it writes nothing more, and err says why.
+type lineWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (lw *lineWriter) write(l peerLine) {
+	if lw.err != nil {
+		return
+	}
+	b, err := json.Marshal(l)
+	if err != nil {
+		lw.err = err
+		return
+	}
+	_, lw.err = lw.w.Write(append(b, '\n'))
+}
+
+// items writes a line for each of a cluster's items.
+func (lw *lineWriter) items(cluster string, items []store.Item) {
+	for _, it := range items {
+		b, err := json.Marshal(it)
+		if err != nil {
+			lw.err = err
+			return
+		}
+		lw.write(peerLine{Cluster: cluster, Item: b})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/inventory/store"
@@ -132,16 +133,8 @@ func StaticFiles() http.Handler {
 func (wb *Web) ServePage(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
-	if wb.refuseOtherSites(w, r) {
-		return
-	}
-	p, ok, err := wb.cookiePerson(r)
-	if refusedIdentity(err) {
-		wb.renderLogin(w, r, err.Error(), http.StatusForbidden)
-		return
-	}
-	if err != nil || !ok {
-		wb.renderLogin(w, r, "", http.StatusOK)
+	p, ok := wb.pagePerson(w, r)
+	if !ok {
 		return
 	}
 	data := struct {
@@ -153,6 +146,26 @@ func (wb *Web) ServePage(w http.ResponseWriter, r *http.Request) {
 	}{Base: wb.pageBase(), Person: p.Name, Clusters: wb.visibleClusters(p), Kinds: inventory.KindNames()}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	pages.ExecuteTemplate(w, "fleet.html", data)
+}
+
+// pagePerson returns the signed-in person a page is for. Otherwise it
+// answers, and returns false: a request from another site is refused, a
+// person the hub knows but won't let in gets the sign-in form with the
+// reason, anyone else the sign-in form.
+func (wb *Web) pagePerson(w http.ResponseWriter, r *http.Request) (auth.Person, bool) {
+	if wb.refuseOtherSites(w, r) {
+		return auth.Person{}, false
+	}
+	p, ok, err := wb.cookiePerson(r)
+	if refusedIdentity(err) {
+		wb.renderLogin(w, r, err.Error(), http.StatusForbidden)
+		return auth.Person{}, false
+	}
+	if err != nil || !ok {
+		wb.renderLogin(w, r, "", http.StatusOK)
+		return auth.Person{}, false
+	}
+	return p, true
 }
 
 func (wb *Web) renderLogin(w http.ResponseWriter, r *http.Request, message string, code int) {
@@ -184,16 +197,8 @@ func (wb *Web) pageBase() string { return strings.TrimSuffix(wb.cfg.BasePath, "/
 func (wb *Web) ServeClusterPage(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; frame-ancestors 'none'")
-	if wb.refuseOtherSites(w, r) {
-		return
-	}
-	p, ok, err := wb.cookiePerson(r)
-	if refusedIdentity(err) {
-		wb.renderLogin(w, r, err.Error(), http.StatusForbidden)
-		return
-	}
-	if err != nil || !ok {
-		wb.renderLogin(w, r, "", http.StatusOK)
+	p, ok := wb.pagePerson(w, r)
+	if !ok {
 		return
 	}
 	name := r.PathValue("cluster")

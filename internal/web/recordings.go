@@ -76,10 +76,8 @@ func (wb *Web) ServeRecording(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	name, id := r.PathValue("cluster"), r.PathValue("id")
-	_, known := wb.cfg.Clusters.Cluster(name)
-	if _, visible := wb.visible(name, p); !known || !visible || wb.cfg.Recordings == nil {
-		http.Error(w, fmt.Sprintf("Tether has no recording %q of cluster %q.", id, name), http.StatusNotFound)
+	name, id, ok := wb.recordingAsked(w, r, p)
+	if !ok {
 		return
 	}
 	f, m, err := wb.cfg.Recordings.Open(name, id, p.Name, wb.seesEveryone(p))
@@ -88,7 +86,7 @@ func (wb *Web) ServeRecording(w http.ResponseWriter, r *http.Request) {
 			relayRecording(w, resp) // another replica carried the session
 			return
 		}
-		http.Error(w, fmt.Sprintf("Tether has no recording %q of cluster %q.", id, name), http.StatusNotFound)
+		noRecording(w, name, id)
 		return
 	}
 	defer f.Close()
@@ -97,6 +95,25 @@ func (wb *Web) ServeRecording(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Content-Security-Policy", "sandbox")
 	http.ServeContent(w, r, m.ID+".cast", m.Time, f)
+}
+
+// recordingAsked returns the cluster and the recording id r's path names.
+// When the cluster is unknown or hidden from p, or the hub records
+// nothing, it answers 404 and returns false: no replica is asked then.
+func (wb *Web) recordingAsked(w http.ResponseWriter, r *http.Request, p auth.Person) (name, id string, ok bool) {
+	name, id = r.PathValue("cluster"), r.PathValue("id")
+	_, known := wb.cfg.Clusters.Cluster(name)
+	if _, visible := wb.visible(name, p); !known || !visible || wb.cfg.Recordings == nil {
+		noRecording(w, name, id)
+		return "", "", false
+	}
+	return name, id, true
+}
+
+// noRecording answers 404 for recording id of cluster name: what anyone
+// is told of a recording that isn't there or that they may not watch.
+func noRecording(w http.ResponseWriter, name, id string) {
+	http.Error(w, fmt.Sprintf("Tether has no recording %q of cluster %q.", id, name), http.StatusNotFound)
 }
 
 // playerCSP is the recording player's page's policy: the page's own, and
@@ -109,22 +126,12 @@ const playerCSP = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; fra
 func (wb *Web) ServeRecordingPage(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Security-Policy", playerCSP)
-	if wb.refuseOtherSites(w, r) {
+	p, ok := wb.pagePerson(w, r)
+	if !ok {
 		return
 	}
-	p, ok, err := wb.cookiePerson(r)
-	if refusedIdentity(err) {
-		wb.renderLogin(w, r, err.Error(), http.StatusForbidden)
-		return
-	}
-	if err != nil || !ok {
-		wb.renderLogin(w, r, "", http.StatusOK)
-		return
-	}
-	name, id := r.PathValue("cluster"), r.PathValue("id")
-	_, known := wb.cfg.Clusters.Cluster(name)
-	if _, visible := wb.visible(name, p); !known || !visible || wb.cfg.Recordings == nil {
-		http.Error(w, fmt.Sprintf("Tether has no recording %q of cluster %q.", id, name), http.StatusNotFound)
+	name, id, ok := wb.recordingAsked(w, r, p)
+	if !ok {
 		return
 	}
 	f, m, err := wb.cfg.Recordings.Open(name, id, p.Name, wb.seesEveryone(p))
@@ -133,7 +140,7 @@ func (wb *Web) ServeRecordingPage(w http.ResponseWriter, r *http.Request) {
 	} else if theirs, ok := wb.othersRecordingMeta(r, name, id, p); ok {
 		m = theirs // another replica carried the session
 	} else {
-		http.Error(w, fmt.Sprintf("Tether has no recording %q of cluster %q.", id, name), http.StatusNotFound)
+		noRecording(w, name, id)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")

@@ -25,32 +25,11 @@ func TestExecIsRecorded(t *testing.T) {
 	a := agent(t, "e2e", hubURL, agentToken)
 	a.waitFor(t, 10*time.Second, `Connected to `+hubURL+` as "e2e"`)
 	root := kubeconfigFor(t, hubURL, adminToken)
-	createPod(t, ns, "clock", map[string]any{"command": []string{"sh", "-c", "while true; do sleep 1; done"}}, "Always")
-	if out, err := cluster.KubectlCommand(t.Context(), root, "wait", "-n", ns, "pod/clock", "--for=condition=Ready", "--timeout=60s").CombinedOutput(); err != nil {
-		t.Fatalf("wait: %v: %s", err, out)
-	}
+	startClock(t, root, ns)
 	for _, tr := range transports {
 		t.Run(tr.name, func(t *testing.T) {
-			ptm, pts, err := ptytest.Open(40, 100)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ptm.Close()
 			word := "recorded-over-" + tr.name
-			cmd := cluster.KubectlCommand(t.Context(), root, "exec", "-it", "-n", ns, "clock", "--", "sh", "-c", "stty size; echo "+word)
-			cmd.Env = append(cmd.Env, tr.env...)
-			cmd.Stdin, cmd.Stdout, cmd.Stderr = pts, pts, pts
-			err = cmd.Start()
-			pts.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			ptm.SetReadDeadline(time.Now().Add(time.Minute))
-			var out bytes.Buffer
-			out.ReadFrom(ptm) // until EIO, once kubectl exits
-			if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), word) {
-				t.Fatalf("kubectl exec -it: %v: %q", err, out.String())
-			}
+			execOnTerminal(t, root, ns, "stty size; echo "+word, word, tr.env...)
 			id := waitRecordingLine(t, h.out.String, tr.method, "/api/v1/namespaces/"+ns+"/pods/clock/exec")
 			cast, err := os.ReadFile(filepath.Join(dir, "e2e", id+".cast"))
 			if err != nil {
@@ -62,6 +41,43 @@ func TestExecIsRecorded(t *testing.T) {
 				t.Errorf("the recording %s holds %q; want the command's output and the terminal's size", id, c)
 			}
 		})
+	}
+}
+
+// startClock runs the pod clock in ns, which sleeps until it is deleted,
+// and waits for it to be Ready: a pod to exec into.
+func startClock(t *testing.T, root, ns string) {
+	t.Helper()
+	createPod(t, ns, "clock", map[string]any{"command": []string{"sh", "-c", "while true; do sleep 1; done"}}, "Always")
+	if out, err := cluster.KubectlCommand(t.Context(), root, "wait", "-n", ns, "pod/clock", "--for=condition=Ready", "--timeout=60s").CombinedOutput(); err != nil {
+		t.Fatalf("wait: %v: %s", err, out)
+	}
+}
+
+// execOnTerminal runs `kubectl exec -it` of the shell script in the pod
+// clock of ns, with env added to kubectl's, on a terminal of 40 rows and
+// 100 columns, and fails the test unless it ends well, having printed
+// word.
+func execOnTerminal(t *testing.T, root, ns, script, word string, env ...string) {
+	t.Helper()
+	ptm, pts, err := ptytest.Open(40, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptm.Close()
+	cmd := cluster.KubectlCommand(t.Context(), root, "exec", "-it", "-n", ns, "clock", "--", "sh", "-c", script)
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = pts, pts, pts
+	err = cmd.Start()
+	pts.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptm.SetReadDeadline(time.Now().Add(time.Minute))
+	var out bytes.Buffer
+	out.ReadFrom(ptm) // until EIO, once kubectl exits
+	if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), word) {
+		t.Fatalf("kubectl exec -it: %v: %q", err, out.String())
 	}
 }
 

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -9,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/tetherhq/tether/internal/testutil/ptytest"
 )
 
 // TestRecordingsOnEveryReplica: a `kubectl exec -it` carried by replica 0,
@@ -27,28 +24,8 @@ func TestRecordingsOnEveryReplica(t *testing.T) {
 	agent(t, "rec", a, agentToken)
 	within(t, 20*time.Second, "Ready on both", func() bool { return rs.allReady(t, -1, "rec") })
 	root := kubeconfigFor(t, a, adminToken)
-	createPod(t, ns, "clock", map[string]any{"command": []string{"sh", "-c", "while true; do sleep 1; done"}}, "Always")
-	if out, err := cluster.KubectlCommand(t.Context(), root, "wait", "-n", ns, "pod/clock", "--for=condition=Ready", "--timeout=60s").CombinedOutput(); err != nil {
-		t.Fatalf("wait: %v: %s", err, out)
-	}
-	ptm, pts, err := ptytest.Open(40, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ptm.Close()
-	cmd := cluster.KubectlCommand(t.Context(), root, "exec", "-it", "-n", ns, "clock", "--", "sh", "-c", "echo recorded-on-replica-0")
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = pts, pts, pts
-	err = cmd.Start()
-	pts.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ptm.SetReadDeadline(time.Now().Add(time.Minute))
-	var out bytes.Buffer
-	out.ReadFrom(ptm)
-	if err := cmd.Wait(); err != nil || !strings.Contains(out.String(), "recorded-on-replica-0") {
-		t.Fatalf("kubectl exec -it: %v: %q", err, out.String())
-	}
+	startClock(t, root, ns)
+	execOnTerminal(t, root, ns, "echo recorded-on-replica-0", "recorded-on-replica-0")
 
 	var list struct {
 		Recordings []struct {
