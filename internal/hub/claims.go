@@ -132,11 +132,13 @@ func (h *Hub) SetClaim(replica, name string, claim *Claim) {
 		}
 		return
 	}
-	if h.claims[name] == nil {
-		h.claims[name] = map[string]*Claim{}
-	}
 	claim.Replica = replica
-	h.claims[name][replica] = claim
+	cs := h.claims[name]
+	if i := slices.IndexFunc(cs, func(c *Claim) bool { return c.Replica == replica }); i >= 0 {
+		cs[i] = claim
+	} else {
+		h.claims[name] = append(cs, claim)
+	}
 	var taken *agentConn
 	if c := h.agents[name]; c != nil && claim.newer(h.claimOf(c)) {
 		if c.moving.Load() {
@@ -168,8 +170,8 @@ func (h *Hub) ForgetReplica(replica string) {
 	h.mu.Lock()
 	var names []string
 	gone := map[string]*Claim{}
-	for name, byReplica := range h.claims {
-		if _, ok := byReplica[replica]; ok {
+	for name, cs := range h.claims {
+		if slices.ContainsFunc(cs, func(c *Claim) bool { return c.Replica == replica }) {
 			names = append(names, name)
 			if c := h.dropClaimLocked(name, replica); c != nil {
 				gone[name] = c
@@ -191,10 +193,16 @@ func (h *Hub) ForgetReplica(replica string) {
 // dropped: the cluster's status here becomes its agent's absence, with
 // the time it went, as when an agent connected here leaves.
 func (h *Hub) dropClaimLocked(name, replica string) *Claim {
-	c := h.claims[name][replica]
-	delete(h.claims[name], replica)
-	if len(h.claims[name]) == 0 {
+	var c *Claim
+	cs := h.claims[name]
+	if i := slices.IndexFunc(cs, func(c *Claim) bool { return c.Replica == replica }); i >= 0 {
+		c = cs[i]
+		cs = slices.Delete(cs, i, i+1)
+	}
+	if len(cs) == 0 {
 		delete(h.claims, name)
+	} else {
+		h.claims[name] = cs
 	}
 	if c == nil || h.agents[name] != nil || h.claimLocked(name) != nil {
 		return nil

@@ -120,3 +120,35 @@ func TestClaimsOfOneAgentFollowItsConnections(t *testing.T) {
 		t.Error("an earlier connection of the same agent took the later one over")
 	}
 }
+
+// namedUpstream is a claim's upstream that tests tell apart by name.
+type namedUpstream struct {
+	claimUpstream
+	name string
+}
+
+// TestTwoReplicasClaimingOneCluster: while two replicas claim a cluster
+// (an agent moving, say), the newer claim routes; a replica's next claim
+// replaces its last, and when the newer goes the other routes again.
+func TestTwoReplicasClaimingOneCluster(t *testing.T) {
+	h := startHub(t, Config{Agents: testAgents("eu-1"), Replica: "hub-a"})
+	now := time.Now()
+	b1, b2, c := namedUpstream{name: "b1"}, namedUpstream{name: "b2"}, namedUpstream{name: "c"}
+	h.SetClaim("hub-b", "eu-1", &Claim{Since: now.Add(-time.Hour), Upstream: b1})
+	h.SetClaim("hub-c", "eu-1", &Claim{Since: now.Add(-time.Minute), Upstream: c})
+	if got := h.Reach("eu-1"); got != c {
+		t.Errorf("Reach = %v, want hub-c's newer claim", got)
+	}
+	h.SetClaim("hub-b", "eu-1", &Claim{Since: now, Upstream: b2})
+	if got := h.Reach("eu-1"); got != b2 {
+		t.Errorf("Reach = %v, want hub-b's claim that replaced its last", got)
+	}
+	h.SetClaim("hub-b", "eu-1", nil)
+	if got := h.Reach("eu-1"); got != c {
+		t.Errorf("Reach once hub-b let go = %v, want hub-c's (hub-b's first claim replaced, not kept)", got)
+	}
+	h.ForgetReplica("hub-c")
+	if got := h.Reach("eu-1"); got != nil {
+		t.Errorf("Reach with no claim left = %v", got)
+	}
+}

@@ -119,8 +119,10 @@ type Hub struct {
 	status map[string]*clusterStatus
 	lastCA map[string]string // SHA-256 of the CA each agent sent last, to warn when it changes
 	// claims are the other replicas' claims of clusters whose agents they
-	// hold, by cluster and replica (claims.go).
-	claims map[string]map[string]*Claim
+	// hold, by cluster, at most one a replica (claims.go). A slice, not a
+	// map by replica: a cluster has one claim but for moments, and a map
+	// for each of thousands of clusters cost about 300 bytes apiece.
+	claims map[string][]*Claim
 	// retired are the connections of agents that moved to another
 	// replica, open while their streams finish (moves.go).
 	retired  map[*agentConn]struct{}
@@ -233,7 +235,7 @@ func New(cfg Config) (*Hub, error) {
 		agents:   map[string]*agentConn{},
 		status:   map[string]*clusterStatus{},
 		lastCA:   map[string]string{},
-		claims:   map[string]map[string]*Claim{},
+		claims:   map[string][]*Claim{},
 		retired:  map[*agentConn]struct{}{},
 		stop:     make(chan struct{}),
 	}
