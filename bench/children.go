@@ -11,6 +11,8 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -61,6 +63,8 @@ func runChild(role string, args []string) int {
 		err = tunnelAgent(ctx, args)
 	case "relay":
 		err = relay(ctx, args)
+	case "proxy":
+		err = proxyChild(ctx, args)
 	case "hub":
 		err = hubChild(ctx, args)
 	case "agents":
@@ -334,4 +338,48 @@ func splice(a, b net.Conn, userCopy bool) {
 	wg.Wait()
 	a.Close()
 	b.Close()
+}
+
+// proxyChild is a plain HTTP reverse proxy, net/http's own with nothing
+// added: HTTP/2 or HTTP/1.1 from the client over TLS, HTTP/1.1 over TLS to
+// the target, connections kept. In front of a replica it is the floor of
+// what a replica forwarding to another adds: one hop of HTTP with TLS on
+// both sides.
+func proxyChild(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("proxy", flag.ExitOnError)
+	target := fs.String("target", "", "the upstream's host:port, HTTPS")
+	ca := fs.String("ca", "", "the CA the upstream's certificate chains to")
+	cert := fs.String("cert", "", "the certificate served")
+	key := fs.String("key", "", "and its key")
+	fs.Parse(args)
+	pool, err := loadPool(*ca)
+	if err != nil {
+		return err
+	}
+	pair, err := tls.LoadX509KeyPair(*cert, *key)
+	if err != nil {
+		return err
+	}
+	upstream := &url.URL{Scheme: "https", Host: *target}
+	proxy := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) { pr.SetURL(upstream) },
+		Transport: &http.Transport{
+			TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+			DisableCompression:  true,
+			MaxIdleConnsPerHost: 64,
+			ForceAttemptHTTP2:   false,
+			TLSNextProto:        map[string]func(string, *tls.Conn) http.RoundTripper{},
+		},
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: proxy, TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}
+	fmt.Printf("READY %s\n", ln.Addr())
+	go func() { <-ctx.Done(); srv.Close() }()
+	if err := srv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
