@@ -2,10 +2,11 @@ package auth
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/tetherhq/tether/internal/hostport"
 )
 
 // proxyConfig is an authenticating proxy in front of the hub: it signs people in and says who
@@ -69,8 +70,8 @@ func (a *Authenticator) fromProxy(r *http.Request) (Person, bool, error) {
 // Request.RemoteAddr) is in a trusted prefix. IPv4 peers on an IPv6 socket (::ffff:10.1.2.3)
 // count as their IPv4 address; zones are ignored.
 func (p *proxyConfig) trusts(remoteAddr string) bool {
-	host, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
+	host, ok := hostport.Host(remoteAddr)
+	if !ok {
 		return false
 	}
 	addr, err := netip.ParseAddr(host)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tetherhq/tether/internal/fleet"
+	"github.com/tetherhq/tether/internal/hostport"
 	"github.com/tetherhq/tether/internal/listfile"
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/tunnel"
@@ -75,7 +76,8 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request, own bool) {
 		h.metrics.connects.WithLabelValues("bad_hello").Inc()
 		// Rate-limited like refusals: whoever holds a token can send
 		// garbage as fast as they like.
-		if suppressed, ok := h.refusals.Allow("hello\x00" + name + "\x00" + hostOf(r.RemoteAddr)); ok {
+		host, _ := hostport.Host(r.RemoteAddr)
+		if suppressed, ok := h.refusals.Allow("hello\x00" + name + "\x00" + host); ok {
 			h.log.Warn("An agent failed its hello", "agent", name, "remote", r.RemoteAddr, "err", err, "suppressed", suppressed)
 		}
 		sess.Close()
@@ -215,21 +217,13 @@ func (c *agentConn) welcome() error {
 // address, so a misconfigured agent retrying, or someone guessing, can't
 // flood the log.
 func (h *Hub) logRefusal(name, remote, why string) {
-	host := hostOf(remote)
+	host, _ := hostport.Host(remote)
 	if len(name) > 253 {
 		name = name[:253] + "…"
 	}
 	if suppressed, ok := h.refusals.Allow(name + "\x00" + host); ok {
 		h.log.Warn(fmt.Sprintf("An agent was refused: %q, %s", name, why), "agent", name, "remote", remote, "suppressed", suppressed)
 	}
-}
-
-// hostOf is the host of a host:port address.
-func hostOf(remote string) string {
-	if i := strings.LastIndexByte(remote, ':'); i > 0 {
-		return remote[:i]
-	}
-	return remote
 }
 
 // ServeAgent takes an agent's WebSocket at <base>/api/agent.

@@ -1,7 +1,6 @@
 package hub
 
 import (
-	"fmt"
 	"slices"
 	"time"
 
@@ -219,9 +218,4 @@ func (h *Hub) claimLocked(name string) *Claim {
 		}
 	}
 	return best
-}
-
-// String describes a claim for logs and tests.
-func (c *Claim) String() string {
-	return fmt.Sprintf("%s since %s: %s", c.Replica, c.Since.UTC().Format(time.RFC3339Nano), c.Status)
 }

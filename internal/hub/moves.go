@@ -40,8 +40,8 @@ func (h *Hub) Drain() {
 		}
 	}
 	h.moveAll = len(movers) > 0
-	rate := h.moveRate()
 	h.mu.Unlock()
+	rate := h.moveRate()
 	h.log.Info("Draining: asking agents to move to another replica", "agents", len(movers), "perSecond", rate)
 	h.conns.Add(1)
 	go func() {
@@ -80,7 +80,7 @@ func (h *Hub) askToMove(movers []*agentConn, rate int) {
 const moveTick = 100 * time.Millisecond
 
 // moveRate is how many agents a second the other replicas admit together.
-// h.mu is held.
+// It reads only the replica count and the agents list, so it needs no h.mu.
 func (h *Hub) moveRate() int {
 	n := max(1, int(h.replicas.Load()))
 	return admitRate(h.cfg.Agents.Len()/n) * max(1, n-1)
@@ -114,10 +114,10 @@ func (h *Hub) WaitMoved(ctx context.Context) (int, error) {
 func (h *Hub) movingLeft() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	n := 0
 	if !h.moveAll {
 		return 0
 	}
+	n := 0
 	for _, c := range h.agents {
 		if c.moves {
 			n++

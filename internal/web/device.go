@@ -4,13 +4,13 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/internal/auth"
+	"github.com/tetherhq/tether/internal/hostport"
 )
 
 // `tether login --device` (RFC 8628, decision 038): the command asks
@@ -133,7 +133,7 @@ func (wb *Web) ServeDeviceStart(w http.ResponseWriter, r *http.Request) {
 	for _, taken := d.byUser[user]; taken; _, taken = d.byUser[user] {
 		user = newUserCode()
 	}
-	addr := remoteHost(r.RemoteAddr)
+	addr, _ := hostport.Host(r.RemoteAddr)
 	full, fromAddr := len(d.byCode) >= maxDeviceGrants, 0
 	for _, g := range d.byCode {
 		if g.addr == addr {
@@ -310,13 +310,4 @@ func (wb *Web) renderDevice(w http.ResponseWriter, status int, data any) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	pages.ExecuteTemplate(w, "device.html", data)
-}
-
-// remoteHost is the host of a request's RemoteAddr, or all of it when it
-// has no port.
-func remoteHost(addr string) string {
-	if host, _, err := net.SplitHostPort(addr); err == nil {
-		return host
-	}
-	return addr
 }
