@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tetherhq/tether/internal/hostport"
+
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
@@ -522,10 +524,7 @@ func newRequestID() string {
 
 // LogAuthFailure logs a refused credential, rate-limited per address.
 func (px *Proxy) LogAuthFailure(r *http.Request, err error) {
-	host := r.RemoteAddr
-	if i := strings.LastIndexByte(host, ':'); i > 0 {
-		host = host[:i]
-	}
+	host, _ := hostport.Host(r.RemoteAddr)
 	if suppressed, ok := px.refusals.Allow("person\x00" + host); ok {
 		px.log.Warn("A request was refused", "remote", r.RemoteAddr, "err", err, "suppressed", suppressed)
 	}
