@@ -9,14 +9,12 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"k8s.io/client-go/kubernetes"
 )
 
 // TestJoinRefusesBadConfig: the hub passes its settings through; the errors name them.
 func TestJoinRefusesBadConfig(t *testing.T) {
 	good := Config{
-		Client:      &kubernetes.Clientset{},
+		Client:      &Client{},
 		Namespace:   "tether",
 		Name:        "hub-0",
 		PeerAddr:    "10.0.0.1:8444",

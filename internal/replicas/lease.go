@@ -10,10 +10,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 )
-
-type leaseClient = coordinationclient.LeaseInterface
 
 // hold writes into l what this replica's Lease says: its holder, its signed identity, and a
 // renewal now.

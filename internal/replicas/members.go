@@ -8,8 +8,6 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -31,9 +29,7 @@ type observed struct {
 // in and handled.
 func (r *Replicas) startWatch(ctx context.Context) (<-chan struct{}, error) {
 	ctx, r.stop = context.WithCancel(ctx)
-	inf := coordinationinformers.NewFilteredLeaseInformer(r.client, r.ns, 0, cache.Indexers{}, func(o *metav1.ListOptions) {
-		o.LabelSelector = LabelRole + "=" + RoleHubReplica
-	})
+	inf := cache.NewSharedIndexInformer(r.client.listWatch(r.ns, LabelRole+"="+RoleHubReplica), &coordinationv1.Lease{}, 0, cache.Indexers{})
 	if err := inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) {
 		r.mu.Lock()
 		r.lastList = err

@@ -23,7 +23,6 @@ import (
 	"github.com/tetherhq/tether/internal/logging"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
 )
 
 // Defaults of Config's durations, decision 032: a dead replica is dropped within 15 s (the
@@ -55,7 +54,7 @@ var (
 type Config struct {
 	Logger *slog.Logger
 	// Client talks to the API server of the cluster the hub runs in (ClientFromEnv).
-	Client kubernetes.Interface
+	Client *Client
 	// Namespace holds the Leases: TETHER_COORDINATION_NAMESPACE.
 	Namespace string
 	// Name is this replica's, unique among them: TETHER_REPLICA_NAME.
@@ -92,7 +91,7 @@ func (m Member) equal(o Member) bool {
 // verified Leases of the others. Close releases it.
 type Replicas struct {
 	log       *slog.Logger
-	client    kubernetes.Interface
+	client    *Client
 	leases    leaseClient
 	ns        string
 	leaseName string
@@ -136,7 +135,7 @@ func Join(ctx context.Context, cfg Config) (*Replicas, error) {
 	r := &Replicas{
 		log:       cfg.Logger,
 		client:    cfg.Client,
-		leases:    cfg.Client.CoordinationV1().Leases(cfg.Namespace),
+		leases:    cfg.Client.leases(cfg.Namespace),
 		ns:        cfg.Namespace,
 		leaseName: LeasePrefix + cfg.Name,
 		duration:  cfg.LeaseDuration,

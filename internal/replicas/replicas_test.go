@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+
 	"github.com/tetherhq/tether/internal/localkube"
 	"go.uber.org/goleak"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -109,7 +111,7 @@ func (c countingTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 }
 
 // newClient is a client of the test API server as its admin, counting its writes of Leases.
-func newClient(t *testing.T) (kubernetes.Interface, *writes) {
+func newClient(t *testing.T) (*Client, *writes) {
 	t.Helper()
 	c := apiServer(t)
 	w := &writes{methods: map[string]int{}, made: make(chan struct{}, 1)}
@@ -119,20 +121,34 @@ func newClient(t *testing.T) (kubernetes.Interface, *writes) {
 		TLSClientConfig: rest.TLSClientConfig{CAData: c.CAPEM},
 		WrapTransport:   func(rt http.RoundTripper) http.RoundTripper { return countingTransport{rt, w} },
 	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := NewClient(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return client, w
 }
 
-// newNamespace makes a namespace of the test's own, so tests don't see each other's Leases.
-func newNamespace(t *testing.T) string {
+// adminLeases are the Leases in ns, through client-go's clientset, as an admin reads
+// and writes them.
+func adminLeases(t *testing.T, ns string) coordinationclient.LeaseInterface {
 	t.Helper()
-	client, err := ClientFromEnv(apiServer(t).AdminKubeconfig)
+	return adminClientset(t).CoordinationV1().Leases(ns)
+}
+
+func adminClientset(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	c := apiServer(t)
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: c.URL, BearerToken: c.AdminToken, TLSClientConfig: rest.TLSClientConfig{CAData: c.CAPEM}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return client
+}
+
+// newNamespace makes a namespace of the test's own, so tests don't see each other's Leases.
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	client := adminClientset(t)
 	name := strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
 	// Generated: -count=2 runs each test again on the same API server.
 	ns, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "r-" + name[:min(len(name), 50)] + "-"}}, metav1.CreateOptions{})
@@ -254,7 +270,7 @@ func TestMembersSeeEachOtherAndLeave(t *testing.T) {
 	}
 	waitMembers(t, rs["a"], 10*time.Second, "b")
 	waitMembers(t, rs["b"], 10*time.Second, "a")
-	if _, err := rs["a"].client.CoordinationV1().Leases(ns).Get(context.Background(), LeasePrefix+"c", metav1.GetOptions{}); err == nil {
+	if _, err := adminLeases(t, ns).Get(context.Background(), LeasePrefix+"c", metav1.GetOptions{}); err == nil {
 		t.Error("c's Lease is still there after Close")
 	}
 }
@@ -273,7 +289,7 @@ func TestStoppedRenewalDropsOut(t *testing.T) {
 	if took < 1500*time.Millisecond {
 		t.Errorf("a dropped b after %s, before its lease could expire", took)
 	}
-	if _, err := a.client.CoordinationV1().Leases(ns).Get(context.Background(), LeasePrefix+"b", metav1.GetOptions{}); err != nil {
+	if _, err := adminLeases(t, ns).Get(context.Background(), LeasePrefix+"b", metav1.GetOptions{}); err != nil {
 		t.Errorf("b's Lease: %v; it should be left as a killed replica leaves it", err)
 	}
 	if b.Err() != nil {
@@ -308,7 +324,7 @@ func TestSameNameRefusedWhileRenewed(t *testing.T) {
 	// As after a SIGKILL: the Lease stays, unrenewed, and the restarted replica waits it out.
 	first.stopRenewing()
 	second := join(t, testConfig(t, ns, "a", key))
-	got, err := second.client.CoordinationV1().Leases(ns).Get(context.Background(), LeasePrefix+"a", metav1.GetOptions{})
+	got, err := adminLeases(t, ns).Get(context.Background(), LeasePrefix+"a", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +336,7 @@ func TestSameNameRefusedWhileRenewed(t *testing.T) {
 func TestLostName(t *testing.T) {
 	ns, key := newNamespace(t), newKey(t)
 	a := join(t, testConfig(t, ns, "a", key))
-	leases := a.client.CoordinationV1().Leases(ns)
+	leases := adminLeases(t, ns)
 	l, err := leases.Get(context.Background(), LeasePrefix+"a", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -353,11 +369,10 @@ func TestLostName(t *testing.T) {
 
 func TestLeftoverLeases(t *testing.T) {
 	ns, key := newNamespace(t), newKey(t)
-	client, _ := newClient(t)
 	// Leases of replicas long gone, one of them with this replica's name.
 	for _, name := range []string{"a", "gone"} {
 		l := signedLease(t, ns, name, key, time.Now().Add(-time.Hour))
-		if _, err := client.CoordinationV1().Leases(ns).Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
+		if _, err := adminLeases(t, ns).Create(context.Background(), l, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,8 +15,7 @@ import (
 
 func TestUnsignedLeasesIgnored(t *testing.T) {
 	ns, key, oldKey, otherKey := newNamespace(t), newKey(t), newKey(t), newKey(t)
-	client, _ := newClient(t)
-	leases := client.CoordinationV1().Leases(ns)
+	leases := adminLeases(t, ns)
 	bad := map[string]func(ann map[string]string){
 		"stranger": nil, // signed with another key, below
 		"garbage":  func(ann map[string]string) { ann[AnnotationSig] = "not base64!" },
