@@ -146,14 +146,14 @@ func run(ctx context.Context, log *slog.Logger, sc scale) (*Result, error) {
 	if err := b.startHub(ctx, ""); err != nil {
 		return nil, err
 	}
-	if err := b.startAgent(); err != nil {
-		return nil, err
-	}
-	if res.SnapshotSeconds, err = b.snapshot(1); err != nil {
-		b.stop()
-		return nil, err
+	err = b.startAgent()
+	if err == nil {
+		res.SnapshotSeconds, err = b.snapshot(1)
 	}
 	b.stop()
+	if err != nil {
+		return nil, err
+	}
 	log.Info("snapshot of the pods", "seconds", res.SnapshotSeconds)
 
 	start = time.Now()
