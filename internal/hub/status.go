@@ -305,7 +305,8 @@ func (h *Hub) probe(ctx context.Context, c *agentConn) probeResult {
 	}
 	ctx, cancel := context.WithTimeout(OwnRequest(ctx), h.cfg.ProbeTimeout)
 	defer cancel()
-	client := c.hubTransport()
+	client, done := c.hubTransport()
+	defer done()
 	if _, err := h.get(ctx, client, c, "/readyz"); err != nil {
 		return probeResult{message: err.Error()}
 	}
