@@ -226,6 +226,7 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 		return
 	}
 	prev, had := h.status[name]
+	h.texts.status(&next)
 	next.LastSeen = r.lastSeen
 	if next.LastSeen.IsZero() && had {
 		next.LastSeen = prev.LastSeen
@@ -236,7 +237,7 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 	}
 	changed := !had || prev.String() != next.String() || prev.KubernetesVersion != next.KubernetesVersion
 	if changed {
-		cur.history = append(cur.history, StatusChange{Time: h.clock.Now().UTC().Truncate(time.Second), Status: next.String()})
+		cur.history = append(cur.history, StatusChange{Time: h.clock.Now().UTC().Truncate(time.Second), Status: h.texts.of(next.String())})
 		if len(cur.history) > maxHistory {
 			cur.history = cur.history[len(cur.history)-maxHistory:]
 		}
