@@ -132,6 +132,13 @@ func (h *Hub) SetClaim(replica, name string, claim *Claim) {
 		return
 	}
 	claim.Replica = replica
+	h.texts.status(&claim.Status)
+	// A copy, so the caller's slice is left as it was, without the spare
+	// room a decoder's may have.
+	claim.History = slices.Clone(claim.History)
+	for i := range claim.History {
+		claim.History[i].Status = h.texts.of(claim.History[i].Status)
+	}
 	cs := h.claims[name]
 	if i := slices.IndexFunc(cs, func(c *Claim) bool { return c.Replica == replica }); i >= 0 {
 		cs[i] = claim

@@ -92,8 +92,11 @@ type agentConn struct {
 	// ownTransport sends the hub's own requests: the probes (decision 019)
 	// and access reviews. A pool of its own, so that a person's request
 	// never takes one of its kept connections, whose streams are not the
-	// people's to use (streams.go). Made on first use.
+	// people's to use (streams.go). Made on first use, and let go when it
+	// holds no connection (hubTransportDone); ownUsers counts the requests
+	// under way through it.
 	ownTransport *http.Transport
+	ownUsers     int
 	pingSeq      uint64 // the last ping sent, and when, for the round-trip metric
 	pingAt       time.Time
 
@@ -530,7 +533,9 @@ func (c *countingConn) Close() error {
 // no connection, people's other requests through their pool.
 func (c *agentConn) roundTrip(r *http.Request) (*http.Response, error) {
 	if r.Context().Value(ownKey{}) != nil {
-		return c.hubTransport().RoundTrip(r)
+		t, done := c.hubTransport()
+		defer done() // an answer's open stream keeps t (hubTransportDone)
+		return t.RoundTrip(r)
 	}
 	return c.apiTransport(r.Header.Get("Upgrade") != "").RoundTrip(r)
 }

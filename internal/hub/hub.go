@@ -123,6 +123,7 @@ type Hub struct {
 	// map by replica: a cluster has one claim but for moments, and a map
 	// for each of thousands of clusters cost about 300 bytes apiece.
 	claims map[string][]*Claim
+	texts  texts // one copy of each text of status and claims
 	// retired are the connections of agents that moved to another
 	// replica, open while their streams finish (moves.go).
 	retired  map[*agentConn]struct{}

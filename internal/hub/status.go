@@ -226,6 +226,7 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 		return
 	}
 	prev, had := h.status[name]
+	h.texts.status(&next)
 	next.LastSeen = r.lastSeen
 	if next.LastSeen.IsZero() && had {
 		next.LastSeen = prev.LastSeen
@@ -236,7 +237,7 @@ func (h *Hub) setStatus(name, agentVersion string, r probeResult) {
 	}
 	changed := !had || prev.String() != next.String() || prev.KubernetesVersion != next.KubernetesVersion
 	if changed {
-		cur.history = append(cur.history, StatusChange{Time: h.clock.Now().UTC().Truncate(time.Second), Status: next.String()})
+		cur.history = append(cur.history, StatusChange{Time: h.clock.Now().UTC().Truncate(time.Second), Status: h.texts.of(next.String())})
 		if len(cur.history) > maxHistory {
 			cur.history = cur.history[len(cur.history)-maxHistory:]
 		}
@@ -305,7 +306,8 @@ func (h *Hub) probe(ctx context.Context, c *agentConn) probeResult {
 	}
 	ctx, cancel := context.WithTimeout(OwnRequest(ctx), h.cfg.ProbeTimeout)
 	defer cancel()
-	client := c.hubTransport()
+	client, done := c.hubTransport()
+	defer done()
 	if _, err := h.get(ctx, client, c, "/readyz"); err != nil {
 		return probeResult{message: err.Error()}
 	}

@@ -104,8 +104,9 @@ func (e *StreamLimitError) Error() string {
 }
 
 // hubTransport is the transport of the hub's own requests: the probes and
-// access reviews. Made on first use.
-func (c *agentConn) hubTransport() *http.Transport {
+// access reviews. It is made on first use, counted in use until done is
+// called, and let go once it holds no connection (done).
+func (c *agentConn) hubTransport() (t *http.Transport, done func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ownTransport == nil {
@@ -121,7 +122,32 @@ func (c *agentConn) hubTransport() *http.Transport {
 		t.ReadBufferSize, t.WriteBufferSize = 2<<10, 2<<10
 		c.ownTransport = t
 	}
-	return c.ownTransport
+	c.ownUsers++
+	t = c.ownTransport
+	return t, func() { c.hubTransportDone(t) }
+}
+
+// hubTransportDone ends a use of t, the hub's own transport. Once no
+// request of the hub's own is under way and none of its streams is open,
+// t holds no connection to keep, and the agent's connection lets it go: an
+// agent whose API server can't be reached held, between probes, a
+// transport with what net/http keeps of its last request (the wait for an
+// idle connection, about 2 KiB). The next probe makes another; it would
+// have dialed anyway.
+func (c *agentConn) hubTransportDone(t *http.Transport) {
+	c.mu.Lock()
+	c.ownUsers--
+	drop := c.ownUsers == 0 && c.ownStreams.Load() == 0 && c.ownTransport == t
+	if drop {
+		c.ownTransport = nil
+	}
+	c.mu.Unlock()
+	if drop {
+		// A dial still under way for a request that gave up (net/http
+		// dials on, for the next request) ends with a connection no
+		// request of t takes: t closes it rather than keep it idle.
+		t.CloseIdleConnections()
+	}
 }
 
 // dropIdle closes the idle connections people's transport keeps now, and goes

@@ -322,7 +322,7 @@ func (l *link) claim(m message) {
 	u := l.upstreams[m.Cluster]
 	if u == nil || !u.since.Equal(m.Since) {
 		if u != nil {
-			u.cancel()
+			u.end()
 		}
 		u = l.newUpstream(m.Cluster, m.Since)
 		l.upstreams[m.Cluster] = u
@@ -336,7 +336,7 @@ func (l *link) claim(m message) {
 func (l *link) unclaim(cluster string) {
 	l.mu.Lock()
 	if u := l.upstreams[cluster]; u != nil {
-		u.cancel()
+		u.end()
 		delete(l.upstreams, cluster)
 	}
 	l.mu.Unlock()
@@ -347,7 +347,7 @@ func (l *link) unclaim(cluster string) {
 func (l *link) forget() {
 	l.mu.Lock()
 	for c, u := range l.upstreams {
-		u.cancel()
+		u.end()
 		delete(l.upstreams, c)
 	}
 	l.mu.Unlock()

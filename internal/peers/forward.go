@@ -53,17 +53,32 @@ type upstream struct {
 	l       *link
 	cluster string
 	since   time.Time
-	ctx     context.Context
-	cancel  context.CancelFunc
 
-	mu               sync.Mutex // guards the following, which the claims stream updates
+	mu sync.Mutex // guards the following
+	// ctx is Context's, made when first asked for: few of the thousands
+	// of clusters other replicas hold are ever reached through this one,
+	// and a context each cost about 100 bytes. ended says the claim has
+	// ended (end), and ctx, once made, is done.
+	ctx    context.Context
+	cancel context.CancelFunc
+	ended  bool
+	// What the claims stream updates.
 	ceiling, why     string
 	proxy, inventory bool
 }
 
 func (l *link) newUpstream(cluster string, since time.Time) *upstream {
-	ctx, cancel := context.WithCancel(context.Background())
-	return &upstream{l: l, cluster: cluster, since: since, ctx: ctx, cancel: cancel}
+	return &upstream{l: l, cluster: cluster, since: since}
+}
+
+// end says the claim has ended: Context is done.
+func (u *upstream) end() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.ended = true
+	if u.cancel != nil {
+		u.cancel()
+	}
 }
 
 func (u *upstream) set(m message) {
@@ -77,8 +92,20 @@ var _ hub.Upstream = (*upstream)(nil)
 func (u *upstream) Cluster() string            { return u.cluster }
 func (u *upstream) Host() string               { return hub.APIServerName }
 func (u *upstream) ServiceAccountAuth() string { return serviceAccountPlaceholder }
-func (u *upstream) Context() context.Context   { return u.ctx }
 func (u *upstream) Replica() string            { return u.l.name }
+
+// Context is done once the claim has ended.
+func (u *upstream) Context() context.Context {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.ctx == nil {
+		u.ctx, u.cancel = context.WithCancel(context.Background())
+		if u.ended {
+			u.cancel()
+		}
+	}
+	return u.ctx
+}
 
 func (u *upstream) Ceiling() (string, string) {
 	u.mu.Lock()

@@ -360,6 +360,30 @@ func TestDecodeRefusesClaimsWithoutACluster(t *testing.T) {
 	}
 }
 
+// TestAnUpstreamsContextEndsWithItsClaim: the context is made only when
+// asked for, and is done once the claim has ended, asked for before or
+// after.
+func TestAnUpstreamsContextEndsWithItsClaim(t *testing.T) {
+	l := &link{name: "replica-b"}
+	before, after := l.newUpstream("eu-1", time.Now()), l.newUpstream("eu-1", time.Now())
+	ctx := before.Context()
+	if ctx.Err() != nil || before.Context() != ctx {
+		t.Fatalf("a claim's context: %v, the same when asked again: %v", ctx.Err(), before.Context() == ctx)
+	}
+	if after.ctx != nil {
+		t.Error("an upstream made a context no one asked for")
+	}
+	before.end()
+	after.end()
+	for _, u := range []*upstream{before, after} {
+		select {
+		case <-u.Context().Done():
+		default:
+			t.Errorf("the context of an ended claim (asked for before its end: %v) is not done", u == before)
+		}
+	}
+}
+
 // TestARequestFollowsTheAgent: a request that reaches a replica its
 // cluster's agent has just left goes to the replica the agent connected
 // to next, here or another, as the API server would have got it.
