@@ -261,7 +261,9 @@ func (l *link) run(ctx context.Context) {
 // read reads one claims stream until it ends, and reports whether it got
 // as far as the replica's first full account.
 func (l *link) read(ctx context.Context) (synced bool, err error) {
+	// A new stream may be a new process at the same address.
 	l.watchesEnding.Store(false) // until this stream says so again
+	l.noStreams.Store(false)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+l.addr+claimsPath, nil)
