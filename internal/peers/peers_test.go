@@ -298,15 +298,7 @@ func TestAReplicaReachesAClusterAnotherHolds(t *testing.T) {
 	}
 
 	// An upgrade is spliced both ways.
-	req, _ := http.NewRequest(http.MethodGet, "https://"+up.Host()+"/echo-upgrade", nil)
-	req.Header.Set("Authorization", up.ServiceAccountAuth())
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "echo")
-	resp, err := up.RoundTrip(req)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade: %v %v", resp, err)
-	}
-	rw := resp.Body.(io.ReadWriteCloser)
+	rw := upgrade(t, up)
 	rw.Write([]byte("hello\n"))
 	line, err := bufio.NewReader(rw).ReadString('\n')
 	rw.Close()
