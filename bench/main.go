@@ -106,7 +106,7 @@ func main() {
 		return benchProbes(ctx, r, filepath.Join(dir, "probes"), 2000, 12*time.Second, 20*time.Second)
 	})
 	run("replicas", func() error {
-		o := replicaOpts{replicas: 3, perHub: *perHub, h2Gets: 3000, lists: 9, settle: 12 * time.Second, window: 20 * time.Second, kill: true, rolling: true, rollingRP: 20}
+		o := replicaOpts{replicas: 3, perHub: *perHub, h2Gets: 3000, lists: 17, settle: 12 * time.Second, window: 20 * time.Second, kill: true, rolling: true, rollingRP: 20}
 		if *short {
 			o = replicaOpts{replicas: 3, perHub: 100, h2Gets: 300, lists: 3, settle: 3 * time.Second, window: 6 * time.Second, kill: true}
 		}

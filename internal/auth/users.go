@@ -236,9 +236,11 @@ func (u *users) watch(ctx context.Context, cfg Config, log *slog.Logger) {
 		hash := sha256.Sum256(data)
 		u.mu.Lock()
 		if hash == u.list.Hash {
-			// Another replica gave it already.
+			// Another replica gave it already: said at Info, as the
+			// file's own change would be, so that operators (and tests)
+			// see the file catch up.
 			u.mu.Unlock()
-			log.Debug("The users list changed to the one in force already", "file", u.path)
+			log.Info("The users list changed to the one in force already", "file", u.path)
 			return
 		}
 		list, err := parseUsers(SettingUsersFile, data, cfg)

@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 )
 
@@ -48,7 +49,14 @@ func (c *agentConn) apiTLSConfig() *tls.Config {
 	if d, ok := c.hub.cfg.Direct[c.name]; ok {
 		serverName = d.ServerName
 	}
-	ca := c.ca
+	return APIServerTLS(c.ca, serverName)
+}
+
+// APIServerTLS is the TLS to speak to an API server whose certificate must
+// chain to one in ca (DER) and name serverName, HTTP/1.1: the hub's to its
+// agents' clusters, and another replica's through this one's agent
+// (internal/peers).
+func APIServerTLS(ca [][]byte, serverName string) *tls.Config {
 	return &tls.Config{
 		ServerName: serverName,
 		MinVersion: tls.VersionTLS12,
@@ -91,6 +99,12 @@ func (c *agentConn) dialAPI(ctx context.Context, tlsConfig *tls.Config) (*tls.Co
 	if err != nil {
 		return nil, err
 	}
+	return HandshakeAPI(ctx, st, tlsConfig)
+}
+
+// HandshakeAPI speaks TLS to an API server over st, a stream that reaches
+// it, and closes st if the handshake fails.
+func HandshakeAPI(ctx context.Context, st net.Conn, tlsConfig *tls.Config) (*tls.Conn, error) {
 	tc := tls.Client(st, tlsConfig)
 	// net/http's transport dials with a context the request's end doesn't
 	// cancel, and no deadline: the handshake has its own, as the

@@ -576,19 +576,21 @@ func (c *agentConn) closeIdleConnections() {
 // every agent has the probes' transport, and one whose API server doesn't
 // answer would hold it for nothing.
 func (c *agentConn) newTransport() *http.Transport {
-	return newAPITransport(func(ctx context.Context) (net.Conn, error) {
+	return NewAPITransport(func(ctx context.Context) (net.Conn, error) {
 		return c.dialAPI(ctx, c.apiTLSConfig())
 	}, c.hub.cfg.IdleTimeout)
 }
 
-// newAPITransport makes an HTTP transport to an API server whose
-// connections dial makes, TLS done, closing those idle for idleTimeout.
+// NewAPITransport makes an HTTP transport to an API server whose
+// connections dial makes, TLS done, closing those idle for idleTimeout: the
+// hub's to its agents' clusters, and another replica's through this one's
+// agent (internal/peers).
 //
 // net/http's transport, not a client of the hub's own (decision 016): its
 // read loop watches every idle connection and closes one on which anything
 // arrives, so that an answer no one asked for doesn't reach the next
 // request, perhaps another person's.
-func newAPITransport(dial func(context.Context) (net.Conn, error), idleTimeout time.Duration) *http.Transport {
+func NewAPITransport(dial func(context.Context) (net.Conn, error), idleTimeout time.Duration) *http.Transport {
 	return &http.Transport{
 		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return dial(ctx)

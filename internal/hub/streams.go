@@ -160,3 +160,23 @@ func (c *agentConn) dropIdle() {
 		t.CloseIdleConnections()
 	}
 }
+
+// Spliced is what a replica that reaches a cluster through the agent
+// connected here needs (internal/peers): a stream to the API server,
+// counted and bounded as the hub's own are, and the CA and service account
+// that the TLS and the requests it sends over it take. An Upstream of an
+// agent connected here is one.
+type Spliced interface {
+	// DialStream opens a stream to the API server through the agent; a
+	// ctx of OwnRequest's takes one of the hub's own streams.
+	DialStream(ctx context.Context) (net.Conn, error)
+	// Credentials are the CA (DER) the API server's certificate must
+	// chain to, and the Authorization the agent's service account makes.
+	Credentials() (ca [][]byte, serviceAccountAuth string)
+}
+
+var _ Spliced = (*agentConn)(nil)
+
+func (c *agentConn) DialStream(ctx context.Context) (net.Conn, error) { return c.dial(ctx) }
+
+func (c *agentConn) Credentials() ([][]byte, string) { return c.ca, c.serviceAccountAuth() }

@@ -46,10 +46,10 @@ func newAPIServer(t *testing.T, handler http.HandlerFunc) *apiServer {
 }
 
 // transport makes a transport to s as the hub makes one to a cluster
-// (newAPITransport), with TLS straight to s instead of through a tunnel.
+// (NewAPITransport), with TLS straight to s instead of through a tunnel.
 func (s *apiServer) transport(t *testing.T, idleTimeout time.Duration) *http.Transport {
 	t.Helper()
-	tr := newAPITransport(s.dialer(), idleTimeout)
+	tr := NewAPITransport(s.dialer(), idleTimeout)
 	t.Cleanup(tr.CloseIdleConnections)
 	return tr
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tetherhq/tether/internal/hub"
@@ -57,6 +58,9 @@ const (
 	typeUnclaim = "unclaim" // it no longer does
 	typeSynced  = "synced"  // every claim held when the stream began has been sent
 	typePing    = "ping"
+	// typeEndWatches says the replica is stopping: the watches it splices
+	// for the reader are to end at their next event's end (EndWatches).
+	typeEndWatches = "endWatches"
 )
 
 // flushAt is how much of a claims stream is kept before it is sent: the
@@ -128,10 +132,14 @@ func (p *Peers) serveClaims(w http.ResponseWriter, r *http.Request) {
 	}
 	ping := time.NewTicker(p.cfg.Ping)
 	defer ping.Stop()
+	ending := p.watchesEnding
 	for {
 		select {
 		case <-r.Context().Done():
 			return
+		case <-ending:
+			ending = nil
+			buf.Write(encode(message{Type: typeEndWatches}))
 		case <-sub.Wake():
 			names, everything := sub.Take()
 			if everything {
@@ -182,6 +190,11 @@ type link struct {
 	transport *http.Transport
 	cancel    context.CancelFunc
 	done      chan struct{}
+	// noStreams says the replica splices no streams (a version before
+	// them): requests go to its forwarder.
+	noStreams atomic.Bool
+	// watchesEnding says the replica is stopping (typeEndWatches).
+	watchesEnding atomic.Bool
 
 	mu        sync.Mutex           // guards upstreams
 	upstreams map[string]*upstream // by cluster, while the replica claims it
@@ -248,6 +261,9 @@ func (l *link) run(ctx context.Context) {
 // read reads one claims stream until it ends, and reports whether it got
 // as far as the replica's first full account.
 func (l *link) read(ctx context.Context) (synced bool, err error) {
+	// A new stream may be a new process at the same address.
+	l.watchesEnding.Store(false) // until this stream says so again
+	l.noStreams.Store(false)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+l.addr+claimsPath, nil)
@@ -282,6 +298,8 @@ func (l *link) read(ctx context.Context) (synced bool, err error) {
 			l.claim(m)
 		case typeUnclaim:
 			l.unclaim(m.Cluster)
+		case typeEndWatches:
+			l.endWatches()
 		}
 	}
 	if err := context.Cause(ctx); err != nil {
@@ -341,6 +359,18 @@ func (l *link) unclaim(cluster string) {
 	}
 	l.mu.Unlock()
 	l.p.cfg.Hub.SetClaim(l.name, cluster, nil)
+}
+
+// endWatches ends the watches spliced through the replica, which is
+// stopping, at their next event's end, and those that start from now on
+// at once.
+func (l *link) endWatches() {
+	l.watchesEnding.Store(true)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, u := range l.upstreams {
+		u.endWatches()
+	}
 }
 
 // forget drops every claim of the replica.

@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,13 +15,15 @@ import (
 	"github.com/tetherhq/tether/internal/hub"
 )
 
-// A request for a cluster whose agent another replica holds goes to that
-// replica as the API server would get it: the replica that received it has
-// authenticated the person, checked who may see the cluster, counted it
-// against their bounds and set the impersonation headers, and writes its
-// audit line. The holder only puts the agent's service account token in
-// (it never leaves the replica that holds it) and sends it through the
-// agent, bytes spliced both ways, upgrades included.
+// A request for a cluster whose agent another replica holds: the replica
+// that received it has authenticated the person, checked who may see the
+// cluster, counted it against their bounds and set the impersonation
+// headers, and writes its audit line. It sends the request itself through
+// a stream the holder splices to the agent (streams.go). To a holder of
+// the version before those streams it goes as the API server would get it,
+// over HTTP, and the holder's forwarder puts the agent's service account
+// token in and sends it through the agent, upgrades included; the holder
+// keeps that forwarder for replicas of that version.
 
 // Headers between replicas. The holder takes them only from a replica:
 // the peer port's TLS takes no one else.
@@ -44,7 +44,8 @@ const (
 )
 
 // serviceAccountPlaceholder is what ServiceAccountAuth gives for a cluster
-// another replica holds: RoundTrip turns it into headerServiceAccount.
+// another replica holds: RoundTrip turns it into the token the holder gave,
+// or, to its forwarder, into headerServiceAccount.
 const serviceAccountPlaceholder = "Tether-Peer service-account"
 
 // upstream is the way to a cluster's API server through the replica that
@@ -62,6 +63,9 @@ type upstream struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	ended  bool
+	// sp reaches the API server through streams the holder splices
+	// (streams.go), made on the first request sent through u.
+	sp *spliced
 	// What the claims stream updates.
 	ceiling, why     string
 	proxy, inventory bool
@@ -78,6 +82,9 @@ func (u *upstream) end() {
 	u.ended = true
 	if u.cancel != nil {
 		u.cancel()
+	}
+	if u.sp != nil {
+		go u.sp.end() // not under the link's lock: closing writes
 	}
 }
 
@@ -187,7 +194,22 @@ func (p *Peers) nextHolder(ctx context.Context, u *upstream) hub.Upstream {
 	}
 }
 
+// roundTrip sends r through the holder: as bytes spliced to a stream
+// through the agent (streams.go), or, to a replica of a version before
+// them, as an HTTP request its forwarder sends on.
 func (u *upstream) roundTrip(r *http.Request) (*http.Response, error) {
+	if !u.l.noStreams.Load() {
+		resp, err := u.splicedOf().roundTrip(r)
+		if !errors.Is(err, errNoStreams) {
+			return resp, err
+		}
+		u.l.noStreams.Store(true)
+	}
+	return u.forward(r)
+}
+
+// forward sends r to the holder's forwarder, over HTTP.
+func (u *upstream) forward(r *http.Request) (*http.Response, error) {
 	out := new(http.Request)
 	*out = *r
 	prefix := clustersPath + u.cluster
@@ -219,20 +241,10 @@ func (u *upstream) roundTrip(r *http.Request) (*http.Response, error) {
 		}
 		return nil, fmt.Errorf("the hub replica %q, which holds its agent, can't be reached: %w", u.l.name, err)
 	}
-	kind := resp.Header.Get(headerError)
-	if kind == "" {
+	if resp.Header.Get(headerError) == "" {
 		return resp, nil
 	}
-	why, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-	resp.Body.Close()
-	switch kind {
-	case "stream-limit":
-		limit, _ := strconv.Atoi(resp.Header.Get(headerLimit))
-		return nil, hub.StreamLimit(u.cluster, limit)
-	case "not-held":
-		return nil, errNotHeld
-	}
-	return nil, errors.New(strings.TrimSpace(string(why)))
+	return nil, holderError(u.cluster, resp)
 }
 
 // upstreamKey holds, in a carried request's context, the agent connection
@@ -273,15 +285,7 @@ func (p *Peers) newForwarder() http.Handler {
 			if errors.Is(err, context.Canceled) {
 				return // the replica that asked went away
 			}
-			var limit *hub.StreamLimitError
-			switch {
-			case errors.As(err, &limit):
-				w.Header().Set(headerError, "stream-limit")
-				w.Header().Set(headerLimit, strconv.Itoa(limit.Limit()))
-			default:
-				w.Header().Set(headerError, "failed")
-			}
-			http.Error(w, err.Error(), http.StatusBadGateway)
+			streamError(w, err)
 		},
 		// A carried answer cut short midway is the replica's that asked to
 		// tell: its proxy logs it.
@@ -291,8 +295,7 @@ func (p *Peers) newForwarder() http.Handler {
 		name := r.PathValue("cluster")
 		up := p.cfg.Hub.Local(name)
 		if up == nil {
-			w.Header().Set(headerError, "not-held")
-			http.Error(w, fmt.Sprintf("the agent of %q is not connected to this replica", name), http.StatusBadGateway)
+			notHeld(w, name)
 			return
 		}
 		ctx := context.WithValue(r.Context(), upstreamKey{}, up)
@@ -305,8 +308,13 @@ func (p *Peers) newForwarder() http.Handler {
 
 // EndWatches ends the watches this replica carries for others at their
 // next event's end, and those that start from now on at once: a stopping
-// replica calls it as it stops taking requests.
-func (p *Peers) EndWatches() { p.watches.End() }
+// replica calls it as it stops taking requests. Those it splices it can't
+// see: it tells the replicas that sent them, on their claims streams, to
+// end the ones through it (typeEndWatches).
+func (p *Peers) EndWatches() {
+	p.watches.End()
+	p.endWatchesOnce.Do(func() { close(p.watchesEnding) })
+}
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
 

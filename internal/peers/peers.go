@@ -57,14 +57,20 @@ type Peers struct {
 	log     *slog.Logger
 	forward http.Handler      // carries other replicas' requests (forward.go)
 	watches kubeproxy.Watches // the watches forward carries
-	people  *people           // sign-outs and users lists (people.go); nil for none
+	// watchesEnding is closed by EndWatches: the claims streams served
+	// say so.
+	watchesEnding  chan struct{}
+	endWatchesOnce sync.Once
+	people         *people // sign-outs and users lists (people.go); nil for none
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu    sync.Mutex       // guards links
-	links map[string]*link // by replica
+	mu       sync.Mutex            // guards links and splices
+	links    map[string]*link      // by replica
+	splices  map[net.Conn]net.Conn // the streams spliced for others, peer side to agent side
+	splicing sync.WaitGroup        // the splices under way
 }
 
 // New starts the links to the replicas Members names, and keeps them in
@@ -76,7 +82,8 @@ func New(cfg Config) *Peers {
 	if cfg.Ping == 0 {
 		cfg.Ping = 2 * time.Second
 	}
-	p := &Peers{cfg: cfg, log: cfg.Logger, links: map[string]*link{}}
+	p := &Peers{cfg: cfg, log: cfg.Logger, links: map[string]*link{}, splices: map[net.Conn]net.Conn{},
+		watchesEnding: make(chan struct{})}
 	p.forward = p.newForwarder()
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.people = p.newPeople()
@@ -101,6 +108,8 @@ func (p *Peers) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+claimsPath, p.serveClaims)
 	mux.Handle(clustersPath+"{cluster}/{path...}", p.forward)
+	mux.HandleFunc("GET "+streamsPath+"{cluster}", p.serveStream)
+	mux.HandleFunc("GET "+credentialsPath+"{cluster}", p.serveCredentials)
 	p.people.routes(mux)
 	return mux
 }
@@ -126,11 +135,38 @@ func (p *Peers) Close() error {
 	p.mu.Lock()
 	links := p.links
 	p.links = map[string]*link{}
+	splices := p.splices
+	p.splices = map[net.Conn]net.Conn{}
 	p.mu.Unlock()
 	for _, l := range links {
 		l.stop()
 	}
+	for conn, st := range splices {
+		conn.Close()
+		st.Close()
+	}
+	p.splicing.Wait()
 	return nil
+}
+
+// track counts a splice under way, so that Close ends it, unless Peers
+// is closing.
+func (p *Peers) track(conn, st net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ctx.Err() != nil {
+		return false
+	}
+	p.splices[conn] = st
+	p.splicing.Add(1)
+	return true
+}
+
+func (p *Peers) untrack(conn net.Conn) {
+	p.mu.Lock()
+	delete(p.splices, conn)
+	p.mu.Unlock()
+	p.splicing.Done()
 }
 
 // reconcile starts a link to each replica that has none, and stops those

@@ -130,6 +130,18 @@ type replica struct {
 
 func startReplicas(t *testing.T, names ...string) []*replica {
 	t.Helper()
+	return startReplicasWith(t, replicaOptions{}, names...)
+}
+
+// replicaOptions change what startReplicasWith starts.
+type replicaOptions struct {
+	maxStreams int // the hub's MaxStreamsPerAgent; 0 for the default
+	// peerHandler, if set, serves the peer port in place of Handler.
+	peerHandler func(*Peers) http.Handler
+}
+
+func startReplicasWith(t *testing.T, o replicaOptions, names ...string) []*replica {
+	t.Helper()
 	f := &fleetOfReplicas{addrs: map[string]string{}, certs: map[string]tls.Certificate{}}
 	var rs []*replica
 	var changes []chan struct{}
@@ -139,7 +151,8 @@ func startReplicas(t *testing.T, names ...string) []*replica {
 	for _, n := range names {
 		logs := &syncbuf.Buffer{}
 		log := slog.New(logging.NewTextHandler(logs, nil))
-		h, err := hub.New(hub.Config{Logger: log, Agents: testAgents("eu-1"), Replica: n, Heartbeat: time.Second, ProbeInterval: 200 * time.Millisecond})
+		h, err := hub.New(hub.Config{Logger: log, Agents: testAgents("eu-1"), Replica: n, Heartbeat: time.Second, ProbeInterval: 200 * time.Millisecond,
+			MaxStreamsPerAgent: o.maxStreams})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +165,11 @@ func startReplicas(t *testing.T, names ...string) []*replica {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := p.Server(p.Handler())
+		handler := p.Handler()
+		if o.peerHandler != nil {
+			handler = o.peerHandler(p)
+		}
+		srv := p.Server(handler)
 		go srv.ServeTLS(ln, "", "")
 		r := &replica{name: n, hub: h, peers: p, url: agents.URL, logs: logs, peer: srv}
 		f.mu.Lock()
@@ -261,7 +278,7 @@ func TestAReplicaReachesAClusterAnotherHolds(t *testing.T) {
 	})
 
 	// A request as a person, impersonating, goes as the agent's service
-	// account, which never leaves replica a.
+	// account, which b asked a for.
 	resp := get(t, up, "/x/a%2Fb?q=1", "", http.Header{"Impersonate-User": {"alice"}})
 	var seen struct {
 		Path   string
@@ -281,15 +298,7 @@ func TestAReplicaReachesAClusterAnotherHolds(t *testing.T) {
 	}
 
 	// An upgrade is spliced both ways.
-	req, _ := http.NewRequest(http.MethodGet, "https://"+up.Host()+"/echo-upgrade", nil)
-	req.Header.Set("Authorization", up.ServiceAccountAuth())
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "echo")
-	resp, err := up.RoundTrip(req)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade: %v %v", resp, err)
-	}
-	rw := resp.Body.(io.ReadWriteCloser)
+	rw := upgrade(t, up)
 	rw.Write([]byte("hello\n"))
 	line, err := bufio.NewReader(rw).ReadString('\n')
 	rw.Close()
@@ -412,9 +421,9 @@ func TestARequestFollowsTheAgent(t *testing.T) {
 }
 
 // TestAStoppingHolderEndsTheWatchesItCarries: a watch another replica
-// carries through this one ends at an event's end when this one stops
-// (EndWatches), cleanly, as its own watches do: the client watches again,
-// through the agent's next holder.
+// sends through this one ends at an event's end when this one stops
+// (EndWatches, said on the claims stream), cleanly, as its own watches do:
+// the client watches again, through the agent's next holder.
 func TestAStoppingHolderEndsTheWatchesItCarries(t *testing.T) {
 	fc := fakecluster.New(t)
 	rs := startReplicas(t, "hub-a", "hub-b")
@@ -429,6 +438,11 @@ func TestAStoppingHolderEndsTheWatchesItCarries(t *testing.T) {
 	// The second event is under way, half sent, when the holder stops.
 	eventually(t, 5*time.Second, "the half event reached b", func() bool { return r.Buffered() > 0 || peek(r) })
 	rs[0].peers.EndWatches()
+	eventually(t, 5*time.Second, "b heard that a ends its watches", func() bool {
+		rs[1].peers.mu.Lock()
+		defer rs[1].peers.mu.Unlock()
+		return rs[1].peers.links["hub-a"].watchesEnding.Load()
+	})
 	fc.Release()
 	rest, err := io.ReadAll(r)
 	if err != nil || string(rest) != `{"type":"ADDED","n":2}`+"\n" {

@@ -495,8 +495,9 @@ func TestUsersListHoldsOnEveryReplica(t *testing.T) {
 	if err := os.WriteFile(files[1], []byte(without), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// Replica 1 takes the same bytes in as the list in force (a debug
-	// line, nothing to wait for): whenever it does, nothing changes.
+	// Replica 1 takes the same bytes in as the list in force, and
+	// nothing changes.
+	rs.hubs[1].waitFor(t, 10*time.Second, "The users list changed to the one in force already")
 	if code := apiGet(t, b, adminToken, "/api/clusters", nil); code != http.StatusOK {
 		t.Errorf("admin on replica 1 once its file caught up: %d", code)
 	}
