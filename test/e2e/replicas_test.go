@@ -257,6 +257,37 @@ func TestReplicasServeAsOneHub(t *testing.T) {
 			return cmd
 		}, tr.env)
 	}
+
+	// A watch through each replica in turn (the create between them moves
+	// the round robin on by one more): two of them go through the holder,
+	// which splices them to the agent, and each sees the event it waits for.
+	if out, err := kubectl(t, root, "create", "configmap", "-n", ns, "watched-before"); err != nil {
+		t.Fatalf("create: %v %s", err, out)
+	}
+	for i := range 3 {
+		w := startKubectl(t, root, nil, "get", "configmaps", "-n", ns, "-w", "--output-watch-events", "-o", "jsonpath={.type} {.object.metadata.name}{\"\\n\"}")
+		waitOutput(t, w.out, "ADDED watched-before\n")
+		name := fmt.Sprintf("watched-%d", i)
+		if out, err := kubectl(t, root, "create", "configmap", "-n", ns, name); err != nil {
+			t.Fatalf("create: %v %s", err, out)
+		}
+		waitOutput(t, w.out, "ADDED "+name+"\n")
+		w.cmd.Process.Signal(os.Interrupt)
+		w.ended(t, 10*time.Second, "kubectl get --watch")
+	}
+	// Their audit lines, written as they ended: some carried.
+	within(t, 5*time.Second, "an audit line of a watch another replica carried", func() bool {
+		for _, f := range rs.audit {
+			b, _ := os.ReadFile(f)
+			for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				var rec struct{ Verb, Replica string }
+				if json.Unmarshal([]byte(l), &rec) == nil && rec.Verb == "watch" && rec.Replica != "" {
+					return true
+				}
+			}
+		}
+		return false
+	})
 }
 
 // TestTakeoverAcrossReplicas: an agent connecting as a cluster whose agent
