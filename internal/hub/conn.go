@@ -273,9 +273,31 @@ func (c *agentConn) send(m protocol.Message) error {
 	return protocol.Write(c.ctl, m)
 }
 
-// goAway tells the agent why the hub is closing its connection, then closes
-// it. After a shutdown the agent waits delay before it connects again.
+// goAway tells the agent why the hub is closing its connection, waits a
+// little for the agent to close first, then closes it. After a shutdown the
+// agent waits delay before it connects again.
 func (c *agentConn) goAway(kind goAwayKind, delay time.Duration) {
+	g := c.sendGoAway(kind, delay)
+	if g.linger {
+		expired := make(chan struct{})
+		t := c.hub.clock.AfterFunc(goAwayLinger, func() { close(expired) })
+		g.wait(expired)
+		t.Stop()
+	}
+	g.close()
+}
+
+// sentGoAway is a goaway sent to an agent, its connection still open.
+type sentGoAway struct {
+	c      *agentConn
+	linger bool // wait for the agent to close first
+	code   int
+	why    error
+	reason string
+}
+
+// sendGoAway tells the agent why the hub is closing its connection.
+func (c *agentConn) sendGoAway(kind goAwayKind, delay time.Duration) sentGoAway {
 	m := protocol.Message{Type: protocol.TypeGoAway, Reason: protocol.ReasonShutdown, ReconnectAfterMillis: delay.Milliseconds()}
 	code, why := closeShutdown, errors.New("the hub is shutting down")
 	switch kind {
@@ -289,23 +311,25 @@ func (c *agentConn) goAway(kind goAwayKind, delay time.Duration) {
 	c.leaving.Store(&why)
 	// An agent this hub asked to move keeps this connection until the hub
 	// closes it, and once it has moved ignores a goaway here: waiting for
-	// it to close would wait the whole linger, for each of a draining
-	// replica's agents (about 32 a second, 64 at a time).
-	if c.send(m) == nil && !c.moving.Load() {
-		// Let the agent read the goaway and close first. Closing the TCP
-		// connection while the agent's last bytes (a pong, a window
-		// update) wait unread makes the kernel send a reset, and the
-		// reset can take the goaway with it: the agent would then take
-		// its name back instead of stopping.
-		t := time.NewTimer(goAwayLinger)
-		select {
-		case <-c.sess.Done():
-		case <-t.C:
-		}
-		t.Stop()
-	}
-	c.endClosing(why, code, m.Reason)
+	// it to close would wait the whole linger for nothing.
+	linger := c.send(m) == nil && !c.moving.Load()
+	return sentGoAway{c: c, linger: linger, code: code, why: why, reason: m.Reason}
 }
+
+// wait lets the agent read the goaway and close first, until expired.
+// Closing the TCP connection while the agent's last bytes (a pong, a
+// window update) wait unread makes the kernel send a reset, and the reset
+// can take the goaway with it: the agent would then take its name back
+// instead of stopping.
+func (g sentGoAway) wait(expired <-chan struct{}) {
+	select {
+	case <-g.c.sess.Done():
+	case <-expired:
+	}
+}
+
+// close closes the connection, saying why.
+func (g sentGoAway) close() { g.c.endClosing(g.why, g.code, g.reason) }
 
 // goAwayLinger bounds the wait for an agent to close after a goaway.
 const goAwayLinger = 2 * time.Second

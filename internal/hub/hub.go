@@ -142,25 +142,44 @@ type goodbye struct {
 	delay time.Duration
 }
 
-// sayGoodbye sends each goaway and closes its connection, from a few
-// goroutines at once, and returns when all are done. Each goaway may wait
-// seconds for an agent that doesn't answer, so one such agent must not hold
-// up the others; and 10,000 goroutines closing at once left the hub
-// thrashing for a minute on 2 cores (docs/decisions/008-performance.md).
-func sayGoodbye(gs []goodbye) {
+// sayGoodbye sends each goaway, waits for the agents to close, and closes
+// the connections of those that haven't, from a few goroutines at once,
+// and returns when all are done: 10,000 goroutines closing at once left the
+// hub thrashing for a minute on 2 cores (docs/decisions/008-performance.md).
+// The wait is one goAwayLinger for all of them, from when the last goaway
+// went: waited for each in turn, agents that never answer (their network
+// gone silent) held a stopping hub 2 s for every 64 of them, past its pod's
+// grace with thousands.
+func sayGoodbye(clk clock.Clock, gs []goodbye) {
+	sent := make([]sentGoAway, len(gs))
+	inParallel(len(gs), func(i int) { sent[i] = gs[i].c.sendGoAway(gs[i].kind, gs[i].delay) })
+	expired := make(chan struct{})
+	t := clk.AfterFunc(goAwayLinger, func() { close(expired) })
+	defer t.Stop()
+	inParallel(len(sent), func(i int) {
+		if sent[i].linger {
+			sent[i].wait(expired)
+		}
+		sent[i].close()
+	})
+}
+
+// inParallel calls f for each of 0 to n-1, from goAwayWorkers goroutines
+// at most, and returns when all calls have.
+func inParallel(n int, f func(int)) {
 	var wg sync.WaitGroup
-	next := make(chan goodbye)
-	for range min(len(gs), goAwayWorkers) {
+	next := make(chan int)
+	for range min(n, goAwayWorkers) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for g := range next {
-				g.c.goAway(g.kind, g.delay)
+			for i := range next {
+				f(i)
 			}
 		}()
 	}
-	for _, g := range gs {
-		next <- g
+	for i := range n {
+		next <- i
 	}
 	close(next)
 	wg.Wait()
@@ -293,7 +312,7 @@ func (h *Hub) Close() error {
 	for i, c := range conns {
 		gs[i] = goodbye{c, goAwayShutdown, h.spreadDelay()}
 	}
-	sayGoodbye(gs)
+	sayGoodbye(h.clock, gs)
 	h.conns.Wait()
 	return nil
 }
@@ -365,7 +384,7 @@ func (h *Hub) AgentsChanged(c fleet.Change) {
 			gs = append(gs, goodbye{c: conn, kind: goAwayRemoved})
 		}
 	}
-	sayGoodbye(gs)
+	sayGoodbye(h.clock, gs)
 }
 
 // admitted reports whether the agents list in force admits c as it
