@@ -285,6 +285,7 @@ func (l *link) read(ctx context.Context) (synced bool, err error) {
 	defer watchdog.Stop()
 	lines := bufio.NewScanner(resp.Body)
 	lines.Buffer(make([]byte, 0, 4096), maxLine)
+	lines.Split(fullLines)
 	for lines.Scan() {
 		watchdog.Reset(silent)
 		m, err := decode(lines.Bytes())
@@ -312,6 +313,20 @@ func (l *link) read(ctx context.Context) (synced bool, err error) {
 }
 
 var errSilent = errors.New("nothing came for three pings")
+
+// fullLines splits a claims stream into lines, as bufio.ScanLines does,
+// but drops a last line that has no newline: a stream cut midway (its
+// replica gone, or silent and given up on) ends there, and is reported as
+// what cut it, not as a line that isn't JSON.
+func fullLines(data []byte, atEOF bool) (advance int, token []byte, err error) {
+	if i := bytes.IndexByte(data, '\n'); i >= 0 {
+		return i + 1, data[:i], nil
+	}
+	if atEOF {
+		return len(data), nil, nil
+	}
+	return 0, nil, nil
+}
 
 // decode reads one line of a claims stream.
 func decode(line []byte) (message, error) {

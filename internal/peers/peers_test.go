@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -454,4 +455,20 @@ func TestAStoppingHolderEndsTheWatchesItCarries(t *testing.T) {
 func peek(r *bufio.Reader) bool {
 	_, err := r.Peek(1)
 	return err == nil
+}
+
+// TestACutClaimsLineIsNoLine: a claims stream cut midway ends with what
+// cut it (a read's error, or the watchdog's cause), not with its last,
+// partial line taken for a line that isn't JSON.
+func TestACutClaimsLineIsNoLine(t *testing.T) {
+	cut := errors.New("connection reset")
+	lines := bufio.NewScanner(io.MultiReader(strings.NewReader(`{"type":"ping"}`+"\n"+`{"type":"claim","clu`), iotest.ErrReader(cut)))
+	lines.Split(fullLines)
+	var got []string
+	for lines.Scan() {
+		got = append(got, lines.Text())
+	}
+	if len(got) != 1 || got[0] != `{"type":"ping"}` || !errors.Is(lines.Err(), cut) {
+		t.Errorf("lines %q, error %v; want the ping alone, then %v", got, lines.Err(), cut)
+	}
 }
