@@ -151,11 +151,16 @@ type goodbye struct {
 // gone silent) held a stopping hub 2 s for every 64 of them, past its pod's
 // grace with thousands.
 func sayGoodbye(clk clock.Clock, gs []goodbye) {
+	if len(gs) == 0 {
+		return
+	}
 	sent := make([]sentGoAway, len(gs))
 	inParallel(len(gs), func(i int) { sent[i] = gs[i].c.sendGoAway(gs[i].kind, gs[i].delay) })
 	expired := make(chan struct{})
-	t := clk.AfterFunc(goAwayLinger, func() { close(expired) })
-	defer t.Stop()
+	if slices.ContainsFunc(sent, func(g sentGoAway) bool { return g.linger }) {
+		t := clk.AfterFunc(goAwayLinger, func() { close(expired) })
+		defer t.Stop()
+	}
 	inParallel(len(sent), func(i int) {
 		if sent[i].linger {
 			sent[i].wait(expired)
