@@ -287,7 +287,9 @@ func (l *link) read(ctx context.Context) (synced bool, err error) {
 	lines.Buffer(make([]byte, 0, 4096), maxLine)
 	lines.Split(fullLines)
 	for lines.Scan() {
-		watchdog.Reset(silent)
+		// The silence is the stream's: the time this replica takes to
+		// take a line in (the hub's lock, in a storm of agents) is not.
+		watchdog.Stop()
 		m, err := decode(lines.Bytes())
 		if err != nil {
 			return synced, err
@@ -302,6 +304,7 @@ func (l *link) read(ctx context.Context) (synced bool, err error) {
 		case typeEndWatches:
 			l.endWatches()
 		}
+		watchdog.Reset(silent)
 	}
 	if err := context.Cause(ctx); err != nil {
 		return synced, err

@@ -34,6 +34,7 @@ import (
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/agenttest"
 	"github.com/tetherhq/tether/internal/testutil/fakecluster"
+	"github.com/tetherhq/tether/internal/testutil/faultproxy"
 	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
@@ -127,6 +128,8 @@ type replica struct {
 	url   string // where agents connect
 	logs  *syncbuf.Buffer
 	peer  *http.Server
+	// members is its view of the replicas: a test may move one.
+	members *members
 }
 
 func startReplicas(t *testing.T, names ...string) []*replica {
@@ -172,7 +175,7 @@ func startReplicasWith(t *testing.T, o replicaOptions, names ...string) []*repli
 		}
 		srv := p.Server(handler)
 		go srv.ServeTLS(ln, "", "")
-		r := &replica{name: n, hub: h, peers: p, url: agents.URL, logs: logs, peer: srv}
+		r := &replica{name: n, hub: h, peers: p, url: agents.URL, logs: logs, peer: srv, members: m}
 		f.mu.Lock()
 		f.addrs[n] = ln.Addr().String()
 		f.mu.Unlock()
@@ -360,6 +363,36 @@ func TestAReplicaGoneDropsItsClaims(t *testing.T) {
 	eventually(t, 5*time.Second, "b reaches eu-1", func() bool { return rs[1].hub.Reach("eu-1") != nil })
 	rs[0].stop()
 	eventually(t, 5*time.Second, "b drops a's claims", func() bool { return rs[1].hub.Reach("eu-1") == nil })
+}
+
+// TestASilentReplicaDropsItsClaims: a replica whose network goes silent
+// (nothing closes, nothing comes) is given up after three pings of its
+// claims stream, and its clusters are unreachable here until their agents
+// connect elsewhere.
+func TestASilentReplicaDropsItsClaims(t *testing.T) {
+	fc := fakecluster.New(t)
+	rs := startReplicas(t, "hub-a", "hub-b")
+	a, b := rs[0], rs[1]
+	a.members.all.mu.Lock()
+	proxy, err := faultproxy.New(a.members.all.addrs["hub-a"])
+	if err != nil {
+		a.members.all.mu.Unlock()
+		t.Fatal(err)
+	}
+	a.members.all.addrs["hub-a"] = proxy.Addr() // b reaches a through it from now on
+	a.members.all.mu.Unlock()
+	t.Cleanup(func() { proxy.Close() })
+	b.members.change <- struct{}{}
+	agenttest.Start(t, a.url, "eu-1", testToken, fc.SADir, fc.Addr())
+	eventually(t, 5*time.Second, "b reaches eu-1 through the proxy", func() bool {
+		up := b.hub.Reach("eu-1")
+		return up != nil && up.(*upstream).l.addr == proxy.Addr()
+	})
+	proxy.SetBlackhole(true)
+	eventually(t, 10*time.Second, "b drops a's claims", func() bool { return b.hub.Reach("eu-1") == nil })
+	if !strings.Contains(b.logs.String(), errSilent.Error()) {
+		t.Errorf("b's log doesn't say why it gave the stream up:\n%s", b.logs)
+	}
 }
 
 func TestDecodeRefusesClaimsWithoutACluster(t *testing.T) {

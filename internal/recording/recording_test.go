@@ -166,6 +166,9 @@ func TestCapStops(t *testing.T) {
 	if why != StoppedCap {
 		t.Fatalf("Close says %q, want %q", why, StoppedCap)
 	}
+	// A recorder that stopped returns from Close at once, its writer
+	// still ending the file.
+	<-r.done
 	_, ev := readCast(t, filepath.Join(s.cfg.Dir, "c1", "80.cast"))
 	if last := ev[len(ev)-1][2].(string); !strings.Contains(last, "recording stopped") {
 		t.Errorf("last event %q says nothing of the stop", last)
