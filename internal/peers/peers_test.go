@@ -302,13 +302,7 @@ func TestAReplicaReachesAClusterAnotherHolds(t *testing.T) {
 	}
 
 	// An upgrade is spliced both ways.
-	rw := upgrade(t, up)
-	rw.Write([]byte("hello\n"))
-	line, err := bufio.NewReader(rw).ReadString('\n')
-	rw.Close()
-	if line != "hello\n" {
-		t.Errorf("the upgraded connection echoed %q, %v", line, err)
-	}
+	echoes(t, up)
 
 	// The agent gone, its cluster is Unreachable everywhere, and routes
 	// nowhere.

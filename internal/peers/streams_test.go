@@ -87,11 +87,17 @@ func TestAReplicaWithoutStreamsGetsRequestsOverHTTP(t *testing.T) {
 	if !l.noStreams.Load() {
 		t.Errorf("b went on asking a for streams it has none of")
 	}
+	echoes(t, up)
+}
+
+// echoes checks that an upgraded connection through up carries a line
+// both ways.
+func echoes(t *testing.T, up hub.Upstream) {
+	t.Helper()
 	rw := upgrade(t, up)
+	defer rw.Close()
 	rw.Write([]byte("hello\n"))
-	line, err := bufio.NewReader(rw).ReadString('\n')
-	rw.Close()
-	if line != "hello\n" {
+	if line, err := bufio.NewReader(rw).ReadString('\n'); line != "hello\n" {
 		t.Errorf("the upgraded connection echoed %q, %v", line, err)
 	}
 }
