@@ -2,8 +2,14 @@ package hub
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/tetherhq/tether/internal/clock"
+	"github.com/tetherhq/tether/internal/protocol"
+	"github.com/tetherhq/tether/internal/testutil/syncbuf"
 )
 
 func TestAdmissionPace(t *testing.T) {
@@ -183,6 +189,38 @@ func TestReplicasShareTheFleetsPace(t *testing.T) {
 		h.SetReplicas(tc.replicas)
 		if got := h.admitRate(); got != tc.want {
 			t.Errorf("with %d replicas: %d agents a second, want %d", tc.replicas, got, tc.want)
+		}
+	}
+}
+
+// TestRetryAfterIsTheAgentsTurn: past the pace, the hub answers 503 with
+// the agent's turn in whole seconds, rounded up: a pace's worth of agents
+// told 1, the next 2, and so on.
+func TestRetryAfterIsTheAgentsTurn(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1000, 0))
+	h, err := New(Config{Agents: testAgents("eu-1"), Logger: slogTo(&syncbuf.Buffer{}), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	rate := h.admitRate()
+	for range rate { // on their way: the pace is full
+		if ok, _ := h.admission.admit(clk.Now(), rate); !ok {
+			t.Fatal("held back, with nobody on the way")
+		}
+	}
+	for k := 1; k <= 2*rate; k++ {
+		r := httptest.NewRequest("GET", "/api/agent", nil)
+		r.Header.Set(protocol.AgentHeader, "eu-1")
+		r.Header.Set("Authorization", "Bearer "+testToken)
+		w := httptest.NewRecorder()
+		h.serveAgent(w, r, false)
+		want := "1"
+		if k > rate {
+			want = "2"
+		}
+		if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != want {
+			t.Fatalf("agent %d held back: %d, Retry-After %q; want 503, %q", k, w.Code, w.Header().Get("Retry-After"), want)
 		}
 	}
 }
