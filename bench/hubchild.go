@@ -83,6 +83,7 @@ func hubChild(ctx context.Context, args []string) error {
 			Goroutines: runtime.NumGoroutine(), RSS: rssOf(os.Getpid()), Classes: memoryClasses()})
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	go http.Serve(ln, mux)
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	return server.Serve(ctx, opts, log, func(a net.Addr) {

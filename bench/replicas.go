@@ -236,12 +236,16 @@ func (b *replicaBed) waitReady(ctx context.Context, skip int, names map[string]b
 	for {
 		all := true
 		var seen []int
+		var errs []string
 		for i := range b.hubs {
 			if i == skip {
 				continue
 			}
 			n, err := b.readyOn(ctx, c, i, names)
 			seen = append(seen, n)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("replica %d: %v", i, err))
+			}
 			if err != nil || n < len(names) {
 				all = false
 			}
@@ -250,7 +254,7 @@ func (b *replicaBed) waitReady(ctx context.Context, skip int, names map[string]b
 			return time.Now(), nil
 		}
 		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("after %s the replicas show %v of %d clusters Ready", limit, seen, len(names))
+			return time.Time{}, fmt.Errorf("after %s the replicas show %v of %d clusters Ready %v", limit, seen, len(names), errs)
 		}
 		select {
 		case <-ctx.Done():

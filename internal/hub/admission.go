@@ -18,11 +18,26 @@ import (
 // An agent that is not welcomed after all gives its place back, so a flood
 // of bad handshakes holds places only while they last. The second is any
 // second, not a clock second.
+//
+// Agents held back are told to come back in the order they came, at the
+// pace: the first pace's worth in a second, the next in two, and so on
+// (tail), not each at a random second of the reconnect spread. At random,
+// the seconds after a wave saw fewer agents than the pace takes while others
+// still waited, and one held back twice waited twice: a replica's 2,000
+// agents, killed, took 21 s to come back at a pace that takes them in 10
+// (docs/decisions/043-held-back-agents-come-back-in-order.md).
 type admission struct {
 	mu      sync.Mutex // guards the following
 	recent  []int64    // when the agents welcomed in the last second were, oldest first (unix ns)
 	pending int        // agents admitted and neither welcomed nor refused yet
+	tail    time.Time  // when the last agent held back was told to come back
 }
+
+// maxHoldBack bounds the wait of an agent held back: the time the pace
+// takes the whole agents list in (a twentieth of it a second), so however
+// many arrive, held back again or hammering, none waits longer than the
+// whole fleet's return.
+const maxHoldBack = 20 * time.Second
 
 // MinAdmitRate is the pace for a small fleet: a restart of a hub with a
 // few hundred agents should not make any of them wait.
@@ -44,16 +59,25 @@ func (h *Hub) admitRate() int {
 func (h *Hub) SetReplicas(n int) { h.replicas.Store(int32(n)) }
 
 // admit reports whether one more agent may connect at now; if it may, the
-// caller must end its place with welcomed or giveBack.
-func (a *admission) admit(now time.Time, rate int) bool {
+// caller must end its place with welcomed or giveBack. If it may not, wait
+// is when it should come back: behind the agents held back before it, a
+// rate-th of a second each.
+func (a *admission) admit(now time.Time, rate int) (ok bool, wait time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.forget(now)
-	if len(a.recent)+a.pending >= rate {
-		return false
+	if len(a.recent)+a.pending < rate {
+		a.pending++
+		return true, 0
 	}
-	a.pending++
-	return true
+	if a.tail.Before(now) {
+		a.tail = now
+	}
+	a.tail = a.tail.Add(time.Second / time.Duration(rate))
+	if last := now.Add(maxHoldBack); a.tail.After(last) {
+		a.tail = last
+	}
+	return false, a.tail.Sub(now)
 }
 
 // welcomed counts an admitted agent welcomed at now.

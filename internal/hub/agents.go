@@ -36,12 +36,11 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request, own bool) {
 		http.Error(w, "This hub doesn't know this agent's name and token.", http.StatusUnauthorized)
 		return
 	}
-	if !h.admission.admit(h.clock.Now(), h.admitRate()) {
+	if ok, wait := h.admission.admit(h.clock.Now(), h.admitRate()); !ok {
 		h.metrics.connects.WithLabelValues("paced").Inc()
-		// Come back within the reconnect spread, at a random second, so
-		// the ones held back now don't all return in the same second.
-		wait := 1 + int(h.cfg.Random()*h.cfg.ReconnectSpread.Seconds())
-		w.Header().Set("Retry-After", strconv.Itoa(wait))
+		// Whole seconds, rounded up: an agent told 1 comes back once the
+		// welcomes of the second before it have aged out of the pace.
+		w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
 		http.Error(w, "The hub is taking many agents back at once; try again after Retry-After.", http.StatusServiceUnavailable)
 		return
 	}

@@ -56,9 +56,8 @@ type Config struct {
 	// Clock paces heartbeats, probes and the admission of agents, and
 	// dates what the hub records. Nil means the machine's.
 	Clock clock.Clock
-	// Random returns a number in [0, 1), for the reconnect spread and the
-	// Retry-After of agents held back by the pace; it must be safe for
-	// concurrent use.
+	// Random returns a number in [0, 1), for the reconnect spread; it must
+	// be safe for concurrent use.
 	Random func() float64
 	// Direct are the API servers of the clusters the hub reaches itself
 	// (TETHER_FLEET_CLUSTERS), by cluster. Every other cluster's API server
