@@ -84,7 +84,8 @@ func (u *upstream) end() {
 		u.cancel()
 	}
 	if u.sp != nil {
-		go u.sp.end() // not under the link's lock: closing writes
+		// Not under the link's lock: closing a connection writes.
+		u.l.p.ending.Go(u.sp.end)
 	}
 }
 

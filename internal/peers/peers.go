@@ -66,6 +66,7 @@ type Peers struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	ending sync.WaitGroup // claims ended, closing their idle connections (upstream.end)
 
 	mu       sync.Mutex            // guards links and splices
 	links    map[string]*link      // by replica
@@ -146,6 +147,7 @@ func (p *Peers) Close() error {
 		st.Close()
 	}
 	p.splicing.Wait()
+	p.ending.Wait()
 	return nil
 }
 
