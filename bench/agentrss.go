@@ -94,7 +94,7 @@ func benchAgentRSS(ctx context.Context, r *report, dir string, o agentRSSOpts) e
 	for i, bin := range bins {
 		vs := slices.Clone(rss[i])
 		slices.Sort(vs)
-		r.add(figure{Section: "fleet", Name: fmt.Sprintf("agent idle RSS (%s, connected, after %s at rest)", filepath.Base(bin), o.rest),
+		r.add(figure{Section: "agentrss", Name: fmt.Sprintf("agent idle RSS (%s, connected, after %s at rest)", filepath.Base(bin), o.rest),
 			Value: vs[len(vs)/2], Unit: "MiB", Detail: fmt.Sprintf("median of %d: %.1f", len(vs), rss[i])})
 	}
 	return nil

@@ -149,7 +149,7 @@ func benchKube(ctx context.Context, r *report, dir string, o kubeOpts) error {
 	// the hub's probes.
 	time.Sleep(o.agentRest)
 	agentRSS := float64(agentProc.rss()) / (1 << 20)
-	r.add(atMost(figure{Section: "fleet", Name: fmt.Sprintf("agent idle RSS (tether agent, connected, after %s at rest)", o.agentRest), Value: agentRSS, Unit: "MiB",
+	r.add(atMost(figure{Section: "agent", Name: fmt.Sprintf("agent idle RSS (tether agent, connected, after %s at rest)", o.agentRest), Value: agentRSS, Unit: "MiB",
 		Detail: "VmRSS of the real tether agent process (built as the image's), TLS to the hub, inventory running; " + statusFields(agentProc.pid(), "RssAnon", "RssFile")}, 20))
 
 	relayed, relays, stopRelays, err := startRelays(ctx, dir, cluster.Host+":"+cluster.Port)
@@ -189,7 +189,7 @@ func benchKube(ctx context.Context, r *report, dir string, o kubeOpts) error {
 		}
 	}
 	time.Sleep(5 * time.Second)
-	r.add(figure{Section: "fleet", Name: "agent RSS after the Kubernetes tests, 5 s later", Value: float64(agentProc.rss()) / (1 << 20), Unit: "MiB",
+	r.add(figure{Section: "agent", Name: "agent RSS after the Kubernetes tests, 5 s later", Value: float64(agentProc.rss()) / (1 << 20), Unit: "MiB",
 		Detail: "the same process, after relaying the lists below"})
 	return nil
 }

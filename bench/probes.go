@@ -89,13 +89,13 @@ func benchProbes(ctx context.Context, r *report, dir string, n int, settle, wind
 		return err
 	}
 	perThousand := func(cores float64) float64 { return cores * 100 * 1000 / float64(n) }
-	r.add(figure{Section: "fleet", Name: "hub CPU at rest per 1,000 agents, their API servers answering", Value: perThousand(up.cores), Unit: "% of a core",
+	r.add(figure{Section: "probes", Name: "hub CPU at rest per 1,000 agents, their API servers answering", Value: perThousand(up.cores), Unit: "% of a core",
 		Detail: fmt.Sprintf("%d agents (TLS): the hub used %.3f CPU-s per s over %s; %d probes answered (%.0f a second); hub heap + stacks %.1f KiB, RSS %.1f KiB per agent",
 			n, up.cores, window, up.probes, float64(up.probes)/window.Seconds(), up.kib, up.rss)})
-	r.add(figure{Section: "fleet", Name: "hub CPU at rest per 1,000 agents, their API servers unreachable", Value: perThousand(down.cores), Unit: "% of a core",
+	r.add(figure{Section: "probes", Name: "hub CPU at rest per 1,000 agents, their API servers unreachable", Value: perThousand(down.cores), Unit: "% of a core",
 		Detail: fmt.Sprintf("the same, nothing listening at the API server's address (as the idle fleet above): %.3f CPU-s per s, heartbeats and failed probes; hub heap + stacks %.1f KiB, RSS %.1f KiB per agent", down.cores, down.kib, down.rss)})
 	if up.probes > 0 {
-		r.add(figure{Section: "fleet", Name: "hub CPU per probe that reaches its API server", Value: (up.cores - down.cores) * window.Seconds() / float64(up.probes) * 1e6, Unit: "µs",
+		r.add(figure{Section: "probes", Name: "hub CPU per probe that reaches its API server", Value: (up.cores - down.cores) * window.Seconds() / float64(up.probes) * 1e6, Unit: "µs",
 			Detail: "the difference between the two, per probe answered: GET /readyz and /version on the connection the last probe kept (decision 019)"})
 	}
 	return nil

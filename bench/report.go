@@ -314,7 +314,13 @@ func sectionTitle(s string) string {
 	case "kube-h2":
 		return "The Kubernetes path over HTTP/2, as kubectl and client-go speak it"
 	case "fleet":
-		return "Idle fleet, reconnect storm, agent at rest"
+		return "Idle fleet, reconnect storm"
+	case "agent":
+		return "The agent at rest"
+	case "agentrss":
+		return "The agent at rest, binaries compared"
+	case "probes":
+		return "The hub's probes at rest"
 	case "replicas":
 		return "Hub replicas: a request forwarded to the replica holding the agent"
 	case "replicas-fleet":
@@ -350,9 +356,10 @@ func spread(xs []float64) string {
 
 // keepOthers adds to r the figures, notes and failures of the report in
 // path whose sections r did not measure, so a run of some parts (-only
-// with -keep) leaves the others' figures as they were. The report keeps
-// the earlier run's date and machine, as most figures are its, and a note
-// says which sections this run measured, when.
+// with -keep) leaves the others' figures as they were: each part writes
+// sections of its own. The report keeps the earlier run's date and
+// machine, as most figures are its, and a note says which sections this
+// run measured, when.
 func (r *report) keepOthers(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -377,14 +384,21 @@ func (r *report) keepOthers(path string) error {
 		}
 	}
 	var notes []string
+	noted := map[string]bool{}
+	note := func(n string) {
+		if !noted[n] {
+			noted[n] = true
+			notes = append(notes, n)
+		}
+	}
 	for _, n := range old.Notes {
 		if !strings.HasPrefix(n, "Separate run: ") && !strings.HasPrefix(n, "Hub replicas: ") {
-			notes = append(notes, n)
+			note(n)
 		}
 	}
 	for _, n := range r.Notes {
 		if !strings.HasPrefix(n, "Load average at the end") {
-			notes = append(notes, n)
+			note(n)
 		}
 	}
 	if len(sections) > 0 {
