@@ -3,6 +3,7 @@ package login
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -36,8 +37,14 @@ func KubeconfigPath() string {
 // hub's earlier entries (its user, and the contexts and clusters its
 // prefix names) are replaced; every other entry is kept as it was. The
 // current context is set only where there was none, or it named one of the
-// hub's contexts that is gone.
+// hub's contexts that is gone. It holds kubectl's lock on the file while
+// it reads and writes it.
 func Merge(path string, e Entries) error {
+	unlock, err := lockKubeconfig(path)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	cfg, err := loadKubeconfig(path)
 	if err != nil {
 		return err
@@ -82,6 +89,27 @@ func Merge(path string, e Entries) error {
 		return fmt.Errorf("write kubeconfig: %w", err)
 	}
 	return nil
+}
+
+// lockKubeconfig takes the lock kubectl takes to change a kubeconfig
+// (client-go's clientcmd.ModifyConfig: the file path.lock, created only if
+// there is none), so that a kubectl changing the file at the same time,
+// say `kubectl config use-context`, neither loses what login wrote nor has
+// its own change lost.
+func lockKubeconfig(path string) (unlock func(), err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("write kubeconfig: %w", err)
+	}
+	lock := path + ".lock"
+	f, err := os.OpenFile(lock, os.O_CREATE|os.O_EXCL, 0)
+	if errors.Is(err, fs.ErrExist) {
+		return nil, fmt.Errorf("another program is changing the kubeconfig %s: %s is there (remove it if nothing is)", path, lock)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock kubeconfig: %w", err)
+	}
+	f.Close()
+	return func() { os.Remove(lock) }, nil
 }
 
 // loadKubeconfig reads path, or makes an empty kubeconfig if there is none.

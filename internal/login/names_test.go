@@ -1,8 +1,11 @@
 package login
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -160,5 +163,37 @@ func TestMergeKeepsForeignContext(t *testing.T) {
 	cfg = load(t, path)
 	if cfg.Contexts["a.example.com/old"] == nil || cfg.Clusters["a.example.com/old"] == nil {
 		t.Error("login removed a context that runs another user, or its cluster")
+	}
+}
+
+// TestMergeTakesKubectlsLock: login changes the kubeconfig under the lock
+// kubectl takes (path.lock): while another program holds it, login leaves
+// the file as it was and says why; after login, no lock is left.
+func TestMergeTakesKubectlsLock(t *testing.T) {
+	path := kubeconfigWith(t)
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := Entries{Hub: "https://a.example.com", Names: Names{Prefix: "a.example.com"}, Clusters: []string{"prod"}, Command: "tether"}
+	if err := os.WriteFile(path+".lock", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = Merge(path, e)
+	if err == nil || !strings.Contains(err.Error(), "another program is changing the kubeconfig") || !strings.Contains(err.Error(), path+".lock") {
+		t.Fatalf("with the lock held elsewhere: %v", err)
+	}
+	if after, _ := os.ReadFile(path); string(after) != string(before) {
+		t.Error("login changed the kubeconfig while another program held its lock")
+	}
+	os.Remove(path + ".lock")
+	if err := Merge(path, e); err != nil {
+		t.Fatal(err)
+	}
+	if load(t, path).Contexts["a.example.com/prod"] == nil {
+		t.Error("no context for the hub's cluster after login")
+	}
+	if _, err := os.Stat(path + ".lock"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("login left its lock: %v", err)
 	}
 }
