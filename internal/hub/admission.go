@@ -33,11 +33,14 @@ type admission struct {
 	tail    time.Time  // when the last agent held back was told to come back
 }
 
+// paceSeconds is how long the pace takes a whole agents list in: it
+// admits a paceSeconds-th of the list a second.
+const paceSeconds = 20
+
 // maxHoldBack bounds the wait of an agent held back: the time the pace
-// takes the whole agents list in (a twentieth of it a second), so however
-// many arrive, held back again or hammering, none waits longer than the
-// whole fleet's return.
-const maxHoldBack = 20 * time.Second
+// takes the whole agents list in, so however many arrive, held back again
+// or hammering, none waits longer than the whole fleet's return.
+const maxHoldBack = paceSeconds * time.Second
 
 // MinAdmitRate is the pace for a small fleet: a restart of a hub with a
 // few hundred agents should not make any of them wait.
@@ -45,7 +48,7 @@ const MinAdmitRate = 100
 
 // admitRate is the most agents admitted in one second, for a fleet of
 // listed agents.
-func admitRate(listed int) int { return max(MinAdmitRate, listed/20) }
+func admitRate(listed int) int { return max(MinAdmitRate, listed/paceSeconds) }
 
 // admitRate is this replica's pace: its share of the fleet's, so that
 // the replicas left after one is killed take its agents back at the
