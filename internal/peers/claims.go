@@ -322,13 +322,10 @@ var errSilent = errors.New("nothing came for three pings")
 // replica gone, or silent and given up on) ends there, and is reported as
 // what cut it, not as a line that isn't JSON.
 func fullLines(data []byte, atEOF bool) (advance int, token []byte, err error) {
-	if i := bytes.IndexByte(data, '\n'); i >= 0 {
-		return i + 1, data[:i], nil
-	}
-	if atEOF {
+	if atEOF && bytes.IndexByte(data, '\n') < 0 {
 		return len(data), nil, nil
 	}
-	return 0, nil, nil
+	return bufio.ScanLines(data, atEOF)
 }
 
 // decode reads one line of a claims stream.
