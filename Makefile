@@ -71,7 +71,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.1
 OUT     ?= bin/tether-static
 STATIC_LDFLAGS = -s -w -X github.com/tetherhq/tether/internal/version.Version=$(VERSION)
 
-.PHONY: dev test kube helm chromium haproxy vet unit perf-check fuzz build static bench bench-inventory soak
+.PHONY: dev test kube helm chromium haproxy vet unit perf-check fuzz build static bench bench-inventory soak generate
 
 ## dev: run a local API server, a hub and an agent (tether dev).
 # Built, then run, not `go run`: go run exits 1 on Ctrl-C, which make reports
@@ -127,8 +127,16 @@ haproxy:
 	elif [ -n "$$CI" ]; then echo "The hub replicas' tests need HAProxy, and only root can install it here: sudo apt-get install haproxy"; exit 1; \
 	else echo "The hub replicas' tests need HAProxy: sudo apt-get install haproxy"; fi
 
+# The hub's pages are internal/web/pages.templ; templ turns them into Go.
+TEMPL = $(GO) run github.com/a-h/templ/cmd/templ@v0.3.1118
+
+generate:
+	cd internal/web && $(TEMPL) generate -f pages.templ
+
 vet:
 	$(GO) vet ./...
+	@d=$$(mktemp -d) && cp internal/web/pages.templ $$d && (cd $$d && $(TEMPL) generate -f pages.templ >/dev/null 2>&1); \
+	cmp -s $$d/pages_templ.go internal/web/pages_templ.go; s=$$?; rm -r $$d; [ $$s = 0 ] || { echo "internal/web/pages_templ.go is older than pages.templ: make generate"; exit 1; }
 	$(GO) vet -tags perfcheck ./bench ./internal/inventory/store
 	@test -z "$$(gofmt -l cmd internal test bench)" || { echo "gofmt needed:"; gofmt -l cmd internal test bench; exit 1; }
 

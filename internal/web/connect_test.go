@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/login"
 )
 
@@ -37,13 +36,7 @@ func TestClusterPageShowsConnectAndTimeline(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	c := ClusterJSON{Name: "prod", Status: "Ready", Timeline: &TimelineJSON{Since: now, Now: now, Changes: []TimelineChange{{Time: now, Ready: true}}}}
 	var b bytes.Buffer
-	err := pages.ExecuteTemplate(&b, "cluster.html", struct {
-		Base    string
-		Person  string
-		Cluster ClusterJSON
-		History []hub.StatusChange
-		Connect Connect
-	}{"/", "alice", c, nil, connectCommands("https://tether.example.com", "prod")})
+	err := clusterPage(clusterData{"/", "alice", c, nil, connectCommands("https://tether.example.com", "prod")}).Render(t.Context(), &b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +51,7 @@ func TestClusterPageShowsConnectAndTimeline(t *testing.T) {
 		}
 	}
 	b.Reset()
-	if err := pages.ExecuteTemplate(&b, "card", c); err != nil {
+	if err := card(c).Render(t.Context(), &b); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(b.String(), `class="timeline small" data-timeline="{&#34;since&#34;`) {

@@ -242,10 +242,10 @@ func (wb *Web) serveDevice(w http.ResponseWriter, r *http.Request, post bool) {
 		wb.renderLogin(w, r2, "Sign in to approve tether login's code.", http.StatusUnauthorized)
 		return
 	}
-	data := struct{ Base, Error, Done, Code, Name string }{Base: wb.pageBase(), Name: p.Name}
+	data := deviceData{Base: wb.pageBase(), Name: p.Name}
 	if !post {
 		data.Code = cut(r.URL.Query().Get("user_code"), 20)
-		wb.renderDevice(w, http.StatusOK, data)
+		wb.renderDevice(w, r, http.StatusOK, data)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxCLIRequest)
@@ -276,7 +276,7 @@ func (wb *Web) serveDevice(w http.ResponseWriter, r *http.Request, post bool) {
 		data.Error, data.Code = "No sign-in is waiting for that code: check it, or run tether login again.", cut(r.PostFormValue("user_code"), 20)
 		status = http.StatusBadRequest
 	}
-	wb.renderDevice(w, status, data)
+	wb.renderDevice(w, r, status, data)
 }
 
 // decideDevice approves or refuses (decision "deny") the sign-in waiting
@@ -306,8 +306,8 @@ func (wb *Web) decideDevice(p auth.Person, code, decision string) (done, fail st
 	return "Signed in: go back to your terminal.", "", http.StatusOK, true
 }
 
-func (wb *Web) renderDevice(w http.ResponseWriter, status int, data any) {
+func (wb *Web) renderDevice(w http.ResponseWriter, r *http.Request, status int, data deviceData) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	pages.ExecuteTemplate(w, "device.html", data)
+	renderPage(w, r, deviceSignInPage(data))
 }

@@ -4,56 +4,123 @@ import (
 	"embed"
 	"encoding/json"
 	"fmt"
-	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"path"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/a-h/templ"
+
 	"github.com/tetherhq/tether/internal/auth"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/inventory"
 	"github.com/tetherhq/tether/internal/inventory/store"
+	"github.com/tetherhq/tether/internal/recording"
 )
 
-// assets holds the fleet and cluster pages: server-rendered HTML with a little plain
-// JavaScript that keeps it live. Nothing to build, nothing from a CDN.
+// assets holds the pages' CSS and the little plain JavaScript that keeps them
+// live; the HTML is rendered on the server (pages.templ). Nothing from a CDN.
 //
 //go:embed web
 var assets embed.FS
 
-var pages = template.Must(template.New("").Funcs(template.FuncMap{
-	"labels": func(m map[string]string) string {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			parts[i] = k + "=" + m[k]
-		}
-		return strings.Join(parts, " ")
-	},
-	// labelsJSON is a card's labels for fleet.js's filter: a value may
-	// hold spaces, which the text above can't tell from the next label's.
-	"labelsJSON": func(m map[string]string) (string, error) {
-		if m == nil {
-			m = map[string]string{}
-		}
-		b, err := json.Marshal(m)
-		return string(b), err
-	},
-	// when is the pages' one way to write a time, as live.js's tetherTime
-	// does: the same in every locale, and no day and month to mix up.
-	"when":         when,
-	"timelineJSON": timelineJSON,
-	"nodes":        nodesFact,
-	"podsNotReady": podsFact,
-	"apps":         appsFact,
-}).ParseFS(assets, "web/*.html"))
+// labelText is a cluster's labels as its card and page show them.
+func labelText(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = k + "=" + m[k]
+	}
+	return strings.Join(parts, " ")
+}
+
+// labelsJSON is a card's labels for fleet.js's filter: a value may hold
+// spaces, which labelText can't tell from the next label's.
+func labelsJSON(m map[string]string) (string, error) {
+	if m == nil {
+		m = map[string]string{}
+	}
+	b, err := json.Marshal(m)
+	return string(b), err
+}
+
+// statusIcon shows a status by more than colour.
+func statusIcon(status string) string {
+	if status == "Ready" {
+		return "✔"
+	}
+	return "✖"
+}
+
+// statusText is a status as people see it: Ready, or Unreachable: <why>.
+func statusText(c ClusterJSON) string {
+	if c.Message == "" {
+		return c.Status
+	}
+	return c.Status + ": " + c.Message
+}
+
+// podText names a recording's pod, and its container when it was named.
+func podText(m recording.Meta) string {
+	s := m.Namespace + "/" + m.Pod
+	if m.Container != "" {
+		s += " (" + m.Container + ")"
+	}
+	return s
+}
+
+// The pages' data (pages.templ).
+type (
+	fleetData struct {
+		Base     string
+		Person   string
+		Clusters []ClusterJSON
+		Kinds    []string // the search's (search.js)
+	}
+	loginData struct {
+		Base, Error, Next string
+		OIDC              bool
+	}
+	deviceData    struct{ Base, Error, Done, Code, Name string }
+	recordingData struct {
+		Base, Person, Cluster string
+		Recording             recording.Meta
+	}
+	clusterData struct {
+		Base    string
+		Person  string
+		Cluster ClusterJSON
+		History []hub.StatusChange
+		Connect Connect
+	}
+)
+
+// oidcURL starts the identity provider's sign-in, returning to Next after.
+func (d loginData) oidcURL() string {
+	u := d.Base + "login/oidc"
+	if d.Next != d.Base {
+		u += "?next=" + url.QueryEscape(d.Next)
+	}
+	return u
+}
+
+// castURL is where the recording's file is.
+func (d recordingData) castURL() string {
+	return d.Base + "api/clusters/" + d.Cluster + "/recordings/" + d.Recording.ID
+}
+
+// renderPage writes a page. An error is a person gone before it was all
+// written: there is no one left to tell.
+func renderPage(w http.ResponseWriter, r *http.Request, page templ.Component) {
+	_ = page.Render(r.Context(), w)
+}
 
 // fact is one number of a card's summary as the page shows it: an icon, so
 // that status reads by more than colour, and a text. fleet.js renders the
@@ -114,7 +181,7 @@ func countFact(n int) fact {
 }
 
 // StaticFiles serves the page's CSS and JavaScript, and nothing else of
-// web/: no listing, and not the templates.
+// web/: no listing.
 func StaticFiles() http.Handler {
 	sub, _ := fs.Sub(assets, "web")
 	files := http.FileServerFS(sub)
@@ -137,15 +204,9 @@ func (wb *Web) ServePage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	data := struct {
-		Base     string
-		Person   string
-		Clusters []ClusterJSON
-		Empty    ClusterJSON
-		Kinds    []string // the search's (search.js)
-	}{Base: wb.pageBase(), Person: p.Name, Clusters: wb.visibleClusters(p), Kinds: inventory.KindNames()}
+	data := fleetData{Base: wb.pageBase(), Person: p.Name, Clusters: wb.visibleClusters(p), Kinds: inventory.KindNames()}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	pages.ExecuteTemplate(w, "fleet.html", data)
+	renderPage(w, r, fleetPage(data))
 }
 
 // pagePerson returns the signed-in person a page is for. Otherwise it
@@ -182,10 +243,7 @@ func (wb *Web) renderLogin(w http.ResponseWriter, r *http.Request, message strin
 	if r.Method != http.MethodGet {
 		next = r.PostFormValue("next")
 	}
-	pages.ExecuteTemplate(w, "login.html", struct {
-		Base, Error, Next string
-		OIDC              bool
-	}{wb.pageBase(), message, wb.returnTo(next), wb.cfg.Auth.OIDCEnabled()})
+	renderPage(w, r, loginPage(loginData{wb.pageBase(), message, wb.returnTo(next), wb.cfg.Auth.OIDCEnabled()}))
 }
 
 // pageBase is the base path with one trailing slash, as links need it.
@@ -207,13 +265,7 @@ func (wb *Web) ServeClusterPage(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Tether has no cluster \""+name+"\".", http.StatusNotFound)
 		return
 	}
-	data := struct {
-		Base    string
-		Person  string
-		Cluster ClusterJSON
-		History []hub.StatusChange
-		Connect Connect
-	}{wb.pageBase(), p.Name, wb.clusterJSON(st), wb.cfg.Clusters.History(name), connectCommands(wb.cfg.PublicURL, name)}
+	data := clusterData{wb.pageBase(), p.Name, wb.clusterJSON(st), wb.cfg.Clusters.History(name), connectCommands(wb.cfg.PublicURL, name)}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	pages.ExecuteTemplate(w, "cluster.html", data)
+	renderPage(w, r, clusterPage(data))
 }

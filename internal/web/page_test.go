@@ -27,7 +27,7 @@ func TestCardFacts(t *testing.T) {
 }
 
 // TestStaticFilesAreTheAssetsOnly: /static/ serves the pages' CSS and
-// JavaScript, and neither a listing of web/ nor the templates.
+// JavaScript, and neither a listing of web/ nor any other file.
 func TestStaticFilesAreTheAssetsOnly(t *testing.T) {
 	h := StaticFiles()
 	for path, want := range map[string]int{

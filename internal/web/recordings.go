@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/tetherhq/tether/internal/auth"
-	"github.com/tetherhq/tether/internal/recording"
 )
 
 // RecordingsJSON is GET /api/clusters/{cluster}/recordings: the recordings
@@ -144,8 +143,5 @@ func (wb *Web) ServeRecordingPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	pages.ExecuteTemplate(w, "recording.html", struct {
-		Base, Person, Cluster string
-		Recording             recording.Meta
-	}{wb.pageBase(), p.Name, name, m})
+	renderPage(w, r, recordingPage(recordingData{wb.pageBase(), p.Name, name, m}))
 }
