@@ -1378,7 +1378,47 @@ func clusterPage(d clusterData) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 116, "</code><button type=\"button\" class=\"copy\" data-copy=\"connect-kubectl\">Copy</button></div></section><h2 id=\"inventory-heading\">Inventory</h2><p id=\"updated\" class=\"help\">Waiting for the cluster's inventory…</p><p id=\"error\" class=\"error\" role=\"alert\" hidden></p><ul id=\"problems\" class=\"problems\" aria-label=\"What Tether can't show\"></ul><p id=\"missing\" class=\"help\" hidden></p><p class=\"filter\"><label for=\"namespace\">Namespace</label> <select id=\"namespace\"><option value=\"\">All namespaces</option></select></p><section id=\"nodes\" class=\"inventory\" aria-labelledby=\"nodes-heading\"><h3 id=\"nodes-heading\">Nodes <span class=\"count\"></span></h3><table><thead><tr><th scope=\"col\">Name</th><th scope=\"col\">Status</th><th scope=\"col\">Version</th></tr></thead> <tbody></tbody></table><p class=\"empty help\" hidden>No nodes that you may list.</p><p class=\"none-here help\" hidden>None in this namespace.</p><p class=\"unknown help\" hidden></p><p class=\"more\" hidden><span class=\"text\"></span> <button type=\"button\">Show more</button></p></section><section id=\"workloads\" class=\"inventory\" aria-labelledby=\"workloads-heading\"><h3 id=\"workloads-heading\">Workloads <span class=\"count\"></span></h3><table><thead><tr><th scope=\"col\">Kind</th><th scope=\"col\">Namespace</th><th scope=\"col\">Name</th><th scope=\"col\">Status</th><th scope=\"col\">Ready</th></tr></thead> <tbody></tbody></table><p class=\"empty help\" hidden>No workloads that you may list.</p><p class=\"none-here help\" hidden>None in this namespace.</p><p class=\"unknown help\" hidden></p><p class=\"more\" hidden><span class=\"text\"></span> <button type=\"button\">Show more</button></p></section><section id=\"pods\" class=\"inventory\" aria-labelledby=\"pods-heading\"><h3 id=\"pods-heading\">Pods not ready <span class=\"count\"></span></h3><table><thead><tr><th scope=\"col\">Namespace</th><th scope=\"col\">Name</th><th scope=\"col\">Status</th><th scope=\"col\">Restarts</th></tr></thead> <tbody></tbody></table><p class=\"empty help\" hidden><span aria-hidden=\"true\">✔</span> Every pod that you may list is ready.</p><p class=\"none-here help\" hidden>None in this namespace.</p><p class=\"unknown help\" hidden></p><p class=\"more\" hidden><span class=\"text\"></span> <button type=\"button\">Show more</button></p></section><section id=\"applications\" class=\"inventory\" aria-labelledby=\"applications-heading\"><h3 id=\"applications-heading\">Argo CD applications <span class=\"count\"></span></h3><table><thead><tr><th scope=\"col\">Namespace</th><th scope=\"col\">Name</th><th scope=\"col\">Sync</th><th scope=\"col\">Health</th></tr></thead> <tbody></tbody></table><p class=\"empty help\" hidden>No applications that you may list.</p><p class=\"none-here help\" hidden>None in this namespace.</p><p class=\"unknown help\" hidden></p><p class=\"more\" hidden><span class=\"text\"></span> <button type=\"button\">Show more</button></p></section><section id=\"gateways\" class=\"inventory\" aria-labelledby=\"gateways-heading\"><h3 id=\"gateways-heading\">Istio gateways <span class=\"count\"></span></h3><table><thead><tr><th scope=\"col\">Namespace</th><th scope=\"col\">Name</th><th scope=\"col\">Hosts</th></tr></thead> <tbody></tbody></table><p class=\"empty help\" hidden>No gateways that you may list.</p><p class=\"none-here help\" hidden>None in this namespace.</p><p class=\"unknown help\" hidden></p><p class=\"more\" hidden><span class=\"text\"></span> <button type=\"button\">Show more</button></p></section><section id=\"runs\" class=\"inventory\" aria-labelledby=\"runs-heading\"><h3 id=\"runs-heading\">Workflows and Spark applications that failed <span class=\"count\"></span></h3><table><thead><tr><th scope=\"col\">Kind</th><th scope=\"col\">Namespace</th><th scope=\"col\">Name</th><th scope=\"col\">Phase</th><th scope=\"col\">Message</th></tr></thead> <tbody></tbody></table><p class=\"empty help\" hidden><span aria-hidden=\"true\">✔</span> None that you may list has failed.</p><p class=\"none-here help\" hidden>None in this namespace.</p><p class=\"unknown help\" hidden></p><p class=\"more\" hidden><span class=\"text\"></span> <button type=\"button\">Show more</button></p></section><section id=\"virtualservices\" class=\"inventory\" aria-labelledby=\"virtualservices-heading\"><h3 id=\"virtualservices-heading\">Istio virtual services <span class=\"count\"></span></h3><table><thead><tr><th scope=\"col\">Namespace</th><th scope=\"col\">Name</th><th scope=\"col\">Hosts</th><th scope=\"col\">Gateways</th></tr></thead> <tbody></tbody></table><p class=\"empty help\" hidden>No virtual services that you may list.</p><p class=\"none-here help\" hidden>None in this namespace.</p><p class=\"unknown help\" hidden></p><p class=\"more\" hidden><span class=\"text\"></span> <button type=\"button\">Show more</button></p></section><section id=\"domains\" class=\"inventory\" aria-labelledby=\"domains-heading\"><h3 id=\"domains-heading\">Domains <span class=\"count\"></span></h3><table><thead><tr><th scope=\"col\">Host</th><th scope=\"col\">Gateway</th></tr></thead> <tbody></tbody></table><p class=\"empty help\" hidden>No domains served by a gateway that you may list.</p><p class=\"none-here help\" hidden>None in this namespace.</p><p class=\"unknown help\" hidden></p><p class=\"more\" hidden><span class=\"text\"></span> <button type=\"button\">Show more</button></p></section><section id=\"quotas\" class=\"inventory\" aria-labelledby=\"quotas-heading\"><h3 id=\"quotas-heading\">Resource quotas <span class=\"count\"></span></h3><table><thead><tr><th scope=\"col\">Namespace</th><th scope=\"col\">Name</th><th scope=\"col\">Used / hard</th></tr></thead> <tbody></tbody></table><p class=\"empty help\" hidden>No resource quotas that you may list.</p><p class=\"none-here help\" hidden>None in this namespace.</p><p class=\"unknown help\" hidden></p><p class=\"more\" hidden><span class=\"text\"></span> <button type=\"button\">Show more</button></p></section><h2>Status history</h2><table id=\"history\"><thead><tr><th scope=\"col\">Since</th><th scope=\"col\">Status</th></tr></thead> <tbody>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 116, "</code><button type=\"button\" class=\"copy\" data-copy=\"connect-kubectl\">Copy</button></div></section><h2 id=\"inventory-heading\">Inventory</h2><p id=\"updated\" class=\"help\">Waiting for the cluster's inventory…</p><p id=\"error\" class=\"error\" role=\"alert\" hidden></p><ul id=\"problems\" class=\"problems\" aria-label=\"What Tether can't show\"></ul><p id=\"missing\" class=\"help\" hidden></p><p class=\"filter\"><label for=\"namespace\">Namespace</label> <select id=\"namespace\"><option value=\"\">All namespaces</option></select></p>")
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = inventorySection("nodes", "Nodes", []string{"Name", "Status", "Version"}, "No nodes that you may list.", false).Render(ctx, templ_7745c5c3_Buffer)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = inventorySection("workloads", "Workloads", []string{"Kind", "Namespace", "Name", "Status", "Ready"}, "No workloads that you may list.", false).Render(ctx, templ_7745c5c3_Buffer)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = inventorySection("pods", "Pods not ready", []string{"Namespace", "Name", "Status", "Restarts"}, "Every pod that you may list is ready.", true).Render(ctx, templ_7745c5c3_Buffer)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = inventorySection("applications", "Argo CD applications", []string{"Namespace", "Name", "Sync", "Health"}, "No applications that you may list.", false).Render(ctx, templ_7745c5c3_Buffer)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = inventorySection("gateways", "Istio gateways", []string{"Namespace", "Name", "Hosts"}, "No gateways that you may list.", false).Render(ctx, templ_7745c5c3_Buffer)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = inventorySection("runs", "Workflows and Spark applications that failed", []string{"Kind", "Namespace", "Name", "Phase", "Message"}, "None that you may list has failed.", true).Render(ctx, templ_7745c5c3_Buffer)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = inventorySection("virtualservices", "Istio virtual services", []string{"Namespace", "Name", "Hosts", "Gateways"}, "No virtual services that you may list.", false).Render(ctx, templ_7745c5c3_Buffer)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = inventorySection("domains", "Domains", []string{"Host", "Gateway"}, "No domains served by a gateway that you may list.", false).Render(ctx, templ_7745c5c3_Buffer)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = inventorySection("quotas", "Resource quotas", []string{"Namespace", "Name", "Used / hard"}, "No resource quotas that you may list.", false).Render(ctx, templ_7745c5c3_Buffer)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 117, "<h2>Status history</h2><table id=\"history\"><thead><tr><th scope=\"col\">Since</th><th scope=\"col\">Status</th></tr></thead> <tbody>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -1388,29 +1428,16 @@ func clusterPage(d clusterData) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 117, "</tbody></table><section id=\"recordings\" aria-labelledby=\"recordings-heading\" hidden><h2 id=\"recordings-heading\">Session recordings</h2><table><thead><tr><th scope=\"col\">Started</th><th scope=\"col\">Person</th><th scope=\"col\">Pod</th><th scope=\"col\">Command</th><th scope=\"col\">Size</th></tr></thead> <tbody></tbody></table><p class=\"empty help\" hidden>No recordings that you may watch: exec and attach sessions with a terminal are recorded.</p></section></main><script src=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 118, "</tbody></table><section id=\"recordings\" aria-labelledby=\"recordings-heading\" hidden><h2 id=\"recordings-heading\">Session recordings</h2><table><thead><tr><th scope=\"col\">Started</th><th scope=\"col\">Person</th><th scope=\"col\">Pod</th><th scope=\"col\">Command</th><th scope=\"col\">Size</th></tr></thead> <tbody></tbody></table><p class=\"empty help\" hidden>No recordings that you may watch: exec and attach sessions with a terminal are recorded.</p></section></main><script src=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var73 string
 		templ_7745c5c3_Var73, templ_7745c5c3_Err = templruntime.NewAttributeExpression(d.Base + "static/recordings.js").ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 399, Col: 46}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 300, Col: 46}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var73)
-		if templ_7745c5c3_Err != nil {
-			return templ_7745c5c3_Err
-		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 118, "\"></script><script src=\"")
-		if templ_7745c5c3_Err != nil {
-			return templ_7745c5c3_Err
-		}
-		var templ_7745c5c3_Var74 string
-		templ_7745c5c3_Var74, templ_7745c5c3_Err = templruntime.NewAttributeExpression(d.Base + "static/live.js").ResolveURL(ctx)
-		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 400, Col: 40}
-		}
-		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var74)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -1418,12 +1445,12 @@ func clusterPage(d clusterData) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		var templ_7745c5c3_Var75 string
-		templ_7745c5c3_Var75, templ_7745c5c3_Err = templruntime.NewAttributeExpression(d.Base + "static/details.js").ResolveURL(ctx)
+		var templ_7745c5c3_Var74 string
+		templ_7745c5c3_Var74, templ_7745c5c3_Err = templruntime.NewAttributeExpression(d.Base + "static/live.js").ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 401, Col: 43}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 301, Col: 40}
 		}
-		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var75)
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var74)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -1431,12 +1458,12 @@ func clusterPage(d clusterData) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		var templ_7745c5c3_Var76 string
-		templ_7745c5c3_Var76, templ_7745c5c3_Err = templruntime.NewAttributeExpression(d.Base + "static/timeline.js").ResolveURL(ctx)
+		var templ_7745c5c3_Var75 string
+		templ_7745c5c3_Var75, templ_7745c5c3_Err = templruntime.NewAttributeExpression(d.Base + "static/details.js").ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 402, Col: 44}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 302, Col: 43}
 		}
-		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var76)
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var75)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -1444,12 +1471,12 @@ func clusterPage(d clusterData) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		var templ_7745c5c3_Var77 string
-		templ_7745c5c3_Var77, templ_7745c5c3_Err = templruntime.NewAttributeExpression(d.Base + "static/connect.js").ResolveURL(ctx)
+		var templ_7745c5c3_Var76 string
+		templ_7745c5c3_Var76, templ_7745c5c3_Err = templruntime.NewAttributeExpression(d.Base + "static/timeline.js").ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 403, Col: 43}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 303, Col: 44}
 		}
-		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var77)
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var76)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -1457,16 +1484,150 @@ func clusterPage(d clusterData) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
+		var templ_7745c5c3_Var77 string
+		templ_7745c5c3_Var77, templ_7745c5c3_Err = templruntime.NewAttributeExpression(d.Base + "static/connect.js").ResolveURL(ctx)
+		if templ_7745c5c3_Err != nil {
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 304, Col: 43}
+		}
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var77)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 123, "\"></script><script src=\"")
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
 		var templ_7745c5c3_Var78 string
 		templ_7745c5c3_Var78, templ_7745c5c3_Err = templruntime.NewAttributeExpression(d.Base + "static/cluster.js").ResolveURL(ctx)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 404, Col: 43}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 305, Col: 43}
 		}
 		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var78)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 123, "\"></script></body></html>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 124, "\"></script></body></html>")
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		return nil
+	})
+}
+
+// inventorySection is one kind's table on the cluster page, which cluster.js
+// fills; the empty text says there are none, after a ✔ when none is good news.
+func inventorySection(id, heading string, columns []string, empty string, goodNews bool) templ.Component {
+	return templruntime.GeneratedTemplate(func(templ_7745c5c3_Input templruntime.GeneratedComponentInput) (templ_7745c5c3_Err error) {
+		templ_7745c5c3_W, ctx := templ_7745c5c3_Input.Writer, templ_7745c5c3_Input.Context
+		if templ_7745c5c3_CtxErr := ctx.Err(); templ_7745c5c3_CtxErr != nil {
+			return templ_7745c5c3_CtxErr
+		}
+		templ_7745c5c3_Buffer, templ_7745c5c3_IsBuffer := templruntime.GetBuffer(templ_7745c5c3_W)
+		if !templ_7745c5c3_IsBuffer {
+			defer func() {
+				templ_7745c5c3_BufErr := templruntime.ReleaseBuffer(templ_7745c5c3_Buffer)
+				if templ_7745c5c3_Err == nil {
+					templ_7745c5c3_Err = templ_7745c5c3_BufErr
+				}
+			}()
+		}
+		ctx = templ.InitializeContext(ctx)
+		ctx = templ.ClearChildren(ctx)
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 125, "<section id=\"")
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		var templ_7745c5c3_Var80 string
+		templ_7745c5c3_Var80, templ_7745c5c3_Err = templruntime.NewAttributeExpression(id).Resolve(ctx)
+		if templ_7745c5c3_Err != nil {
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 313, Col: 17}
+		}
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var80)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 126, "\" class=\"inventory\" aria-labelledby=\"")
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		var templ_7745c5c3_Var81 string
+		templ_7745c5c3_Var81, templ_7745c5c3_Err = templruntime.NewAttributeExpression(id + "-heading").Resolve(ctx)
+		if templ_7745c5c3_Err != nil {
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 313, Col: 71}
+		}
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var81)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 127, "\"><h3 id=\"")
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		var templ_7745c5c3_Var82 string
+		templ_7745c5c3_Var82, templ_7745c5c3_Err = templruntime.NewAttributeExpression(id + "-heading").Resolve(ctx)
+		if templ_7745c5c3_Err != nil {
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 314, Col: 26}
+		}
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var82)
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 128, "\">")
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		var templ_7745c5c3_Var83 string
+		templ_7745c5c3_Var83, templ_7745c5c3_Err = templ.JoinStringErrs(heading)
+		if templ_7745c5c3_Err != nil {
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 314, Col: 38}
+		}
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var83))
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 129, " <span class=\"count\"></span></h3><table><thead><tr>")
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		for _, c := range columns {
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 130, "<th scope=\"col\">")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			var templ_7745c5c3_Var84 string
+			templ_7745c5c3_Var84, templ_7745c5c3_Err = templ.JoinStringErrs(c)
+			if templ_7745c5c3_Err != nil {
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 319, Col: 25}
+			}
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var84))
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 131, "</th>")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 132, "</tr></thead> <tbody></tbody></table><p class=\"empty help\" hidden>")
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		if goodNews {
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 133, "<span aria-hidden=\"true\">✔</span> ")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+		}
+		var templ_7745c5c3_Var85 string
+		templ_7745c5c3_Var85, templ_7745c5c3_Err = templ.JoinStringErrs(empty)
+		if templ_7745c5c3_Err != nil {
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 329, Col: 10}
+		}
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var85))
+		if templ_7745c5c3_Err != nil {
+			return templ_7745c5c3_Err
+		}
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 134, "</p><p class=\"none-here help\" hidden>None in this namespace.</p><p class=\"unknown help\" hidden></p><p class=\"more\" hidden><span class=\"text\"></span> <button type=\"button\">Show more</button></p></section>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -1491,7 +1652,7 @@ func historyRow(h hub.StatusChange) templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 124, "<tr><td data-label=\"Since\">")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 135, "<tr><td data-label=\"Since\">")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
@@ -1499,20 +1660,20 @@ func historyRow(h hub.StatusChange) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 125, "</td><td data-label=\"Status\">")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 136, "</td><td data-label=\"Status\">")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		var templ_7745c5c3_Var80 string
-		templ_7745c5c3_Var80, templ_7745c5c3_Err = templ.JoinStringErrs(h.Status)
+		var templ_7745c5c3_Var87 string
+		templ_7745c5c3_Var87, templ_7745c5c3_Err = templ.JoinStringErrs(h.Status)
 		if templ_7745c5c3_Err != nil {
-			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 412, Col: 40}
+			return templ.Error{Err: templ_7745c5c3_Err, FileName: `pages.templ`, Line: 340, Col: 40}
 		}
-		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var80))
+		_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var87))
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 126, "</td></tr>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 137, "</td></tr>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
