@@ -309,5 +309,5 @@ func (wb *Web) decideDevice(p auth.Person, code, decision string) (done, fail st
 func (wb *Web) renderDevice(w http.ResponseWriter, r *http.Request, status int, data deviceData) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	renderPage(w, r, deviceSignInPage(data))
+	wb.renderPage(w, r, deviceSignInPage(data))
 }

@@ -116,10 +116,12 @@ func (d recordingData) castURL() string {
 	return d.Base + "api/clusters/" + d.Cluster + "/recordings/" + d.Recording.ID
 }
 
-// renderPage writes a page. An error is a person gone before it was all
-// written: there is no one left to tell.
-func renderPage(w http.ResponseWriter, r *http.Request, page templ.Component) {
-	_ = page.Render(r.Context(), w)
+// renderPage writes a page. A person gone before it was all written is no
+// error: there is no one left to tell.
+func (wb *Web) renderPage(w http.ResponseWriter, r *http.Request, page templ.Component) {
+	if err := page.Render(r.Context(), w); err != nil && r.Context().Err() == nil {
+		wb.log.Warn("Can't render a page", "path", r.URL.Path, "err", err)
+	}
 }
 
 // fact is one number of a card's summary as the page shows it: an icon, so
@@ -136,6 +138,8 @@ var absent = fact{Text: "—", Absent: true}
 // timeFormat is how the pages write a time: 2026-12-03 21:40:05 UTC.
 const timeFormat = "2006-01-02 15:04:05 UTC"
 
+// when is the pages' one way to write a time, as live.js's tetherTime does:
+// the same in every locale, and no day and month to mix up.
 func when(t time.Time) string { return t.UTC().Format(timeFormat) }
 
 // noNodes says why a cluster may have none: an API server alone, as
@@ -206,7 +210,7 @@ func (wb *Web) ServePage(w http.ResponseWriter, r *http.Request) {
 	}
 	data := fleetData{Base: wb.pageBase(), Person: p.Name, Clusters: wb.visibleClusters(p), Kinds: inventory.KindNames()}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	renderPage(w, r, fleetPage(data))
+	wb.renderPage(w, r, fleetPage(data))
 }
 
 // pagePerson returns the signed-in person a page is for. Otherwise it
@@ -243,7 +247,7 @@ func (wb *Web) renderLogin(w http.ResponseWriter, r *http.Request, message strin
 	if r.Method != http.MethodGet {
 		next = r.PostFormValue("next")
 	}
-	renderPage(w, r, loginPage(loginData{wb.pageBase(), message, wb.returnTo(next), wb.cfg.Auth.OIDCEnabled()}))
+	wb.renderPage(w, r, loginPage(loginData{wb.pageBase(), message, wb.returnTo(next), wb.cfg.Auth.OIDCEnabled()}))
 }
 
 // pageBase is the base path with one trailing slash, as links need it.
@@ -267,5 +271,5 @@ func (wb *Web) ServeClusterPage(w http.ResponseWriter, r *http.Request) {
 	}
 	data := clusterData{wb.pageBase(), p.Name, wb.clusterJSON(st), wb.cfg.Clusters.History(name), connectCommands(wb.cfg.PublicURL, name)}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	renderPage(w, r, clusterPage(data))
+	wb.renderPage(w, r, clusterPage(data))
 }

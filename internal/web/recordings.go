@@ -143,5 +143,5 @@ func (wb *Web) ServeRecordingPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	renderPage(w, r, recordingPage(recordingData{wb.pageBase(), p.Name, name, m}))
+	wb.renderPage(w, r, recordingPage(recordingData{wb.pageBase(), p.Name, name, m}))
 }
