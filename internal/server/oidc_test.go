@@ -154,7 +154,7 @@ func TestOIDCBrowserSignIn(t *testing.T) {
 	page, _ = io.ReadAll(resp.Body)
 	resp.Body.Close()
 	link := regexp.MustCompile(`href="(/login/oidc[^"]*)"`).FindStringSubmatch(string(page))
-	if link == nil || link[1] != "/login/oidc?next=%2fcluster%2feu-1" {
+	if link == nil || link[1] != "/login/oidc?next=%2Fcluster%2Feu-1" {
 		t.Fatalf("the cluster page's OIDC link: %v", link)
 	}
 	resp, err = client.Get(h.url + link[1])
