@@ -136,15 +136,28 @@ func (h *Hub) retireLocked(c *agentConn) {
 	}
 	delete(h.agents, c.name)
 	h.metrics.connected.Dec()
-	h.retired[c] = struct{}{}
 	// The new holder has the inventory now.
 	h.inventory.Forget(c.name)
+	h.retireConnLocked(c)
+}
+
+// retireConnLocked closes c, an agent's connection it moved from and no
+// longer routed to, once the streams open on it have ended, or at Close.
+// Its kept connections to the API server (the probes', people's idle
+// ones) are closed as they fall idle: they would hold it open for ever.
+// h.mu is held.
+func (h *Hub) retireConnLocked(c *agentConn) {
+	h.retired[c] = struct{}{}
 	h.conns.Add(1)
 	go func() {
 		defer h.conns.Done()
 		tick := time.NewTicker(retiredPoll)
 		defer tick.Stop()
-		for c.apiStreams() > 0 {
+		for {
+			c.closeIdleConnections()
+			if c.apiStreams() == 0 {
+				break
+			}
 			select {
 			case <-c.done:
 				return
@@ -156,5 +169,5 @@ func (h *Hub) retireLocked(c *agentConn) {
 }
 
 // retiredPoll is how often a retired connection is checked for open
-// streams: it lives only while a replica drains.
+// streams: it lives only until they end.
 const retiredPoll = 200 * time.Millisecond

@@ -12,6 +12,7 @@ import (
 	"github.com/tetherhq/tether/internal/protocol"
 	"github.com/tetherhq/tether/internal/testutil/agenttest"
 	"github.com/tetherhq/tether/internal/testutil/fakecluster"
+	"github.com/tetherhq/tether/internal/tunnel"
 )
 
 // helloAs connects a raw agent of cluster name that says moves or not, and
@@ -27,7 +28,13 @@ func helloAs(t *testing.T, h *testHub, fc *fakecluster.Cluster, name string, mov
 // returns its control stream once welcomed.
 func helloWith(t *testing.T, h *testHub, name string, hello protocol.Message) net.Conn {
 	t.Helper()
-	sess := agenttest.Raw(t, h.url, name, testToken)
+	return helloOn(t, agenttest.Raw(t, h.url, name, testToken), hello)
+}
+
+// helloOn says hello on sess, and returns its control stream once
+// welcomed.
+func helloOn(t *testing.T, sess *tunnel.Session, hello protocol.Message) net.Conn {
+	t.Helper()
 	ctl, err := sess.Open(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -181,5 +188,32 @@ func TestALoneReplicaMovesNoAgent(t *testing.T) {
 	cancel()
 	if n, err := h.WaitMoved(stopped); n != 0 || err != nil {
 		t.Errorf("WaitMoved on a lone replica = %d, %v; want none to wait for", n, err)
+	}
+}
+
+// TestAMovedConnectionClosesThoughItsProbeKeptOne: the connection an agent
+// moved from closes once another replica claims the cluster, though the
+// probes kept a connection to the API server open on it. It stayed open
+// until the hub stopped: harmless on a replica that drains and stops, not
+// on one that asks agents to move and goes on (balance.go).
+func TestAMovedConnectionClosesThoughItsProbeKeptOne(t *testing.T) {
+	fc := fakecluster.New(t)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), Replica: "hub-a", Heartbeat: time.Hour, ProbeInterval: time.Hour})
+	startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "eu-1 Ready", func() bool { return statusOf(h, "eu-1") == "Ready" })
+	h.mu.Lock()
+	c := h.agents["eu-1"]
+	h.mu.Unlock()
+	if c.apiStreams() == 0 {
+		t.Fatal("the probe kept no connection open: the test tests nothing")
+	}
+	h.SetReplicas(2)
+	h.Drain()
+	eventually(t, 5*time.Second, "eu-1 asked to move", c.moving.Load)
+	h.SetClaim("hub-b", "eu-1", &Claim{Since: time.Now().Add(time.Hour), Upstream: claimUpstream{}})
+	select {
+	case <-c.done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the connection moved from is still open 5 s after the move, %d streams on it", c.apiStreams())
 	}
 }
