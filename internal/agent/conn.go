@@ -43,9 +43,18 @@ func (a *Agent) connect(ctx context.Context) (res result) {
 	defer cancel()
 	ceil := a.checkCeiling(hctx, sa)
 	a.logCeiling(ceil)
-	sess, resp, err := tunnel.Dial(hctx, a.agentURL(), tunnel.DialOptions{Header: a.header(), TLSConfig: a.cfg.TLSConfig, Proxy: a.cfg.Proxy, DialContext: a.cfg.DialHub}, a.cfg.Tunnel)
+	// A move while the connection moved from still serves; once it has
+	// ended, the agent comes back as after any disconnect.
+	move := a.draining.Load() > 0
+	sess, resp, err := tunnel.Dial(hctx, a.agentURL(), tunnel.DialOptions{Header: a.header(move), TLSConfig: a.cfg.TLSConfig, Proxy: a.cfg.Proxy, DialContext: a.cfg.DialHub}, a.cfg.Tunnel)
 	if err != nil {
-		return a.dialFailed(resp, err)
+		res := a.dialFailed(resp, err)
+		if move && res.wait >= 0 && res.err != nil {
+			// A replica at its share turns moves away (503, Retry-After
+			// 1) for the load balancer to pick another: no outage.
+			res.err = fmt.Errorf("%w, while moving: the connection it moves from still serves", res.err)
+		}
+		return res
 	}
 	defer func() {
 		// A connection moved from lives on: drain closes it.
@@ -71,11 +80,9 @@ func (a *Agent) connect(ctx context.Context) (res result) {
 		ProxyOff:            a.cfg.ProxyOff,
 		InventoryOff:        a.cfg.InventoryOff,
 		Moves:               true,
-		// A move while the connection moved from still serves; once it
-		// has ended, the agent comes back as after any disconnect.
-		Move:       a.draining.Load() > 0,
-		Instance:   a.instance,
-		Connection: a.connections.Add(1),
+		Move:                move,
+		Instance:            a.instance,
+		Connection:          a.connections.Add(1),
 	}
 	if err := protocol.Write(ctl, hello); err != nil {
 		return failed(err)
@@ -130,10 +137,15 @@ func (a *Agent) agentURL() string {
 	return u.String()
 }
 
-func (a *Agent) header() http.Header {
+// header is the upgrade's: the agent's token and name, and whether it is
+// moving (protocol.MoveHeader).
+func (a *Agent) header(move bool) http.Header {
 	h := http.Header{}
 	h.Set("Authorization", "Bearer "+a.cfg.Token)
 	h.Set(protocol.AgentHeader, a.cfg.Name)
+	if move {
+		h.Set(protocol.MoveHeader, "1")
+	}
 	return h
 }
 

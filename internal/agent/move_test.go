@@ -33,6 +33,8 @@ type moveHub struct {
 	// Retry-After: 3, as a replica admitting no more agents does.
 	refuse  atomic.Int32
 	refused atomic.Int32
+	// refusedMoves counts the refused upgrades that said Tether-Move.
+	refusedMoves atomic.Int32
 }
 
 // hubConn is one agent connection as the hub holds it.
@@ -40,6 +42,7 @@ type hubConn struct {
 	sess  *tunnel.Session
 	ctl   net.Conn
 	hello protocol.Message
+	move  string // the upgrade's Tether-Move
 	// agentStreams are the streams the agent opens: the inventory stream.
 	agentStreams chan net.Conn
 	// said is what the agent says on the control stream after its hello.
@@ -56,6 +59,9 @@ func startMoveHub(t *testing.T) *moveHub {
 	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if h.refuse.Add(-1) >= 0 {
+			if r.Header.Get(protocol.MoveHeader) == "1" {
+				h.refusedMoves.Add(1)
+			}
 			h.refused.Add(1)
 			w.Header().Set("Retry-After", "3")
 			http.Error(w, "draining", http.StatusServiceUnavailable)
@@ -84,7 +90,7 @@ func startMoveHub(t *testing.T) *moveHub {
 		if protocol.Write(ctl, protocol.Message{Type: protocol.TypeWelcome, HubVersion: "test", HeartbeatMillis: 60_000}) != nil {
 			return
 		}
-		c := &hubConn{sess: sess, ctl: ctl, hello: hello, agentStreams: make(chan net.Conn, 4), said: make(chan protocol.Message, 16)}
+		c := &hubConn{sess: sess, ctl: ctl, hello: hello, move: r.Header.Get(protocol.MoveHeader), agentStreams: make(chan net.Conn, 4), said: make(chan protocol.Message, 16)}
 		sess.Handle(func(st net.Conn) {
 			select {
 			case c.agentStreams <- st:
@@ -307,6 +313,12 @@ func TestAgentMoveRefusedIsTriedAgain(t *testing.T) {
 	moved := h.next(t)
 	if !moved.hello.Move {
 		t.Fatal("the hello after a refused move doesn't say move")
+	}
+	if old.move != "" || moved.move != "1" || h.refusedMoves.Load() != 1 {
+		t.Errorf("Tether-Move on the upgrades: %q first, %q moving, %d of 1 refused; want none on the first, 1 on each move", old.move, moved.move, h.refusedMoves.Load())
+	}
+	if !strings.Contains(a.Logs.String(), "while moving: the connection it moves from still serves") {
+		t.Errorf("the refused move's log doesn't say the old connection still serves:\n%s", a.Logs)
 	}
 	echoes(t, exec, "on the old connection after the move")
 	echoes(t, moved.open(t), "on the new connection")

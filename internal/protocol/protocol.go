@@ -26,6 +26,11 @@ const (
 	AgentPath = "api/agent"
 	// AgentHeader carries the agent's name; its token goes in Authorization.
 	AgentHeader = "Tether-Agent"
+	// MoveHeader, set to "1", says the upgrade is an agent moving at a
+	// hub's request (ReasonMove), as the hello's Move will: a replica that
+	// holds more than its share may turn it away with 503 and Retry-After
+	// before the upgrade, so that its next try lands on another.
+	MoveHeader = "Tether-Move"
 )
 
 // MaxMessageSize bounds every control message, the hello included (SPEC: a
