@@ -36,6 +36,12 @@ func (h *Hub) serveAgent(w http.ResponseWriter, r *http.Request, own bool) {
 		http.Error(w, "This hub doesn't know this agent's name and token.", http.StatusUnauthorized)
 		return
 	}
+	if r.Header.Get(protocol.MoveHeader) != "" && h.declineMove(entry.Name) {
+		h.metrics.connects.WithLabelValues("moved_on").Inc()
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "This hub replica holds its share of the agents and another holds fewer: move there (the load balancer picks again after Retry-After).", http.StatusServiceUnavailable)
+		return
+	}
 	if ok, wait := h.admission.admit(h.clock.Now(), h.admitRate()); !ok {
 		h.metrics.connects.WithLabelValues("paced").Inc()
 		// Whole seconds, rounded up: an agent told 1 comes back once the

@@ -174,6 +174,7 @@ func (h *Hub) SetClaim(replica, name string, claim *Claim) {
 // to a replica that is still here.
 func (h *Hub) ForgetReplica(replica string) {
 	h.mu.Lock()
+	delete(h.peers, replica)
 	var names []string
 	gone := map[string]*Claim{}
 	for name, cs := range h.claims {

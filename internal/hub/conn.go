@@ -150,7 +150,13 @@ func (h *Hub) serveConn(c *agentConn) bool {
 	}
 	prev := h.agents[c.name]
 	h.agents[c.name] = c
-	if prev == nil {
+	if prev != nil && prev.moving.Load() && c.instance != "" && c.instance == prev.instance && c.connection > prev.connection {
+		// The agent this hub asked to move came back here (the load
+		// balancer's pick): its move, not a takeover.
+		h.inventory.End(c.name)
+		h.retireConnLocked(prev)
+		prev = nil
+	} else if prev == nil {
 		// A takeover keeps the cluster's one slot: the gauge counts
 		// clusters with an agent, never two for one.
 		h.metrics.connected.Inc()

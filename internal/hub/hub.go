@@ -128,6 +128,13 @@ type Hub struct {
 	retired  map[*agentConn]struct{}
 	draining bool // Drain was called: agents are refused
 	moveAll  bool // Drain asked the agents that can move to move
+	// peers are the other replicas whose claims streams gave their
+	// account, and whether each drains; load is the spread as last
+	// counted; declined, the moves turned away (balance.go).
+	peers    map[string]bool
+	load     load
+	declined map[string]declined
+	balancer *timerLoop // with replicas only
 }
 
 // goAwayWorkers is how many agents the hub says goodbye to at once.
@@ -261,6 +268,8 @@ func New(cfg Config) (*Hub, error) {
 		lastCA:   map[string]string{},
 		claims:   map[string][]*Claim{},
 		retired:  map[*agentConn]struct{}{},
+		peers:    map[string]bool{},
+		declined: map[string]declined{},
 		stop:     make(chan struct{}),
 	}
 	h.inventory = store.New(store.Config{MaxBytes: cfg.InventoryMaxBytes, Dropped: h.inventoryDropped})
@@ -273,15 +282,18 @@ func New(cfg Config) (*Hub, error) {
 	if err := cfg.Registerer.Register(clusterReadiness{h}); err != nil {
 		return nil, err
 	}
+	if cfg.Replica != "" {
+		h.balancer = startTimerLoop(h.clock, balanceTick, h.balance)
+	}
 	return h, nil
 }
+
+// maxAgentStreams is how many streams an agent may have open that it opened.
+const maxAgentStreams = 4
 
 // spreadDelay is how long an agent the hub sends away at shutdown waits
 // before it connects again: a random share of the reconnect spread, so a
 // restart under thousands of agents is no storm.
-// maxAgentStreams is how many streams an agent may have open that it opened.
-const maxAgentStreams = 4
-
 func (h *Hub) spreadDelay() time.Duration {
 	return time.Duration(h.cfg.Random() * float64(h.cfg.ReconnectSpread))
 }
@@ -298,6 +310,7 @@ func (h *Hub) Close() error {
 		close(h.stop)
 	}
 	h.closed = true
+	balancer := h.balancer
 	conns := make([]*agentConn, 0, len(h.agents))
 	for _, c := range h.agents {
 		conns = append(conns, c)
@@ -307,6 +320,9 @@ func (h *Hub) Close() error {
 		retired = append(retired, c)
 	}
 	h.mu.Unlock()
+	if balancer != nil {
+		balancer.Stop()
+	}
 	// The agents that moved have their new connections, and ignore a
 	// goaway here: the hub just closes the old ones.
 	for _, c := range retired {

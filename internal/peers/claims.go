@@ -61,6 +61,9 @@ const (
 	// typeEndWatches says the replica is stopping: the watches it splices
 	// for the reader are to end at their next event's end (EndWatches).
 	typeEndWatches = "endWatches"
+	// typeDraining says the replica drains: it takes no more agents, and
+	// its own are moving to the others (Drain).
+	typeDraining = "draining"
 )
 
 // flushAt is how much of a claims stream is kept before it is sent: the
@@ -132,11 +135,14 @@ func (p *Peers) serveClaims(w http.ResponseWriter, r *http.Request) {
 	}
 	ping := time.NewTicker(p.cfg.Ping)
 	defer ping.Stop()
-	ending := p.watchesEnding
+	ending, draining := p.watchesEnding, p.draining
 	for {
 		select {
 		case <-r.Context().Done():
 			return
+		case <-draining:
+			draining = nil
+			buf.Write(encode(message{Type: typeDraining}))
 		case <-ending:
 			ending = nil
 			buf.Write(encode(message{Type: typeEndWatches}))
@@ -159,6 +165,13 @@ func (p *Peers) serveClaims(w http.ResponseWriter, r *http.Request) {
 		}
 		ping.Reset(p.cfg.Ping)
 	}
+}
+
+// Drain tells the other replicas, on their claims streams, that this one
+// drains: it takes no more agents, and theirs aren't to be sent its way
+// (hub's balance.go).
+func (p *Peers) Drain() {
+	p.drainOnce.Do(func() { close(p.draining) })
 }
 
 // claimLine is the claim line of cluster name, or nil if this replica
@@ -297,6 +310,9 @@ func (l *link) read(ctx context.Context) (synced bool, err error) {
 		switch m.Type {
 		case typeSynced:
 			synced = true
+			l.p.cfg.Hub.SetPeer(l.name, false)
+		case typeDraining:
+			l.p.cfg.Hub.SetPeer(l.name, true)
 		case typeClaim:
 			l.claim(m)
 		case typeUnclaim:

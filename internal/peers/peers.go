@@ -61,7 +61,10 @@ type Peers struct {
 	// say so.
 	watchesEnding  chan struct{}
 	endWatchesOnce sync.Once
-	people         *people // sign-outs and users lists (people.go); nil for none
+	// draining is closed by Drain: the claims streams served say so.
+	draining  chan struct{}
+	drainOnce sync.Once
+	people    *people // sign-outs and users lists (people.go); nil for none
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -84,7 +87,7 @@ func New(cfg Config) *Peers {
 		cfg.Ping = 2 * time.Second
 	}
 	p := &Peers{cfg: cfg, log: cfg.Logger, links: map[string]*link{}, splices: map[net.Conn]net.Conn{},
-		watchesEnding: make(chan struct{})}
+		watchesEnding: make(chan struct{}), draining: make(chan struct{})}
 	p.forward = p.newForwarder()
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.people = p.newPeople()

@@ -21,12 +21,14 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/tetherhq/tether/internal/agent"
 	"github.com/tetherhq/tether/internal/fleet"
 	"github.com/tetherhq/tether/internal/hub"
 	"github.com/tetherhq/tether/internal/listfile"
@@ -139,7 +141,8 @@ func startReplicas(t *testing.T, names ...string) []*replica {
 
 // replicaOptions change what startReplicasWith starts.
 type replicaOptions struct {
-	maxStreams int // the hub's MaxStreamsPerAgent; 0 for the default
+	maxStreams int      // the hub's MaxStreamsPerAgent; 0 for the default
+	agents     []string // the agents list's names; none for eu-1 alone
 	// peerHandler, if set, serves the peer port in place of Handler.
 	peerHandler func(*Peers) http.Handler
 }
@@ -155,7 +158,11 @@ func startReplicasWith(t *testing.T, o replicaOptions, names ...string) []*repli
 	for _, n := range names {
 		logs := &syncbuf.Buffer{}
 		log := slog.New(logging.NewTextHandler(logs, nil))
-		h, err := hub.New(hub.Config{Logger: log, Agents: testAgents("eu-1"), Replica: n, Heartbeat: time.Second, ProbeInterval: 200 * time.Millisecond,
+		listed := o.agents
+		if len(listed) == 0 {
+			listed = []string{"eu-1"}
+		}
+		h, err := hub.New(hub.Config{Logger: log, Agents: testAgents(listed...), Replica: n, Heartbeat: time.Second, ProbeInterval: 200 * time.Millisecond,
 			MaxStreamsPerAgent: o.maxStreams})
 		if err != nil {
 			t.Fatal(err)
@@ -497,5 +504,50 @@ func TestACutClaimsLineIsNoLine(t *testing.T) {
 	}
 	if len(got) != 1 || got[0] != `{"type":"ping"}` || !errors.Is(lines.Err(), cut) {
 		t.Errorf("lines %q, error %v; want the ping alone, then %v", got, lines.Err(), cut)
+	}
+}
+
+// TestAgentsSpreadOverTheReplicas: four agents that all connected to one
+// of two replicas end two on each, moved make-before-break by the replica
+// holding too many, through a dialer that sends each next connection to
+// the other replica, as a load balancer might; none is taken over or
+// stops.
+func TestAgentsSpreadOverTheReplicas(t *testing.T) {
+	fc := fakecluster.New(t)
+	names := []string{"c0", "c1", "c2", "c3"}
+	rs := startReplicasWith(t, replicaOptions{agents: names}, "hub-a", "hub-b")
+	addrs := []string{strings.TrimPrefix(rs[0].url, "http://"), strings.TrimPrefix(rs[1].url, "http://")}
+	var agents []*agenttest.Agent
+	for _, n := range names {
+		var dials atomic.Int32
+		// The first connection to hub-a, then each to the other replica.
+		dial := func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addrs[(dials.Add(1)-1)%2])
+		}
+		agents = append(agents, agenttest.Start(t, rs[0].url, n, testToken, fc.SADir, fc.Addr(), func(c *agent.Config) { c.DialHub = dial }))
+	}
+	held := func(r *replica) int { return len(r.hub.HeldNames()) }
+	eventually(t, 5*time.Second, "all four on hub-a", func() bool { return held(rs[0]) == 4 })
+	eventually(t, 10*time.Second, "two on each replica", func() bool { return held(rs[0]) == 2 && held(rs[1]) == 2 })
+	eventually(t, 5*time.Second, "every cluster Ready on both replicas", func() bool {
+		for _, n := range names {
+			if statusOf(rs[0].hub, n) != "Ready" || statusOf(rs[1].hub, n) != "Ready" {
+				return false
+			}
+		}
+		return true
+	})
+	for i, a := range agents {
+		select {
+		case <-a.Done():
+			t.Errorf("agent %s stopped: %v", names[i], a.Err())
+		default:
+		}
+	}
+	for _, r := range rs {
+		if strings.Contains(r.logs.String(), "taken over") {
+			t.Errorf("replica %s logged a takeover:\n%s", r.name, r.logs)
+		}
 	}
 }

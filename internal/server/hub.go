@@ -242,6 +242,15 @@ func (h *Hub) AgentsChanged(c fleet.Change) {
 	h.registry.AgentsChanged(c)
 }
 
+// Drain asks the agents held here to move to the other replicas, and tells
+// those that this one takes no more.
+func (h *Hub) Drain() {
+	if h.peers != nil {
+		h.peers.Drain()
+	}
+	h.registry.Drain()
+}
+
 // EndWatches ends every watch at its next event's end and the fleet pages'
 // event streams now: a stopping hub calls it as it stops taking requests.
 func (h *Hub) EndWatches() {

@@ -246,7 +246,7 @@ func Serve(ctx context.Context, opts Options, log *slog.Logger, ready func(addr 
 		h.draining.Store(true)
 		log.Info("Draining: taking requests while load balancers take this hub out", "drainDelay", opts.DrainDelay)
 		if rs != nil {
-			h.registry.Drain() // the agents move to the other replicas meanwhile
+			h.Drain() // the agents move to the other replicas meanwhile
 		}
 		select {
 		case <-time.After(opts.DrainDelay):
