@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,6 +61,7 @@ type replicaBed struct {
 	files     hubFiles
 	userToken string
 	addrs     []string   // each replica's public address
+	metrics   []string   // each replica's /metrics address
 	envs      [][]string // each replica's settings
 	hubs      []*child
 	starts    []int // how many times each was started, for its log's name
@@ -121,17 +123,23 @@ func startReplicaBed(ctx context.Context, dir string, n, fleetN int) (*replicaBe
 			b.close()
 			return nil, err
 		}
+		metrics, err := freePort()
+		if err != nil {
+			b.close()
+			return nil, err
+		}
 		hubDir := filepath.Join(dir, fmt.Sprintf("hub-%d", i))
 		os.MkdirAll(hubDir, 0o755)
 		env := append(benchHubEnv(addr, b.files, hubDir, "TETHER_FLEET_AGENTS_FILE="+listFile, users),
 			"TETHER_TOKEN_SIGNING_KEY_FILE="+keyFile,
 			"TETHER_COORDINATION=kubernetes", "TETHER_COORDINATION_NAMESPACE="+ns,
 			fmt.Sprintf("TETHER_REPLICA_NAME=hub-%d", i), "TETHER_PEER_ADDR="+peer, "TETHER_PEER_LISTEN_ADDR="+peer,
-			"KUBECONFIG="+cluster.AdminKubeconfig,
+			"KUBECONFIG="+cluster.AdminKubeconfig, "TETHER_METRICS_ADDR="+metrics,
 			// As the chart sets them: the drain while endpoints follow
 			// the failing /readyz, then the open requests' grace.
 			fmt.Sprintf("TETHER_DRAIN_DELAY_SECONDS=%d", chartDrainDelay), fmt.Sprintf("TETHER_SHUTDOWN_GRACE_SECONDS=%d", chartShutdownGrace))
 		b.addrs = append(b.addrs, addr)
+		b.metrics = append(b.metrics, metrics)
 		b.envs = append(b.envs, env)
 		b.hubs = append(b.hubs, nil)
 		b.starts = append(b.starts, 0)
@@ -186,6 +194,23 @@ func (b *replicaBed) stats(i int) (hubStats, error) {
 	var s hubStats
 	err := getJSON("http://"+b.hubs[i].ready[1]+"/stats", &s)
 	return s, err
+}
+
+// held is how many agents replica i holds: its tether_agents_connected.
+func (b *replicaBed) held(i int) (int, error) {
+	resp, err := http.Get("http://" + b.metrics[i] + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "tether_agents_connected "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return int(f), err
+		}
+	}
+	return 0, fmt.Errorf("replica %d's /metrics has no tether_agents_connected", i)
 }
 
 // writeSigningKey writes a new Ed25519 key, as the chart's Secret holds

@@ -14,7 +14,9 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -279,7 +281,74 @@ func replicaFleet(ctx context.Context, r *report, b *replicaBed, o replicaOpts) 
 	if !o.rolling {
 		return nil
 	}
-	return rollingUpdate(ctx, r, b, w, names, o.rollingRP)
+	if err := rollingUpdate(ctx, r, b, w, names, o.rollingRP); err != nil {
+		return err
+	}
+	return evenedOut(ctx, r, b, total)
+}
+
+// evenedOut times, from the end of the rolling update, how long the
+// replicas take to hold about a share each: none more than its share and
+// the tenth the hub allows (internal/hub/balance.go). Agents stay where
+// they connect; the replica restarted last would otherwise hold none.
+func evenedOut(ctx context.Context, r *report, b *replicaBed, total int) error {
+	n := len(b.hubs)
+	share := (total + n - 1) / n
+	most := func() (int, []int, error) {
+		held := make([]int, n)
+		m := 0
+		for i := range n {
+			k, err := b.held(i)
+			if err != nil {
+				return 0, nil, err
+			}
+			held[i], m = k, max(m, k)
+		}
+		return m, held, nil
+	}
+	first, atEnd, err := most()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	limit := share + max(1, share/10)
+	m, held := first, atEnd
+	for m > limit && time.Since(t0) < 3*time.Minute {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+		if m, held, err = most(); err != nil {
+			return err
+		}
+	}
+	took := time.Since(t0)
+	fmtInts := func(xs []int) string { return strings.Trim(fmt.Sprint(xs), "[]") }
+	r.add(figure{Section: "replicas-fleet", Name: "after the rolling update: the most agents one replica held ÷ an even share", Value: float64(first) / float64(share), Unit: "×",
+		Detail: fmt.Sprintf("agents held by each replica as the update ended: %s, of %d (an even share %d)", fmtInts(atEnd), total, share)})
+	r.add(figure{Section: "replicas-fleet", Name: "after the rolling update: seconds until no replica held more than its share and a tenth", Value: took.Seconds(), Unit: "s",
+		Detail: fmt.Sprintf("then %s; the replicas over their share ask agents to move (make-before-break, a fifth of their admission pace a second) while another holds fewer", fmtInts(held))})
+	return nil
+}
+
+// machineCPU is the CPU time every process on the machine has used, from
+// /proc/stat: user, nice, system, irq and softirq, not idle or iowait.
+func machineCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal…
+	var ticks int64
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		if i < len(f) {
+			n, _ := strconv.ParseInt(f[i], 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ is 100 on Linux
 }
 
 func fmtList(xs []float64) string {
@@ -314,6 +383,11 @@ func killReplica(ctx context.Context, r *report, b *replicaBed, fr *fleetRun, w 
 		return err
 	}
 	w.since()
+	others := make([]time.Duration, len(b.hubs))
+	for i := 1; i < len(b.hubs); i++ {
+		others[i] = b.hubs[i].cpu()
+	}
+	machine0 := machineCPU()
 	t0 := time.Now()
 	b.hubs[0].kill()
 	back, err := b.waitReady(ctx, 0, names, time.Minute)
@@ -321,6 +395,11 @@ func killReplica(ctx context.Context, r *report, b *replicaBed, fr *fleetRun, w 
 		return err
 	}
 	took := back.Sub(t0)
+	machine := machineCPU() - machine0
+	var taking time.Duration
+	for i := 1; i < len(b.hubs); i++ {
+		taking += b.hubs[i].cpu() - others[i]
+	}
 	at, kinds, err := w.since()
 	if err != nil {
 		return err
@@ -362,6 +441,13 @@ func killReplica(ctx context.Context, r *report, b *replicaBed, fr *fleetRun, w 
 		Detail: fmt.Sprintf("SIGKILL to replica 0, which held %d; both others showed every cluster Ready again after %.1f s; %d reconnections, the last %.1f s after the SIGKILL", total/len(b.hubs), took.Seconds(), len(again), float64(last)/1000)}, 30))
 	r.add(atMost(figure{Section: "replicas-fleet", Name: "replica killed: largest share of the fleet reconnecting in one second", Value: float64(peak) / float64(total), Unit: "share",
 		Detail: fmt.Sprintf("%d agents in the busiest second from the SIGKILL, as the agents logged it, of %d (in any one second: %d, %.3f); each replica admits its share of a twentieth of the agents list a second (its share among the replicas it knows: a third while the killed one's Lease lasts, then a half), so the %d others together at most a twentieth", peak, total, sliding, float64(sliding)/float64(total), len(b.hubs)-1)}, 0.10))
+	// What taking the agents in cost the replicas, against what the
+	// whole machine spent meanwhile: on one machine the simulated agents
+	// and their API servers' stand-in share the cores with the replicas.
+	held := total / len(b.hubs)
+	r.add(figure{Section: "replicas-fleet", Name: "replica killed: the others' CPU per agent they took in", Value: float64(taking.Milliseconds()) / float64(max(1, held)), Unit: "ms",
+		Detail: fmt.Sprintf("the %d others used %.1f CPU-s until all %d were back (their probes of every cluster included), the whole machine %.1f CPU-s of the %.1f its %d cores had in the %.1f s",
+			len(b.hubs)-1, taking.Seconds(), held, machine.Seconds(), took.Seconds()*float64(runtime.NumCPU()), runtime.NumCPU(), took.Seconds())})
 	secs := max(took.Seconds(), 1)
 	r.add(atMost(figure{Section: "replicas-fleet", Name: "coordination writes to the API server while the agents reconnect", Value: float64(len(at)) / secs, Unit: "writes/s",
 		Detail: fmt.Sprintf("%d writes in the %.1f s until all were back, at most %d in any one second: %s", len(at), secs, busiestSecond(at), kindsString(kinds))}, 50))
