@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -17,19 +16,6 @@ import (
 	"github.com/tetherhq/tether/internal/testutil/agenttest"
 	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
-
-// askedToMove counts h's agents asked to move.
-func askedToMove(h *testHub) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, c := range h.agents {
-		if c.moving.Load() {
-			n++
-		}
-	}
-	return n
-}
 
 // balanceTickNow runs h's next balance tick on clk and waits until it has
 // counted the spread.
@@ -53,10 +39,7 @@ func balanceTickNow(t *testing.T, h *testHub, clk *clock.Fake) {
 // it asks none.
 func TestAReplicaHoldingMoreThanItsShareAsksSomeToMove(t *testing.T) {
 	fc := fakecluster.New(t)
-	var names []string
-	for i := range 10 {
-		names = append(names, fmt.Sprintf("c%02d", i))
-	}
+	names := numbered(10)
 	clk := clock.NewFake(time.Now())
 	h := startHub(t, Config{Agents: testAgents(names...), Replica: "hub-a", Heartbeat: time.Hour, ProbeInterval: time.Hour, Clock: clk})
 	var ctls []net.Conn
@@ -131,26 +114,6 @@ func TestAReplicaHoldingMoreThanItsShareAsksSomeToMove(t *testing.T) {
 	}
 }
 
-// moveUpgradeStatus is the status of a moving agent's WebSocket upgrade as
-// cluster name.
-func moveUpgradeStatus(t *testing.T, hubURL, name string) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, hubURL+"/api/agent", nil)
-	req.Header.Set("Authorization", "Bearer "+testToken)
-	req.Header.Set(protocol.AgentHeader, name)
-	req.Header.Set(protocol.MoveHeader, "1")
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "websocket")
-	req.Header.Set("Sec-WebSocket-Version", "13")
-	req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode, resp.Header.Get("Retry-After")
-}
-
 // TestAFullReplicaTurnsAMoveAway: a replica at its share while another
 // holds fewer answers a moving agent's upgrade 503 with Retry-After 1, so
 // the load balancer's next pick can be the other, twice for one cluster
@@ -167,11 +130,11 @@ func TestAFullReplicaTurnsAMoveAway(t *testing.T) {
 	balanceTickNow(t, h, clk)
 
 	for i := range declineLimit {
-		if code, after := moveUpgradeStatus(t, h.url, "moving"); code != http.StatusServiceUnavailable || after != "1" {
+		if code, after := upgrade(t, h.url, "moving", true); code != http.StatusServiceUnavailable || after != "1" {
 			t.Fatalf("move %d at a full replica: %d, Retry-After %q; want 503 and 1", i+1, code, after)
 		}
 	}
-	if code, _ := moveUpgradeStatus(t, h.url, "moving"); code != http.StatusSwitchingProtocols {
+	if code, _ := upgrade(t, h.url, "moving", true); code != http.StatusSwitchingProtocols {
 		t.Errorf("the move turned away %d times already: %d, want it taken (101)", declineLimit, code)
 	}
 	if code := upgradeStatus(t, h.url, "new"); code != http.StatusSwitchingProtocols {
@@ -187,7 +150,7 @@ func TestAFullReplicaTurnsAMoveAway(t *testing.T) {
 		h.SetClaim("hub-b", n, &Claim{Since: later, Upstream: claimUpstream{}})
 	}
 	balanceTickNow(t, h, clk)
-	if code, _ := moveUpgradeStatus(t, h.url, "c00"); code != http.StatusSwitchingProtocols {
+	if code, _ := upgrade(t, h.url, "c00", true); code != http.StatusSwitchingProtocols {
 		t.Errorf("a move with the replicas even: %d, want it taken (101)", code)
 	}
 }

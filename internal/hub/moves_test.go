@@ -114,13 +114,47 @@ func TestDrainMovesAgentsWithoutTakeover(t *testing.T) {
 	}
 }
 
+// numbered is n cluster names, c00 onwards.
+func numbered(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("c%02d", i)
+	}
+	return names
+}
+
+// askedToMove counts h's agents asked to move.
+func askedToMove(h *testHub) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, c := range h.agents {
+		if c.moving.Load() {
+			n++
+		}
+	}
+	return n
+}
+
 // upgradeStatus is the status of an agent's WebSocket upgrade as cluster
 // name, the token right.
 func upgradeStatus(t *testing.T, hubURL, name string) int {
 	t.Helper()
+	code, _ := upgrade(t, hubURL, name, false)
+	return code
+}
+
+// upgrade makes an agent's WebSocket upgrade as cluster name, the token
+// right, saying it moves or not (protocol.MoveHeader), and returns the
+// answer's status and Retry-After.
+func upgrade(t *testing.T, hubURL, name string, move bool) (int, string) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, hubURL+"/api/agent", nil)
 	req.Header.Set("Authorization", "Bearer "+testToken)
 	req.Header.Set(protocol.AgentHeader, name)
+	if move {
+		req.Header.Set(protocol.MoveHeader, "1")
+	}
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", "websocket")
 	req.Header.Set("Sec-WebSocket-Version", "13")
@@ -130,7 +164,7 @@ func upgradeStatus(t *testing.T, hubURL, name string) int {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	return resp.StatusCode
+	return resp.StatusCode, resp.Header.Get("Retry-After")
 }
 
 // TestDrainAsksAtTheOthersPace: a draining replica asks its agents to move
@@ -138,10 +172,7 @@ func upgradeStatus(t *testing.T, hubURL, name string) int {
 // once, so they aren't refused (and retry) by the dozen.
 func TestDrainAsksAtTheOthersPace(t *testing.T) {
 	fc := fakecluster.New(t)
-	var names []string
-	for i := range 25 {
-		names = append(names, fmt.Sprintf("c%02d", i))
-	}
+	names := numbered(25)
 	clk := clock.NewFake(time.Now())
 	// Two replicas of 25 listed agents: the other admits the smallest
 	// pace, 100 a second, so 10 are asked each tick.
@@ -149,23 +180,12 @@ func TestDrainAsksAtTheOthersPace(t *testing.T) {
 	for _, n := range names {
 		helloAs(t, h, fc, n, true)
 	}
-	asked := func() int {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		n := 0
-		for _, c := range h.agents {
-			if c.moving.Load() {
-				n++
-			}
-		}
-		return n
-	}
 	h.SetReplicas(2)
 	h.Drain()
 	for _, want := range []int{10, 20, 25} {
-		eventually(t, 5*time.Second, fmt.Sprintf("%d agents asked to move", want), func() bool { return asked() >= want })
+		eventually(t, 5*time.Second, fmt.Sprintf("%d agents asked to move", want), func() bool { return askedToMove(h) >= want })
 		// Only the clock lets more be asked.
-		if got := asked(); got != want {
+		if got := askedToMove(h); got != want {
 			t.Fatalf("%d agents asked to move before the clock moved on, want %d", got, want)
 		}
 		if want < len(names) {
