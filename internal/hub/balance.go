@@ -155,8 +155,12 @@ func (h *Hub) balance() (time.Duration, bool) {
 		movers = append(movers, busy[:min(len(busy), want-len(movers))]...)
 	}
 	h.mu.Unlock()
+	// Said once as it starts, not each second it goes on.
+	if len(movers) > 0 && !h.evening {
+		h.log.Info("Evening out: asking agents to move to replicas that hold fewer", "held", l.held, "share", l.share, "perSecond", len(movers))
+	}
+	h.evening = len(movers) > 0
 	if len(movers) > 0 {
-		h.log.Info("Asking agents to move to replicas that hold fewer", "agents", len(movers), "held", l.held, "share", l.share)
 		for _, c := range movers {
 			c.moving.Store(true)
 			c.send(protocol.Message{Type: protocol.TypeGoAway, Reason: protocol.ReasonMove})

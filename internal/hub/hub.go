@@ -111,6 +111,7 @@ type Hub struct {
 
 	inventory *store.Store  // every cluster's inventory
 	stop      chan struct{} // closed by Close
+	evening   bool          // the balance ticks are asking agents to move; theirs alone
 
 	mu     sync.Mutex // guards the following
 	closed bool
