@@ -237,3 +237,37 @@ func TestAMovedConnectionClosesThoughItsProbeKeptOne(t *testing.T) {
 		t.Fatalf("the connection moved from is still open 5 s after the move, %d streams on it", c.apiStreams())
 	}
 }
+
+// TestAMovedConnectionRecordsNoStatus: a probe that was under way on a
+// connection when its agent moved records nothing when it ends, and the
+// connection is probed no more: the cluster's status is its new holder's.
+// Recorded, a probe cut short on the old connection would have made the
+// cluster Unreachable here while its agent is fine elsewhere.
+func TestAMovedConnectionRecordsNoStatus(t *testing.T) {
+	fc := fakecluster.New(t)
+	gate := make(chan struct{})
+	fc.ReadyzGate.Store(&gate)
+	h := startHub(t, Config{Agents: testAgents("eu-1"), Replica: "hub-a", Heartbeat: time.Hour, ProbeInterval: time.Hour})
+	startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "the first probe at /readyz", func() bool { return fc.Count("/readyz") == 1 })
+	h.mu.Lock()
+	c := h.agents["eu-1"]
+	h.mu.Unlock()
+	c.moving.Store(true)
+	h.SetClaim("hub-b", "eu-1", &Claim{Since: time.Now().Add(time.Hour), Upstream: claimUpstream{}})
+	gate <- struct{}{} // the probe under way ends: the API server is ready
+	select {
+	case <-c.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connection moved from is still open 5 s after its probe ended")
+	}
+	// The agent, its old connection closed, connects here again; that
+	// connection's first probe waits at the gate, so nothing but the old
+	// connection's probe can have recorded a status.
+	h.mu.Lock()
+	st, recorded := h.status["eu-1"]
+	h.mu.Unlock()
+	if recorded {
+		t.Errorf("the probe of the connection moved from recorded %+v", st.ClusterStatus)
+	}
+}

@@ -273,8 +273,11 @@ func (h *Hub) startProbes(ctx context.Context, c *agentConn) *timerLoop {
 
 // probeAndRecord probes c's cluster and records what it found, unless c's
 // connection ended meanwhile: a probe the tunnel's end cut short says
-// nothing of the API server, and finish records the disconnect. It reports
-// whether the connection is still up.
+// nothing of the API server, and finish records the disconnect. Nor does
+// a connection that is no longer the cluster's record anything, nor probe
+// again: its agent moved (to another replica, or to a new connection
+// here) and the cluster's status is its new connection's. It reports
+// whether to probe again.
 func (h *Hub) probeAndRecord(ctx context.Context, c *agentConn) bool {
 	r := h.probe(ctx, c)
 	select {
@@ -282,7 +285,7 @@ func (h *Hub) probeAndRecord(ctx context.Context, c *agentConn) bool {
 		return false
 	default:
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || h.connected(c.name) != c {
 		return false
 	}
 	h.setStatus(c.name, c.agentVersion, r)
