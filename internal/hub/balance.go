@@ -123,7 +123,8 @@ func (h *Hub) known(replica string) bool {
 // balance is the balance tick: it counts the spread and, if this replica
 // holds more than its share and its slack while another holds less, asks
 // agents to move, at most a fifth of a replica's admission pace a second,
-// those with no stream open first.
+// those with no stream open first. Once started it goes on down to the
+// share, not the share and its slack, while another is still under.
 func (h *Hub) balance() (time.Duration, bool) {
 	now := h.clock.Now()
 	h.mu.Lock()
@@ -139,7 +140,7 @@ func (h *Hub) balance() (time.Duration, bool) {
 		}
 	}
 	var movers []*agentConn
-	if l.under && l.held > l.share+slack(l.share) {
+	if l.under && (l.held > l.share+slack(l.share) || h.evening && l.held > l.share) {
 		want := min(l.held-l.share, max(1, admitRate(l.share)/5))
 		var busy []*agentConn
 		for name, c := range h.agents {

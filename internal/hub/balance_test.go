@@ -114,6 +114,38 @@ func TestAReplicaHoldingMoreThanItsShareAsksSomeToMove(t *testing.T) {
 	}
 }
 
+// TestEveningOutGoesOnDownToTheShare: a replica that started asking
+// agents to move goes on while it holds more than its share and another
+// is under, though it is within the slack that would not have started it;
+// so the replica that started empty isn't left a slack under the share.
+func TestEveningOutGoesOnDownToTheShare(t *testing.T) {
+	fc := fakecluster.New(t)
+	names := numbered(15)
+	clk := clock.NewFake(time.Now())
+	h := startHub(t, Config{Agents: testAgents(names...), Replica: "hub-a", Heartbeat: time.Hour, ProbeInterval: time.Hour, Clock: clk})
+	for _, n := range names[:14] {
+		helloAs(t, h, fc, n, true)
+	}
+	h.SetPeer("hub-b", false)
+	h.SetPeer("hub-c", false) // holds none
+	later := clk.Now().Add(time.Minute)
+	for _, n := range numbered(11) {
+		h.SetClaim("hub-b", "b-"+n, &Claim{Since: later, Upstream: claimUpstream{}})
+	}
+	// 25 clusters on 3 replicas: a share of 9, a slack of 1.
+	balanceTickNow(t, h, clk)
+	if n := askedToMove(h); n != 5 {
+		t.Fatalf("%d asked to move, want the 5 over the share of 9", n)
+	}
+	// One more agent here: 10 held of a share of 9 (26 clusters), within
+	// the slack, and hub-c still holds none.
+	helloAs(t, h, fc, names[14], true)
+	balanceTickNow(t, h, clk)
+	if n := askedToMove(h); n != 6 {
+		t.Errorf("%d asked to move in all, want 6: once started, down to the share", n)
+	}
+}
+
 // TestAFullReplicaTurnsAMoveAway: a replica at its share while another
 // holds fewer answers a moving agent's upgrade 503 with Retry-After 1, so
 // the load balancer's next pick can be the other, twice for one cluster
