@@ -527,8 +527,10 @@ func TestAgentsSpreadOverTheReplicas(t *testing.T) {
 		}
 		agents = append(agents, agenttest.Start(t, rs[0].url, n, testToken, fc.SADir, fc.Addr(), func(c *agent.Config) { c.DialHub = dial }))
 	}
+	// Each agent's first connection is to hub-a (the dialer), so hub-b
+	// holds only what hub-a asked to move. Not waited for: hub-a may
+	// ask before a test sees all four there.
 	held := func(r *replica) int { return len(r.hub.HeldNames()) }
-	eventually(t, 5*time.Second, "all four on hub-a", func() bool { return held(rs[0]) == 4 })
 	eventually(t, 10*time.Second, "two on each replica", func() bool { return held(rs[0]) == 2 && held(rs[1]) == 2 })
 	eventually(t, 5*time.Second, "every cluster Ready on both replicas", func() bool {
 		for _, n := range names {
