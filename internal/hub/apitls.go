@@ -99,6 +99,14 @@ func (c *agentConn) dialAPI(ctx context.Context, tlsConfig *tls.Config) (*tls.Co
 	if err != nil {
 		return nil, err
 	}
+	if IsOwnRequest(ctx) {
+		done, err := c.hub.takeTurn(ctx, c.sess.Done())
+		if err != nil {
+			st.Close()
+			return nil, err
+		}
+		defer done()
+	}
 	return HandshakeAPI(ctx, st, tlsConfig)
 }
 

@@ -78,6 +78,10 @@ type Config struct {
 	// The hub's own probes and access reviews have reservedStreams more.
 	// Zero means DefaultMaxStreamsPerAgent.
 	MaxStreamsPerAgent int
+	// OwnHandshakes bounds the TLS handshakes with API servers the hub
+	// makes at once for its own requests, over all clusters
+	// (handshakes.go). Zero means DefaultOwnHandshakes.
+	OwnHandshakes int
 }
 
 // DefaultMaxStreamsPerAgent is TETHER_MAX_STREAMS_PER_AGENT's default. A
@@ -103,8 +107,9 @@ type Hub struct {
 	clock     clock.Clock
 	metrics   *metrics
 	refusals  *logging.Limiter
-	admission admission    // paces agents' connections
-	replicas  atomic.Int32 // how many replicas share the fleet (admission.go)
+	admission admission     // paces agents' connections
+	turns     chan struct{} // a place each for the own handshakes under way (handshakes.go)
+	replicas  atomic.Int32  // how many replicas share the fleet (admission.go)
 
 	conns  sync.WaitGroup // one per served agent connection
 	events broker         // tells subscribers what changed
@@ -217,6 +222,9 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.ProbeTimeout == 0 {
 		cfg.ProbeTimeout = 5 * time.Second
 	}
+	if cfg.OwnHandshakes == 0 {
+		cfg.OwnHandshakes = DefaultOwnHandshakes
+	}
 	// The hub's own defaults for the tunnel, each for a field left zero;
 	// tunnel.Config fills the rest.
 	if cfg.Tunnel.StreamCloseTimeout == 0 {
@@ -264,6 +272,7 @@ func New(cfg Config) (*Hub, error) {
 		clock:    cfg.Clock,
 		metrics:  m,
 		refusals: logging.NewLimiter(10 * time.Second),
+		turns:    make(chan struct{}, cfg.OwnHandshakes),
 		agents:   map[string]*agentConn{},
 		status:   map[string]*clusterStatus{},
 		lastCA:   map[string]string{},

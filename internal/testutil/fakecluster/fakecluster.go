@@ -50,6 +50,10 @@ type Cluster struct {
 	// ReadyzGate, when set, holds each /readyz until it can receive from
 	// the channel (or its request is gone).
 	ReadyzGate atomic.Pointer[chan struct{}]
+	// HandshakeGate, when set, holds each TLS handshake until it can
+	// receive from the channel; Handshaking counts those held now.
+	HandshakeGate atomic.Pointer[chan struct{}]
+	Handshaking   atomic.Int32
 	// ReviewsFail makes the access reviews the tests answer fail.
 	ReviewsFail atomic.Bool
 	// BigSent counts the bytes /big has written; Watching, the /watch and
@@ -276,7 +280,14 @@ func New(t *testing.T) *Cluster {
 		w.Write([]byte(`{"major":"1","minor":"36","gitVersion":"v1.36.3-test"}`))
 	})
 	fc.Srv = httptest.NewUnstartedServer(mux)
-	fc.Srv.TLS = &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return fc.cert.Load(), nil }}
+	fc.Srv.TLS = &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		if g := fc.HandshakeGate.Load(); g != nil {
+			fc.Handshaking.Add(1)
+			<-*g
+			fc.Handshaking.Add(-1)
+		}
+		return fc.cert.Load(), nil
+	}}
 	fc.Srv.StartTLS()
 	// StartTLS adds httptest's own certificate, which a client that sends
 	// no server name (one dialing an IP address) would get instead.
