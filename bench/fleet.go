@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -118,6 +119,7 @@ func agentsChild(ctx context.Context, args []string) error {
 		rec.mu.Unlock()
 		json.NewEncoder(w).Encode(s)
 	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index) // for a look while it runs
 	go http.Serve(ln, mux)
 	fmt.Printf("READY %s\n", ln.Addr())
 	var wg sync.WaitGroup

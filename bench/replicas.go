@@ -9,12 +9,14 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tetherhq/tether/internal/fleet"
@@ -227,64 +229,150 @@ func writeSigningKey(path string) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
 }
 
-// readyOn returns how many of names replica i shows Ready.
-func (b *replicaBed) readyOn(ctx context.Context, c *http.Client, i int, names map[string]bool) (int, error) {
-	req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+b.addrs[i]+"/api/clusters", nil)
+// readyOn follows replica i's /api/events, as an open fleet page does,
+// and sends on counts how many of names it shows Ready each time that
+// changes, until ctx ends or the stream does. A fresh stream starts with
+// every cluster, so each one starts the count again. Following the stream
+// costs the replica an event a change; polling /api/clusters four times a
+// second cost it a list of the whole fleet each time, which at 15,000
+// clusters took CPU the replicas taking agents back needed.
+func (b *replicaBed) readyOn(ctx context.Context, c *http.Client, i int, names map[string]bool, counts chan<- int) error {
+	req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+b.addrs[i]+"/api/events", nil)
 	req.Header.Set("Authorization", "Bearer "+b.userToken)
 	resp, err := c.Do(req)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		return 0, fmt.Errorf("replica %d: GET /api/clusters: %s", i, resp.Status)
+		return fmt.Errorf("GET /api/events: %s", resp.Status)
 	}
-	var list []struct{ Name, Status string }
-	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, c := range list {
-		if names[c.Name] && c.Status == "Ready" {
-			n++
+	ready := map[string]bool{}
+	n := -1
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		var e struct{ Name, Status string }
+		if json.Unmarshal([]byte(data), &e) != nil || !names[e.Name] {
+			continue
+		}
+		// A "removed" event has no status: not Ready.
+		if e.Status == "Ready" {
+			ready[e.Name] = true
+		} else {
+			delete(ready, e.Name)
+		}
+		if len(ready) != n {
+			n = len(ready)
+			select {
+			case counts <- n:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
-	return n, nil
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return errors.New("the event stream ended")
 }
 
 // waitReady waits until every replica but skip shows every one of names
-// Ready, and returns when it first saw them so.
+// Ready, and returns when it first saw them so. It follows each replica's
+// event stream, opening it again if it breaks (a replica restarting).
 func (b *replicaBed) waitReady(ctx context.Context, skip int, names map[string]bool, limit time.Duration) (time.Time, error) {
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: b.files.pool.Clone()}}
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: b.files.pool.Clone()}}
 	defer c.CloseIdleConnections()
-	deadline := time.Now().Add(limit)
+	type update struct {
+		i, n int
+		err  error
+	}
+	updates := make(chan update)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // before the wait: the followers end with ctx
+	seen := map[int]int{}
+	errs := map[int]error{}
+	for i := range b.hubs {
+		if i == skip {
+			continue
+		}
+		seen[i] = 0
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				counts := make(chan int)
+				done := make(chan error, 1)
+				go func() { done <- b.readyOn(ctx, c, i, names, counts) }()
+				var err error
+			follow:
+				for {
+					select {
+					case n := <-counts:
+						select {
+						case updates <- update{i: i, n: n}:
+						case <-ctx.Done():
+						}
+					case err = <-done:
+						break follow
+					}
+				}
+				select {
+				case updates <- update{i: i, n: 0, err: err}:
+				case <-ctx.Done():
+					return
+				}
+				select {
+				case <-time.After(250 * time.Millisecond):
+				case <-ctx.Done():
+				}
+			}
+		}()
+	}
 	for {
-		all := true
-		var seen []int
-		var errs []string
-		for i := range b.hubs {
-			if i == skip {
+		select {
+		case u := <-updates:
+			seen[u.i] = u.n
+			if u.err != nil {
+				errs[u.i] = u.err
 				continue
 			}
-			n, err := b.readyOn(ctx, c, i, names)
-			seen = append(seen, n)
-			if err != nil {
-				errs = append(errs, fmt.Sprintf("replica %d: %v", i, err))
+			delete(errs, u.i)
+			all := true
+			for _, n := range seen {
+				all = all && n == len(names)
 			}
-			if err != nil || n < len(names) {
-				all = false
+			if all {
+				return time.Now(), nil
 			}
-		}
-		if all {
-			return time.Now(), nil
-		}
-		if time.Now().After(deadline) {
-			return time.Time{}, fmt.Errorf("after %s the replicas show %v of %d clusters Ready %v", limit, seen, len(names), errs)
-		}
-		select {
 		case <-ctx.Done():
-			return time.Time{}, ctx.Err()
-		case <-time.After(250 * time.Millisecond):
+			if err := context.Cause(ctx); !errors.Is(err, context.DeadlineExceeded) {
+				return time.Time{}, err
+			}
+			// For a look after the run: what each replica was doing.
+			for i, h := range b.hubs {
+				if h != nil && i != skip {
+					saveURL("http://"+h.ready[1]+"/debug/pprof/goroutine?debug=2", filepath.Join(b.dir, fmt.Sprintf("replica-goroutines-%d-%d.txt", i, b.starts[i])))
+				}
+			}
+			var shown []string
+			for i := range b.hubs {
+				if n, ok := seen[i]; ok {
+					s := fmt.Sprintf("replica %d: %d", i, n)
+					if errs[i] != nil {
+						s += fmt.Sprintf(" (%v)", errs[i])
+					}
+					shown = append(shown, s)
+				}
+			}
+			return time.Time{}, fmt.Errorf("after %s the replicas show these of %d clusters Ready: %s", limit, len(names), strings.Join(shown, "; "))
 		}
 	}
 }

@@ -251,6 +251,7 @@ func replicaFleet(ctx context.Context, r *report, b *replicaBed, o replicaOpts) 
 	for i := range n {
 		cpu0[i] = b.hubs[i].cpu()
 	}
+	agents0, machine0 := childrenCPU(kids), machineCPU()
 	select {
 	case <-time.After(o.window):
 	case <-ctx.Done():
@@ -264,13 +265,16 @@ func replicaFleet(ctx context.Context, r *report, b *replicaBed, o replicaOpts) 
 	for i := range n {
 		cores = append(cores, (b.hubs[i].cpu()-cpu0[i]).Seconds()/o.window.Seconds()*100)
 	}
+	agentsCores := (childrenCPU(kids) - agents0).Seconds() / o.window.Seconds() * 100
+	machineCores := (machineCPU() - machine0).Seconds() / o.window.Seconds() * 100
 	perReplica := float64(len(at)) / float64(n) / o.window.Seconds() * 2
 	r.add(atMost(figure{Section: "replicas-fleet", Name: "coordination writes to the API server at rest, per replica per 2 s", Value: perReplica, Unit: "writes",
 		Detail: fmt.Sprintf("%d writes by the %d replicas in %s (from the API server's audit log): %s", len(at), n, o.window, kindsString(kinds))}, 1))
 	sorted := append([]float64(nil), cores...)
 	sort.Float64s(sorted)
 	r.add(figure{Section: "replicas-fleet", Name: "replica CPU at rest, the busiest", Value: sorted[n-1], Unit: "% of a core",
-		Detail: fmt.Sprintf("per replica %s %% over %s, %d agents each, their API servers answering the probes (every 10 s)", fmtList(cores), o.window, o.perHub)})
+		Detail: fmt.Sprintf("per replica %s %% over %s, %d agents each, their API servers answering the probes (every 10 s); meanwhile the simulated agents' processes used %.0f %% of a core together, and the whole machine %.0f %% of the %d %% its %d cores have",
+			fmtList(cores), o.window, o.perHub, agentsCores, machineCores, 100*runtime.NumCPU(), runtime.NumCPU())})
 
 	if !o.kill {
 		return nil
@@ -330,6 +334,15 @@ func evenedOut(ctx context.Context, r *report, b *replicaBed, total int) error {
 	r.add(figure{Section: "replicas-fleet", Name: "after the rolling update: seconds until no replica held more than its share and a tenth", Value: took.Seconds(), Unit: "s",
 		Detail: fmt.Sprintf("then %s; the replicas over their share ask agents to move (make-before-break, a fifth of their admission pace a second) while another holds fewer", fmtInts(held))})
 	return nil
+}
+
+// childrenCPU is the CPU time the processes in cs have used so far.
+func childrenCPU(cs []*child) time.Duration {
+	var t time.Duration
+	for _, c := range cs {
+		t += c.cpu()
+	}
+	return t
 }
 
 // machineCPU is the CPU time every process on the machine has used, from
