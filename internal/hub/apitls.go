@@ -95,17 +95,21 @@ func verifyServer(ca [][]byte, serverName string, chain []*x509.Certificate) err
 // dialAPI opens a connection to the cluster's API server: a stream through
 // the tunnel, with TLS inside it. The agent only ever sees ciphertext.
 func (c *agentConn) dialAPI(ctx context.Context, tlsConfig *tls.Config) (*tls.Conn, error) {
-	st, err := c.dial(ctx)
-	if err != nil {
-		return nil, err
-	}
 	if IsOwnRequest(ctx) {
+		// Counted from before its turn: a dial waiting for one has no
+		// stream open yet, and must keep the transport it will bring a
+		// connection to (hubTransportDone).
+		c.ownDials.Add(1)
+		defer c.ownDials.Add(-1)
 		done, err := c.hub.takeTurn(ctx, c.sess.Done())
 		if err != nil {
-			st.Close()
 			return nil, err
 		}
 		defer done()
+	}
+	st, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
 	}
 	return HandshakeAPI(ctx, st, tlsConfig)
 }

@@ -68,8 +68,10 @@ type agentConn struct {
 	// inventoryOpen is true while the agent's inventory stream is open.
 	inventoryOpen atomic.Bool
 	// streams and ownStreams count the streams to the API server open now
-	// (dial), for people's requests and for the hub's own.
-	streams, ownStreams atomic.Int64
+	// (dial), for people's requests and for the hub's own; ownDials the
+	// hub's own dials under way, waiting for their turn or not
+	// (handshakes.go).
+	streams, ownStreams, ownDials atomic.Int64
 
 	writeMu sync.Mutex // guards writes to ctl
 

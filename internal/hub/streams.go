@@ -137,7 +137,7 @@ func (c *agentConn) hubTransport() (t *http.Transport, done func()) {
 func (c *agentConn) hubTransportDone(t *http.Transport) {
 	c.mu.Lock()
 	c.ownUsers--
-	drop := c.ownUsers == 0 && c.ownStreams.Load() == 0 && c.ownTransport == t
+	drop := c.ownUsers == 0 && c.ownStreams.Load() == 0 && c.ownDials.Load() == 0 && c.ownTransport == t
 	if drop {
 		c.ownTransport = nil
 	}
