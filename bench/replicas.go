@@ -359,7 +359,7 @@ func (b *replicaBed) waitReady(ctx context.Context, skip int, names map[string]b
 			// For a look after the run: what each replica was doing.
 			for i, h := range b.hubs {
 				if h != nil && i != skip {
-					saveURL("http://"+h.ready[1]+"/debug/pprof/goroutine?debug=2", filepath.Join(b.dir, fmt.Sprintf("replica-goroutines-%d-%d.txt", i, b.starts[i])))
+					saveURL("http://"+h.ready[1]+"/debug/pprof/goroutine?debug=1", filepath.Join(b.dir, fmt.Sprintf("replica-goroutines-%d-%d.txt", i, b.starts[i])))
 				}
 			}
 			var shown []string
