@@ -70,7 +70,7 @@ type agentConn struct {
 	// streams and ownStreams count the streams to the API server open now
 	// (dial), for people's requests and for the hub's own; ownDials the
 	// hub's own dials under way, waiting for their turn or not
-	// (handshakes.go).
+	// (turns.go).
 	streams, ownStreams, ownDials atomic.Int64
 
 	writeMu sync.Mutex // guards writes to ctl

@@ -78,10 +78,10 @@ type Config struct {
 	// The hub's own probes and access reviews have reservedStreams more.
 	// Zero means DefaultMaxStreamsPerAgent.
 	MaxStreamsPerAgent int
-	// OwnHandshakes bounds the TLS handshakes with API servers the hub
-	// makes at once for its own requests, over all clusters
-	// (handshakes.go). Zero means DefaultOwnHandshakes.
-	OwnHandshakes int
+	// OwnDials bounds the hub's own dials to API servers (each a stream,
+	// the agent's dial and a TLS handshake) under way at once, over all
+	// clusters (turns.go). Zero means DefaultOwnDials.
+	OwnDials int
 }
 
 // DefaultMaxStreamsPerAgent is TETHER_MAX_STREAMS_PER_AGENT's default. A
@@ -108,7 +108,7 @@ type Hub struct {
 	metrics   *metrics
 	refusals  *logging.Limiter
 	admission admission     // paces agents' connections
-	turns     chan struct{} // a place each for the own handshakes under way (handshakes.go)
+	turns     chan struct{} // a place each for the hub's own dials under way (turns.go)
 	replicas  atomic.Int32  // how many replicas share the fleet (admission.go)
 
 	conns  sync.WaitGroup // one per served agent connection
@@ -222,8 +222,8 @@ func New(cfg Config) (*Hub, error) {
 	if cfg.ProbeTimeout == 0 {
 		cfg.ProbeTimeout = 5 * time.Second
 	}
-	if cfg.OwnHandshakes == 0 {
-		cfg.OwnHandshakes = DefaultOwnHandshakes
+	if cfg.OwnDials == 0 {
+		cfg.OwnDials = DefaultOwnDials
 	}
 	// The hub's own defaults for the tunnel, each for a field left zero;
 	// tunnel.Config fills the rest.
@@ -272,7 +272,7 @@ func New(cfg Config) (*Hub, error) {
 		clock:    cfg.Clock,
 		metrics:  m,
 		refusals: logging.NewLimiter(10 * time.Second),
-		turns:    make(chan struct{}, cfg.OwnHandshakes),
+		turns:    make(chan struct{}, cfg.OwnDials),
 		agents:   map[string]*agentConn{},
 		status:   map[string]*clusterStatus{},
 		lastCA:   map[string]string{},

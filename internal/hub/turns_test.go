@@ -8,10 +8,11 @@ import (
 	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
-// Many agents connecting at once each need a TLS handshake for their first
-// probe: the hub makes OwnHandshakes of them at once, the others wait
-// their turn, and every cluster comes Ready once the handshakes go through.
-func TestTheHubsOwnHandshakesTakeTurns(t *testing.T) {
+// Many agents connecting at once each need a connection, and a TLS
+// handshake, for their first probe: the hub dials OwnDials of them at
+// once, the others wait their turn, and every cluster comes Ready once the
+// handshakes go through.
+func TestTheHubsOwnDialsTakeTurns(t *testing.T) {
 	names := []string{"eu-1", "eu-2", "eu-3"}
 	gate := make(chan struct{})
 	var fcs []*fakecluster.Cluster
@@ -20,7 +21,7 @@ func TestTheHubsOwnHandshakesTakeTurns(t *testing.T) {
 		fc.HandshakeGate.Store(&gate)
 		fcs = append(fcs, fc)
 	}
-	h := startHub(t, Config{Agents: testAgents(names...), OwnHandshakes: 2, ProbeTimeout: 100 * time.Millisecond})
+	h := startHub(t, Config{Agents: testAgents(names...), OwnDials: 2, ProbeTimeout: 100 * time.Millisecond})
 	released := false
 	t.Cleanup(func() { // before the hub and the clusters close
 		if !released {

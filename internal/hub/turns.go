@@ -19,7 +19,7 @@ import (
 // cores, 3,867 to 4,100 of the 15,000 were Ready two minutes after their
 // API servers began to answer.
 //
-// So the hub's own dials to API servers take turns: at most OwnHandshakes
+// So the hub's own dials to API servers take turns: at most OwnDials
 // at once, the others waiting, in order, for a place. A turn covers the
 // whole dial (the stream, the agent reaching the API server, the
 // handshake). Taken only for the handshake, turns let every agent dial at
@@ -35,22 +35,22 @@ import (
 // requests don't wait here: there are few at once, and a person waiting
 // behind the fleet's probes would see it.
 
-// DefaultOwnHandshakes is how many of the hub's own dials to API servers
-// (each ending in a TLS handshake) are made at once. One through an agent
+// DefaultOwnDials is how many of the hub's own dials to API servers
+// (each ending in a TLS handshake) are under way at once. One through an agent
 // takes about two round trips to the API server: at 256 at once, round
 // trips of 150 ms still let a hub make 800 a second, more than its
 // admission pace takes agents in (admission.go, 500 a second for 10,000
 // agents).
-const DefaultOwnHandshakes = 256
+const DefaultOwnDials = 256
 
 // turnWait bounds how long a dial waits for its turn: past it the hub is
 // far behind, and a dial that waited this long would go stale anyway.
 const turnWait = 30 * time.Second
 
 // errNoTurn is a dial that waited turnWait for its turn.
-var errNoTurn = fmt.Errorf("the hub's own TLS handshakes with API servers were all under way for %s", turnWait)
+var errNoTurn = fmt.Errorf("the hub's own dials to API servers took every place for %s", turnWait)
 
-// takeTurn waits for a place among the own handshakes under way, until
+// takeTurn waits for a place among the hub's own dials under way, until
 // ctx ends or gone closes (the agent's tunnel), and returns the function
 // that gives it back.
 func (h *Hub) takeTurn(ctx context.Context, gone <-chan struct{}) (func(), error) {
