@@ -64,6 +64,7 @@
   let loaded = false;      // lists hold an answer for the inventory there is
   let lastKey = null;    // the inventory's "updated" the last load fetched
   let latestKey = null;  // the newest the page has heard of
+  let heard = 0;         // the cluster's events so far
   // The status line as last shown: when it changes, the history has a new
   // row, which a load fetches.
   let shownStatus = document.querySelector("#status .text").textContent;
@@ -124,7 +125,11 @@
     lastStart = Date.now();
     let failed = false;
     try {
+      const before = heard;
       const c = await getJSON(api);
+      // An event that came while the answer was on its way may be newer
+      // than it: what it showed is drawn over now, so load again after.
+      if (heard !== before) again = true;
       renderCluster(c);
       renderHistory(c.history || []);
       lastKey = latestKey = inventoryKey(c);
@@ -559,11 +564,11 @@
     cluster: e => {
       const c = JSON.parse(e.data);
       if (c.name !== name) return;
+      heard++;
       latestKey = inventoryKey(c);
       const statusChanged = statusText(c) !== shownStatus;
       renderCluster(c);
-      // A load under way looks at latestKey when it ends: an event that
-      // came while it waited for its first answer needs no second load.
+      // A load under way looks at latestKey and heard when it ends.
       if (statusChanged || !inflight && latestKey !== lastKey) schedule();
     },
     // The cluster left the agents list, or this person may no longer see
