@@ -72,6 +72,9 @@ type agentConn struct {
 	// hub's own dials under way, waiting for their turn or not
 	// (turns.go).
 	streams, ownStreams, ownDials atomic.Int64
+	// probeUnconnected is true when the last probe ended before it had
+	// a connection to the API server (probe).
+	probeUnconnected atomic.Bool
 
 	writeMu sync.Mutex // guards writes to ctl
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"slices"
 	"sort"
 	"strings"
@@ -111,6 +112,8 @@ type probeResult struct {
 	// cluster is connected: finish records it after it let go of h.mu,
 	// and one that connected meanwhile may have been probed already.
 	gone bool
+	// skipped: no probe was sent (probe), and the status stays as it was.
+	skipped bool
 }
 
 // notConnected is the status of a cluster whose agent has gone; lastSeen is
@@ -290,7 +293,9 @@ func (h *Hub) probeAndRecord(ctx context.Context, c *agentConn) bool {
 	if ctx.Err() != nil || h.connected(c.name) != c {
 		return false
 	}
-	h.setStatus(c.name, c.agentVersion, r)
+	if !r.skipped {
+		h.setStatus(c.name, c.agentVersion, r)
+	}
 	return true
 }
 
@@ -309,11 +314,25 @@ func (h *Hub) probe(ctx context.Context, c *agentConn) probeResult {
 		// cluster is Unreachable, for people, whatever /readyz says.
 		return probeResult{message: c.ceilingError}
 	}
+	if c.probeUnconnected.Load() && c.ownDials.Load() > 0 {
+		// The last probe gave up before it had a connection, and a dial
+		// is still under way: net/http gives its connection to the next
+		// request, this probe's, which would otherwise dial another. When
+		// the hub's own dials wait long for their turn (turns.go), each
+		// probe would add one, and each a TLS handshake, just when the
+		// hub has the least CPU for them. The status stays as the last
+		// probe left it.
+		return probeResult{skipped: true}
+	}
 	ctx, cancel := context.WithTimeout(OwnRequest(ctx), h.cfg.ProbeTimeout)
 	defer cancel()
+	connected := false
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { connected = true }})
 	client, done := c.hubTransport()
 	defer done()
-	if _, err := h.get(ctx, client, c, "/readyz"); err != nil {
+	_, err := h.get(ctx, client, c, "/readyz")
+	c.probeUnconnected.Store(!connected)
+	if err != nil {
 		return probeResult{message: err.Error()}
 	}
 	body, err := h.get(ctx, client, c, "/version")

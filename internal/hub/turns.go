@@ -31,7 +31,8 @@ import (
 //
 // A probe that gives up while its dial waits records its timeout as
 // before; the dial goes on (net/http's transport dials on for the next
-// request), and the next probe finds the connection made. People's
+// request), and the next probes send nothing until it ends (probe), then
+// take its connection. People's
 // requests don't wait here: there are few at once, and a person waiting
 // behind the fleet's probes would see it.
 
@@ -54,11 +55,6 @@ var errNoTurn = fmt.Errorf("the hub's own dials to API servers took every place 
 // ctx ends or gone closes (the agent's tunnel), and returns the function
 // that gives it back.
 func (h *Hub) takeTurn(ctx context.Context, gone <-chan struct{}) (func(), error) {
-	select {
-	case h.turns <- struct{}{}:
-		return func() { <-h.turns }, nil
-	default:
-	}
 	wait := time.NewTimer(turnWait)
 	defer wait.Stop()
 	select {

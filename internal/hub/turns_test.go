@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tetherhq/tether/internal/clock"
 	"github.com/tetherhq/tether/internal/testutil/fakecluster"
 )
 
@@ -53,5 +54,54 @@ func TestTheHubsOwnDialsTakeTurns(t *testing.T) {
 	released = true
 	for _, n := range names {
 		eventually(t, 5*time.Second, n+" Ready", func() bool { return statusOf(h, n) == "Ready" })
+	}
+}
+
+// A probe that gave up while its connection was being made leaves the dial
+// under way (net/http dials on, for the next request): the next probe
+// takes that connection rather than dial another, which would hold
+// another of the hub's turns and make another handshake. The hub's clock
+// is the test's; the cluster's handshakes are held.
+func TestAProbeWaitsForTheDialUnderWay(t *testing.T) {
+	const interval = 10 * time.Second
+	fc := fakecluster.New(t)
+	gate := make(chan struct{})
+	fc.HandshakeGate.Store(&gate)
+	released := false
+	t.Cleanup(func() { // before the hub and the cluster close
+		if !released {
+			close(gate)
+		}
+	})
+	clk := clock.NewFake(time.Now())
+	h := startHub(t, Config{Agents: testAgents("eu-1"), ProbeInterval: interval, ProbeTimeout: 100 * time.Millisecond, Heartbeat: time.Hour, Clock: clk})
+	a := startAgent(t, h.url, "eu-1", fc)
+	eventually(t, 5*time.Second, "connected", a.Connected)
+	// Its heartbeat's timer and its probes' (due now).
+	eventually(t, 5*time.Second, "the first probe planned", func() bool { d, ok := clk.Next(); return ok && d == 0 && clk.Timers() == 2 })
+	c := h.connected("eu-1")
+	clk.Step(0)
+	const gaveUp = "Unreachable: its API server didn't answer /readyz within 100ms"
+	eventually(t, 5*time.Second, "the first probe given up, its handshake held", func() bool {
+		return statusOf(h, "eu-1") == gaveUp && fc.Handshaking.Load() == 1
+	})
+	for i := range 3 {
+		eventually(t, 5*time.Second, "the next probe planned", func() bool { d, ok := clk.Next(); return ok && d == interval && clk.Timers() == 2 })
+		clk.Step(interval)
+		eventually(t, 5*time.Second, "the probe done", func() bool { d, ok := clk.Next(); return ok && d == interval && clk.Timers() == 2 })
+		if n, held := c.ownDials.Load(), fc.Handshaking.Load(); n != 1 || held != 1 {
+			t.Fatalf("after probe %d: %d of the hub's own dials under way and %d handshakes held, want 1 and 1", i+2, n, held)
+		}
+		if got := statusOf(h, "eu-1"); got != gaveUp {
+			t.Fatalf("after probe %d: %q, want it as the first left it", i+2, got)
+		}
+	}
+	close(gate)
+	released = true
+	eventually(t, 5*time.Second, "the dial done", func() bool { return c.ownDials.Load() == 0 })
+	clk.Step(interval)
+	eventually(t, 5*time.Second, "Ready on the connection the first probe asked for", func() bool { return statusOf(h, "eu-1") == Ready })
+	if n := fc.Count("/readyz"); n != 1 {
+		t.Errorf("%d probes reached /readyz, want 1", n)
 	}
 }
