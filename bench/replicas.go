@@ -229,6 +229,13 @@ func writeSigningKey(path string) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
 }
 
+// readyCount is how many clusters replica i shows Ready (n), or why its
+// event stream ended (err).
+type readyCount struct {
+	i, n int
+	err  error
+}
+
 // readyOn follows replica i's /api/events, as an open fleet page does,
 // and sends on counts how many of names it shows Ready each time that
 // changes, until ctx ends or the stream does. A fresh stream starts with
@@ -236,7 +243,7 @@ func writeSigningKey(path string) error {
 // costs the replica an event a change; polling /api/clusters four times a
 // second cost it a list of the whole fleet each time, which at 15,000
 // clusters took CPU the replicas taking agents back needed.
-func (b *replicaBed) readyOn(ctx context.Context, c *http.Client, i int, names map[string]bool, counts chan<- int) error {
+func (b *replicaBed) readyOn(ctx context.Context, c *http.Client, i int, names map[string]bool, counts chan<- readyCount) error {
 	req, _ := http.NewRequestWithContext(ctx, "GET", "https://"+b.addrs[i]+"/api/events", nil)
 	req.Header.Set("Authorization", "Bearer "+b.userToken)
 	resp, err := c.Do(req)
@@ -269,7 +276,7 @@ func (b *replicaBed) readyOn(ctx context.Context, c *http.Client, i int, names m
 		if len(ready) != n {
 			n = len(ready)
 			select {
-			case counts <- n:
+			case counts <- readyCount{i: i, n: n}:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -289,11 +296,7 @@ func (b *replicaBed) waitReady(ctx context.Context, skip int, names map[string]b
 	defer cancel()
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: b.files.pool.Clone()}}
 	defer c.CloseIdleConnections()
-	type update struct {
-		i, n int
-		err  error
-	}
-	updates := make(chan update)
+	updates := make(chan readyCount)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // before the wait: the followers end with ctx
@@ -308,24 +311,9 @@ func (b *replicaBed) waitReady(ctx context.Context, skip int, names map[string]b
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				counts := make(chan int)
-				done := make(chan error, 1)
-				go func() { done <- b.readyOn(ctx, c, i, names, counts) }()
-				var err error
-			follow:
-				for {
-					select {
-					case n := <-counts:
-						select {
-						case updates <- update{i: i, n: n}:
-						case <-ctx.Done():
-						}
-					case err = <-done:
-						break follow
-					}
-				}
+				err := b.readyOn(ctx, c, i, names, updates)
 				select {
-				case updates <- update{i: i, n: 0, err: err}:
+				case updates <- readyCount{i: i, n: 0, err: err}:
 				case <-ctx.Done():
 					return
 				}
