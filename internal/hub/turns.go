@@ -32,9 +32,8 @@ import (
 // A probe that gives up while its dial waits records its timeout as
 // before; the dial goes on (net/http's transport dials on for the next
 // request), and the next probes send nothing until it ends (probe), then
-// take its connection. People's
-// requests don't wait here: there are few at once, and a person waiting
-// behind the fleet's probes would see it.
+// take its connection. People's requests don't wait here: there are few
+// at once, and a person waiting behind the fleet's probes would see it.
 
 // DefaultOwnDials is how many of the hub's own dials to API servers
 // (each ending in a TLS handshake) are under way at once. One through an agent
